@@ -1,0 +1,179 @@
+// Package backend defines the interface that every fencing store implements and
+// the records and errors it shares with package fencing.
+//
+// It plays the part that database/sql/driver plays for database/sql: a backend
+// does the atomic work against its own clock (the coordinator's clock), and
+// package fencing does argument checks, defaults, lease IDs and the
+// user-facing types. Backends never import package fencing.
+//
+// # Contract
+//
+// For one key, the most recent lease is in exactly one of three states: live,
+// expired (its time ran out on the coordinator's clock) or released. Backends
+// keep these rules under any interleaving, retry or restart:
+//
+//   - Grant mints a token strictly larger than every token the key ever had,
+//     only when no lease on the key is live; otherwise it fails with
+//     ErrLeaseHeld and changes nothing. expiresAt = now + Timeout + Margin on
+//     the coordinator's clock at processing time; the lease is live on
+//     [grant, expiresAt).
+//   - Grant is idempotent per lease ID: a Grant whose ID is the key's most
+//     recent lease returns that lease unchanged while it is live (no new
+//     token), ErrLeaseExpired once it expired and ErrLeaseNotFound once it was
+//     released. This lets a caller retry a grant whose outcome it did not learn.
+//   - Renew extends the live lease with that ID to now + Timeout + Margin,
+//     keeping its token. The most recent lease's ID after expiry gets
+//     ErrLeaseExpired; any other ID gets ErrLeaseNotFound. Neither changes
+//     anything.
+//   - Release ends the live lease with that ID at once. Releasing the most
+//     recent lease again returns nil (so a resent release is harmless); an
+//     expired one gets ErrLeaseExpired; any other ID gets ErrLeaseNotFound.
+//   - Token reports the token of the key's live lease, or live == false and a
+//     zero token when no lease is live.
+//   - Bad input (see CheckKey, CheckDurations, CheckLeaseID) and a done
+//     context get an error and change nothing.
+//
+// Errors that mean "the request may or may not have taken effect" wrap
+// ErrOutcomeUnknown, so a caller can retry with the same lease ID.
+//
+// The conformance package holds a backend to this contract.
+package backend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+)
+
+// Backend is a store that grants leases with fencing tokens.
+//
+// All methods are safe for concurrent use. Every method that talks to a store
+// honours its context: a context that is already done returns the context's
+// error (possibly wrapped) and changes nothing.
+type Backend interface {
+	// Grant takes a new lease on req.Key with the caller-chosen ID req.LeaseID.
+	Grant(ctx context.Context, req Request) (Lease, error)
+	// Renew extends the live lease req.LeaseID on req.Key from now.
+	Renew(ctx context.Context, req Request) (Lease, error)
+	// Release ends the live lease leaseID on key.
+	Release(ctx context.Context, key, leaseID string) error
+	// Token returns the token of the live lease on key, if there is one.
+	Token(ctx context.Context, key string) (token uint64, live bool, err error)
+	// Close releases the backend's own resources. It never closes a client
+	// that the user passed in. Calls after Close return ErrClosed.
+	Close() error
+}
+
+// Request is what Grant and Renew send to a backend.
+type Request struct {
+	// Key names the resource; 1 to MaxKeyLength bytes, any bytes.
+	Key string
+	// LeaseID is the holder's credential, chosen by the caller (package
+	// fencing draws 128 random bits). It doubles as the grant's request nonce.
+	LeaseID string
+	// Timeout is how long the holder may rely on the lease.
+	Timeout time.Duration
+	// Margin is the coordinator's extra safety buffer past Timeout, for
+	// clock drift between holder and coordinator.
+	Margin time.Duration
+}
+
+// Lease is a backend's record of a lease, as granted or renewed.
+type Lease struct {
+	Key     string
+	LeaseID string
+	// Token is the fencing token: larger than every earlier token on Key.
+	Token uint64
+	// TTL is the timeout actually granted, after any rounding up by the
+	// backend (etcd grants whole seconds); TTL >= Request.Timeout.
+	TTL time.Duration
+	// Margin is the margin granted (as requested).
+	Margin time.Duration
+	// ExpiresAt is when the lease ends on the coordinator's clock, as the
+	// backend reports it. Backends whose clock cannot be read report an
+	// estimate and say so in their documentation.
+	ExpiresAt time.Time
+}
+
+// Limits shared by every backend, so a key valid on one is valid on all.
+const (
+	// MaxKeyLength is the longest key, in bytes.
+	MaxKeyLength = 1024
+	// MaxLeaseIDLength is the longest lease ID a backend accepts; longer IDs
+	// cannot be ours and get ErrLeaseNotFound without a round trip.
+	MaxLeaseIDLength = 128
+	// MaxDuration is the longest Timeout + Margin. Longer leases are almost
+	// certainly a bug, and the cap keeps every backend's arithmetic exact.
+	MaxDuration = 366 * 24 * time.Hour
+)
+
+// Sentinel errors. Package fencing re-exports them; test with errors.Is.
+var (
+	ErrLeaseHeld           = errors.New("fencing: lease held by another holder")
+	ErrLeaseNotFound       = errors.New("fencing: lease not found")
+	ErrLeaseExpired        = errors.New("fencing: lease expired")
+	ErrInvalidKey          = errors.New("fencing: invalid key")
+	ErrInvalidTimeout      = errors.New("fencing: invalid timeout")
+	ErrInvalidMargin       = errors.New("fencing: invalid margin")
+	ErrTokenSpaceExhausted = errors.New("fencing: token space exhausted")
+	// ErrOutcomeUnknown marks an error after which the request may or may not
+	// have taken effect (a lost response). Grant, Renew and Release may be
+	// retried with the same lease ID to learn the outcome.
+	ErrOutcomeUnknown = errors.New("fencing: outcome unknown")
+	// ErrClosed is returned by a backend after Close.
+	ErrClosed = errors.New("fencing: backend closed")
+)
+
+// CheckKey returns an error wrapping ErrInvalidKey unless key is 1 to
+// MaxKeyLength bytes long.
+func CheckKey(key string) error {
+	if key == "" {
+		return fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	if len(key) > MaxKeyLength {
+		return fmt.Errorf("%w: key is %d bytes, the maximum is %d", ErrInvalidKey, len(key), MaxKeyLength)
+	}
+	return nil
+}
+
+// CheckDurations returns an error wrapping ErrInvalidTimeout or
+// ErrInvalidMargin unless timeout > 0, margin >= 0 and timeout + margin is at
+// most MaxDuration (which also rules out overflow).
+func CheckDurations(timeout, margin time.Duration) error {
+	if timeout <= 0 {
+		return fmt.Errorf("%w: %v is not positive", ErrInvalidTimeout, timeout)
+	}
+	if margin < 0 {
+		return fmt.Errorf("%w: %v is negative", ErrInvalidMargin, margin)
+	}
+	if timeout > MaxDuration || margin > MaxDuration-timeout {
+		return fmt.Errorf("%w: timeout %v + margin %v exceeds the maximum %v", ErrInvalidTimeout, timeout, margin, MaxDuration)
+	}
+	return nil
+}
+
+// CheckLeaseID returns an error wrapping ErrLeaseNotFound for an ID that no
+// backend could have stored: empty or longer than MaxLeaseIDLength.
+func CheckLeaseID(id string) error {
+	if id == "" || len(id) > MaxLeaseIDLength {
+		return fmt.Errorf("%w: malformed lease ID", ErrLeaseNotFound)
+	}
+	return nil
+}
+
+// CheckRequest applies CheckKey, CheckDurations and CheckLeaseID to req.
+func CheckRequest(req Request) error {
+	if err := CheckKey(req.Key); err != nil {
+		return err
+	}
+	if err := CheckDurations(req.Timeout, req.Margin); err != nil {
+		return err
+	}
+	return CheckLeaseID(req.LeaseID)
+}
+
+// MaxToken is the largest token a uint64 counter can mint. A backend with a
+// smaller counter (Redis integers are signed 64-bit) documents its own.
+const MaxToken = math.MaxUint64

@@ -1,0 +1,45 @@
+package conformance
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Harness tells the suite how to make backends of one kind and how time
+// passes on their coordinator's clock.
+type Harness interface {
+	// NewBackend returns a backend over an empty key space (a fresh server,
+	// or a fresh prefix on a shared one). The suite closes it; register any
+	// further cleanup with t.Cleanup.
+	NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error)
+	// Wait lets d pass on the coordinator's clock: a fake clock advances at
+	// once, a real server's harness sleeps.
+	Wait(ctx context.Context, d time.Duration) error
+	// Traits describes the backend's time and tokens to the suite.
+	Traits() Traits
+}
+
+// Traits describes a backend to the suite, so the same cases hold a fake
+// clock to the nanosecond and a real server to its own granularity.
+type Traits struct {
+	// Now reads the coordinator's clock exactly, when the harness can (a
+	// fake clock). The suite then checks expiry at its exact boundary
+	// (live at expiresAt-1ns, expired at expiresAt). When nil the suite
+	// allows for real time passing and uses Slack.
+	Now func() time.Time
+	// MinTTL is the shortest timeout + margin the backend grants without
+	// raising it (etcd's minimum lease TTL). Zero means no minimum. Expiry
+	// cases on real servers use leases of this length, or a short default.
+	MinTTL time.Duration
+	// Slack is how long after a lease's TTL + margin has passed (counted
+	// from just after the grant returned) the backend may still report the
+	// lease live: rounding, a revoke loop, timer resolution. The suite waits
+	// this much more before it requires a lease to have expired.
+	Slack time.Duration
+	// DenseTokens says tokens on a key go 1, 2, 3... and a failed grant uses
+	// none up. When false the suite checks only that tokens strictly increase.
+	DenseTokens bool
+}

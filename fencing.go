@@ -1,0 +1,300 @@
+// Package fencing hands out leases on keys with fencing tokens.
+//
+// A lease says "you may act on this key until your Deadline". Each new lease
+// on a key carries a token strictly larger than every token the key had
+// before, so a resource that remembers the highest token it has seen can
+// reject a writer whose lease quietly ran out (a GC pause, a slow network):
+// that writer's token is stale.
+//
+// A Coordinator does argument checks, defaults, lease IDs and local deadlines;
+// a backend.Backend (in memory, etcd, Redis or your own) does the atomic work
+// against the coordinator's clock, the only clock that decides expiry.
+//
+// # Time
+//
+// The backend ends a lease at expiresAt = now + timeout + margin on its own
+// clock, at the moment it processes the request. The holder's promise to
+// itself is Lease.Deadline = t_send + timeout on its monotonic clock, where
+// t_send is read just before the request leaves. Network delay only moves
+// the backend's expiry later than the holder's deadline, and the margin
+// absorbs clock rate differences: a holder that stops by its Deadline never
+// overlaps the next holder as long as the two clocks' rates differ by less
+// than margin/timeout.
+package fencing
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Errors returned by the Coordinator and every backend. Test them with
+// errors.Is; they are the same values as the ones in package backend.
+var (
+	// ErrLeaseHeld: another holder has a live lease on the key.
+	ErrLeaseHeld = backend.ErrLeaseHeld
+	// ErrLeaseNotFound: the lease ID is not the key's current lease (foreign,
+	// stale, superseded or released).
+	ErrLeaseNotFound = backend.ErrLeaseNotFound
+	// ErrLeaseExpired: the lease ID was the key's most recent lease, and its
+	// time ran out on the coordinator's clock. Nothing was changed.
+	ErrLeaseExpired = backend.ErrLeaseExpired
+	// ErrInvalidTimeout: the timeout is zero or negative, or timeout+margin
+	// exceeds backend.MaxDuration.
+	ErrInvalidTimeout = backend.ErrInvalidTimeout
+	// ErrInvalidMargin: the margin is negative, or more than one was given.
+	ErrInvalidMargin = backend.ErrInvalidMargin
+	// ErrInvalidKey: the key is empty or longer than backend.MaxKeyLength.
+	ErrInvalidKey = backend.ErrInvalidKey
+	// ErrTokenSpaceExhausted: the key has used its last token. Tokens never
+	// wrap around.
+	ErrTokenSpaceExhausted = backend.ErrTokenSpaceExhausted
+	// ErrOutcomeUnknown: the request may or may not have taken effect, and
+	// retries within the context did not settle it.
+	ErrOutcomeUnknown = backend.ErrOutcomeUnknown
+)
+
+// DefaultMargin is the margin used when neither the call nor WithDefaultMargin
+// gives one.
+const DefaultMargin = time.Second
+
+// Lease is a granted lease. Hold on to it: ID is the credential that renews
+// and releases it, and Token is what the protected resource checks.
+type Lease struct {
+	// Key is the leased key.
+	Key string
+	// ID is the holder's credential: 128 random bits, unguessable from the
+	// key, the token or the time.
+	ID string
+	// Token is the fencing token: larger than every earlier token on Key.
+	// Send it with every write to the protected resource.
+	Token uint64
+	// TTL is the timeout actually granted, after any rounding up by the
+	// backend. It is at least the timeout asked for.
+	TTL time.Duration
+	// Margin is the coordinator's safety buffer past TTL.
+	Margin time.Duration
+	// ExpiresAt is when the lease ends on the coordinator's clock, as the
+	// backend reports it. Do not compare it with the local clock to decide
+	// whether to go on; use Deadline.
+	ExpiresAt time.Time
+	// Deadline is the local time (with a monotonic reading) by which the
+	// holder must stop relying on the lease: the moment just before the
+	// request was sent plus the timeout asked for, without the margin.
+	Deadline time.Time
+}
+
+// Remaining returns how long the holder may still rely on the lease by the
+// local monotonic clock, or zero once Deadline has passed.
+func (l Lease) Remaining() time.Duration {
+	return max(time.Until(l.Deadline), 0)
+}
+
+// Coordinator is the entry point: it grants, renews, releases and checks
+// leases on one backend. It is safe for concurrent use. It does not own the
+// backend: close the backend yourself when done.
+type Coordinator struct {
+	backend       backend.Backend
+	defaultMargin time.Duration
+	retries       int
+}
+
+// Option configures a Coordinator.
+type Option func(*Coordinator)
+
+// WithDefaultMargin sets the margin used by calls that give none (default
+// DefaultMargin). A negative margin makes every such call fail with
+// ErrInvalidMargin.
+func WithDefaultMargin(d time.Duration) Option {
+	return func(c *Coordinator) { c.defaultMargin = d }
+}
+
+// WithOutcomeRetries sets how many times a request that ended with an
+// unknown outcome (backend.ErrOutcomeUnknown, such as a lost response) is
+// sent again with the same lease ID before the error is returned
+// (default 3). Every backend recognises a resent request, so a retry never
+// mints a second token. Retries stop when the context is done.
+func WithOutcomeRetries(n int) Option {
+	return func(c *Coordinator) { c.retries = max(n, 0) }
+}
+
+// New returns a Coordinator over b.
+func New(b backend.Backend, opts ...Option) *Coordinator {
+	c := &Coordinator{backend: b, defaultMargin: DefaultMargin, retries: 3}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Grant takes a new lease on key for timeout, with the coordinator keeping it
+// for a further margin (at most one; default the Coordinator's default
+// margin). It fails with ErrLeaseHeld while another lease on key is live.
+func (c *Coordinator) Grant(ctx context.Context, key string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
+	req, err := c.request(key, rand.Text(), timeout, margin)
+	if err != nil {
+		return Lease{}, fmt.Errorf("grant %q: %w", key, err)
+	}
+	return c.send(ctx, "grant", req, c.backend.Grant)
+}
+
+// Acquire is an alias of Grant.
+func (c *Coordinator) Acquire(ctx context.Context, key string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
+	return c.Grant(ctx, key, timeout, margin...)
+}
+
+// Renew extends the live lease leaseID on key to timeout (plus margin) from
+// now, keeping its token. A lease whose time ran out gets ErrLeaseExpired; an
+// ID that is not the key's current lease gets ErrLeaseNotFound. Either way
+// nothing changes, and the holder must stop using the token.
+func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
+	req, err := c.request(key, leaseID, timeout, margin)
+	if err != nil {
+		return Lease{}, fmt.Errorf("renew %q: %w", key, err)
+	}
+	return c.send(ctx, "renew", req, c.backend.Renew)
+}
+
+// Extend is an alias of Renew.
+func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
+	return c.Renew(ctx, key, leaseID, timeout, margin...)
+}
+
+// Release ends the live lease leaseID on key at once: its token stops
+// checking true, and the key is free. Releasing a lease already released is
+// not an error; releasing an expired one returns ErrLeaseExpired and one
+// that is not the key's lease ErrLeaseNotFound.
+func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
+	if err := backend.CheckKey(key); err != nil {
+		return fmt.Errorf("release %q: %w", key, err)
+	}
+	if err := backend.CheckLeaseID(leaseID); err != nil {
+		return fmt.Errorf("release %q: %w", key, err)
+	}
+	var err error
+	for attempt := 0; ; attempt++ {
+		err = c.backend.Release(ctx, key, leaseID)
+		if !c.retry(ctx, err, attempt) {
+			break
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("release %q: %w", key, err)
+	}
+	return nil
+}
+
+// CheckToken reports whether token is the token of key's live lease. Tokens
+// of superseded, released and expired leases, and tokens never issued, check
+// false.
+func (c *Coordinator) CheckToken(ctx context.Context, key string, token uint64) (bool, error) {
+	current, live, err := c.Token(ctx, key)
+	if err != nil {
+		return false, err
+	}
+	return live && current == token, nil
+}
+
+// ValidateToken is an alias of CheckToken.
+func (c *Coordinator) ValidateToken(ctx context.Context, key string, token uint64) (bool, error) {
+	return c.CheckToken(ctx, key, token)
+}
+
+// Token returns the token of key's live lease, with live == true, or zero
+// and live == false when no lease on key is live.
+func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live bool, err error) {
+	if err := backend.CheckKey(key); err != nil {
+		return 0, false, fmt.Errorf("token %q: %w", key, err)
+	}
+	token, live, err = c.backend.Token(ctx, key)
+	if err != nil {
+		return 0, false, fmt.Errorf("token %q: %w", key, err)
+	}
+	return token, live, nil
+}
+
+// Do takes a lease on key for timeout, runs fn with a context that is
+// canceled at the lease's Deadline (or when ctx is), and releases the lease
+// when fn returns. fn must pass lease.Token to every write it makes to the
+// protected resource. Do returns fn's error, or the error of the grant; an
+// error from the release (ErrLeaseExpired when fn overran the lease on the
+// coordinator) is returned only when fn succeeded.
+func (c *Coordinator) Do(ctx context.Context, key string, timeout time.Duration, fn func(ctx context.Context, lease Lease) error) error {
+	lease, err := c.Grant(ctx, key, timeout)
+	if err != nil {
+		return err
+	}
+	leaseCtx, cancel := context.WithDeadline(ctx, lease.Deadline)
+	defer cancel()
+	fnErr := fn(leaseCtx, lease)
+	// Release even when ctx is done: the lease would otherwise block the key
+	// until it expires.
+	releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancelRelease()
+	relErr := c.Release(releaseCtx, key, lease.ID)
+	if fnErr != nil {
+		return fnErr
+	}
+	return relErr
+}
+
+func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margins []time.Duration) (backend.Request, error) {
+	margin := c.defaultMargin
+	switch len(margins) {
+	case 0:
+	case 1:
+		margin = margins[0]
+	default:
+		return backend.Request{}, fmt.Errorf("%w: %d margins given, at most one allowed", ErrInvalidMargin, len(margins))
+	}
+	req := backend.Request{Key: key, LeaseID: leaseID, Timeout: timeout, Margin: margin}
+	return req, backend.CheckRequest(req)
+}
+
+// send runs a grant or renew, resending it with the same lease ID while its
+// outcome is unknown, and turns the backend's record into a Lease.
+func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, call func(context.Context, backend.Request) (backend.Lease, error)) (Lease, error) {
+	// Read just before the first attempt leaves: a resent request's lease
+	// began on the coordinator no earlier than this.
+	sent := time.Now()
+	var rec backend.Lease
+	var err error
+	for attempt := 0; ; attempt++ {
+		rec, err = call(ctx, req)
+		if !c.retry(ctx, err, attempt) {
+			break
+		}
+	}
+	if err != nil {
+		return Lease{}, fmt.Errorf("%s %q: %w", op, req.Key, err)
+	}
+	return Lease{
+		Key:       rec.Key,
+		ID:        rec.LeaseID,
+		Token:     rec.Token,
+		TTL:       rec.TTL,
+		Margin:    rec.Margin,
+		ExpiresAt: rec.ExpiresAt,
+		Deadline:  sent.Add(req.Timeout),
+	}, nil
+}
+
+// retry reports whether a request that failed with err on the given attempt
+// should be sent again, after a short pause.
+func (c *Coordinator) retry(ctx context.Context, err error, attempt int) bool {
+	if err == nil || attempt >= c.retries || !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
+		return false
+	}
+	t := time.NewTimer(time.Duration(10<<attempt) * time.Millisecond)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
