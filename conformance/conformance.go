@@ -1,0 +1,236 @@
+// Package conformance holds every fencing backend, ours or yours, to the same
+// invariants, in the style of testing/fstest.TestFS and gocloud.dev's
+// drivertest.
+//
+// # Running the suite against your backend
+//
+// Implement Harness for your backend and call Run from a test, and
+// RunBenchmarks from a benchmark:
+//
+//	type harness struct{ /* a server address, a client... */ }
+//
+//	func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
+//		return mybackend.New(client, mybackend.WithPrefix(uniquePrefix(t))) // an empty key space
+//	}
+//	func (h *harness) Wait(ctx context.Context, d time.Duration) error {
+//		select { // a real server: let real time pass
+//		case <-time.After(d):
+//			return nil
+//		case <-ctx.Done():
+//			return ctx.Err()
+//		}
+//	}
+//	func (h *harness) Traits() conformance.Traits {
+//		return conformance.Traits{MinTTL: time.Second, Slack: 500 * time.Millisecond}
+//	}
+//
+//	func TestConformance(t *testing.T)      { conformance.Run(t, &harness{}) }
+//	func BenchmarkConformance(b *testing.B) { conformance.RunBenchmarks(b, &harness{}) }
+//
+// The suite drives the backend both through fencing.Coordinator (what users
+// call) and directly through backend.Backend (what a Coordinator relies on:
+// argument checks, idempotent retries). It checks:
+//
+//   - tokens per key strictly increase across release, expiry and re-grant and
+//     are never reissued; keys have independent sequences; renewals keep the
+//     token (and with Traits.DenseTokens, tokens go 1, 2, 3 with no gaps);
+//   - of N goroutines racing to grant a free key, exactly one wins;
+//   - expiry on the coordinator's clock at expiresAt = now + timeout + margin,
+//     live on [grant, expiresAt), renewal from now without accumulating
+//     margins;
+//   - renew and release by foreign, stale, released and expired lease IDs get
+//     the right error and change nothing;
+//   - token checks pass only for the live lease's token;
+//   - bad input and done contexts change nothing and get typed errors;
+//   - odd keys (separators, braces, bytes) are distinct keys;
+//   - a randomized concurrent history over a few keys has no reissued or
+//     decreasing token and no two live leases on one key at once.
+//
+// With a fake clock (Traits.Now set) the suite is exact and instant and runs
+// its cases one after another. On a real server it waits in real time, with
+// leases of at least Traits.MinTTL and Traits.Slack to spare, and runs its
+// cases in parallel to keep the waiting short.
+package conformance
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+)
+
+// suite is one test's view of the harness.
+type suite struct {
+	h      Harness
+	traits Traits
+}
+
+// Run runs the conformance suite against the backends h makes.
+func Run(t *testing.T, h Harness) {
+	s := suite{h: h, traits: h.Traits()}
+	cases := []struct {
+		name string
+		fn   func(*testing.T)
+	}{
+		{"TokensIncrease", s.testTokensIncrease},
+		{"KeysIndependent", s.testKeysIndependent},
+		{"RacingGrantsOneWinner", s.testRacingGrants},
+		{"ExpiryOnCoordinatorClock", s.testExpiry},
+		{"RenewKeepsTokenAndExtendsFromNow", s.testRenewExtendsFromNow},
+		{"RenewForeignOrStaleID", s.testRenewForeignOrStale},
+		{"LateRenewalChangesNothing", s.testLateRenewal},
+		{"CheckTokenOnlyLiveLease", s.testCheckToken},
+		{"ReleaseOnlyByHolder", s.testRelease},
+		{"ExpiredReleaseAndStaleHolder", s.testExpiredHolder},
+		{"GrantRetryIsIdempotent", s.testGrantRetry},
+		{"BadInputChangesNothing", s.testBadInput},
+		{"DoneContextChangesNothing", s.testDoneContext},
+		{"LeaseIDsUnguessable", s.testLeaseIDs},
+		{"OddKeysAreDistinct", s.testOddKeys},
+		{"ClosedBackend", s.testClosed},
+		{"RandomizedConcurrentHistory", s.testRandomHistory},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if s.traits.Now == nil {
+				t.Parallel() // real time: overlap the waiting
+			}
+			c.fn(t)
+		})
+	}
+}
+
+// backend returns a fresh backend that is closed when t ends.
+func (s suite) backend(t *testing.T) backend.Backend {
+	t.Helper()
+	b, err := s.h.NewBackend(context.Background(), t)
+	if err != nil {
+		t.Fatalf("NewBackend: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
+// coordinator returns a Coordinator over a fresh backend, and the backend.
+func (s suite) coordinator(t *testing.T) (*fencing.Coordinator, backend.Backend) {
+	b := s.backend(t)
+	return fencing.New(b), b
+}
+
+func (s suite) wait(t *testing.T, d time.Duration) {
+	t.Helper()
+	if err := s.h.Wait(context.Background(), d); err != nil {
+		t.Fatalf("Wait(%v): %v", d, err)
+	}
+}
+
+// short returns a timeout and margin for leases that the test lets expire:
+// as short as the backend honours without raising them.
+func (s suite) short() (timeout, margin time.Duration) {
+	if s.traits.Now != nil {
+		return 10 * time.Second, time.Second // a fake clock: any length is instant
+	}
+	total := max(s.traits.MinTTL, 200*time.Millisecond)
+	return total / 2, total - total/2
+}
+
+// long is a timeout for leases that must stay live for the whole test.
+const long = time.Minute
+
+// waitExpired waits until lease has certainly expired on the coordinator:
+// its granted TTL and margin, counted from when the grant returned, and the
+// backend's slack.
+func (s suite) waitExpired(t *testing.T, lease fencing.Lease, grantReturned time.Time) {
+	t.Helper()
+	d := lease.TTL + lease.Margin + s.traits.Slack
+	if s.traits.Now == nil {
+		d -= time.Since(grantReturned)
+	}
+	s.wait(t, max(d, 0))
+}
+
+func (s suite) grant(t *testing.T, c *fencing.Coordinator, key string, timeout, margin time.Duration) fencing.Lease {
+	t.Helper()
+	lease, err := c.Grant(context.Background(), key, timeout, margin)
+	if err != nil {
+		t.Fatalf("Grant(%q, %v, %v): %v", key, timeout, margin, err)
+	}
+	if lease.Key != key || lease.Token == 0 || lease.ID == "" {
+		t.Fatalf("Grant(%q) = %+v: want the key, a non-zero token and an ID", key, lease)
+	}
+	return lease
+}
+
+// grantShort grants a lease meant to expire, and returns when the grant
+// returned.
+func (s suite) grantShort(t *testing.T, c *fencing.Coordinator, key string) (fencing.Lease, time.Time) {
+	t.Helper()
+	timeout, margin := s.short()
+	lease := s.grant(t, c, key, timeout, margin)
+	return lease, time.Now()
+}
+
+// wantLive fails unless key's live lease has token want.
+func wantLive(t *testing.T, c *fencing.Coordinator, key string, want uint64) {
+	t.Helper()
+	tok, live, err := c.Token(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Token(%q): %v", key, err)
+	}
+	if !live || tok != want {
+		t.Fatalf("Token(%q) = %d, live %v; want %d, live", key, tok, live, want)
+	}
+	ok, err := c.CheckToken(context.Background(), key, want)
+	if err != nil || !ok {
+		t.Fatalf("CheckToken(%q, %d) = %v, %v; want true", key, want, ok, err)
+	}
+}
+
+// wantFree fails unless key has no live lease.
+func wantFree(t *testing.T, c *fencing.Coordinator, key string) {
+	t.Helper()
+	tok, live, err := c.Token(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Token(%q): %v", key, err)
+	}
+	if live || tok != 0 {
+		t.Fatalf("Token(%q) = %d, live %v; want 0, not live", key, tok, live)
+	}
+}
+
+func wantCheck(t *testing.T, c *fencing.Coordinator, key string, token uint64, want bool) {
+	t.Helper()
+	ok, err := c.CheckToken(context.Background(), key, token)
+	if err != nil {
+		t.Fatalf("CheckToken(%q, %d): %v", key, token, err)
+	}
+	if ok != want {
+		t.Fatalf("CheckToken(%q, %d) = %v, want %v", key, token, ok, want)
+	}
+}
+
+func wantErr(t *testing.T, what string, err, target error) {
+	t.Helper()
+	if !errors.Is(err, target) {
+		t.Fatalf("%s: error %v, want %v", what, err, target)
+	}
+}
+
+// wantNext fails unless next is the token a key whose last token was prev
+// may get next: larger, and with dense tokens exactly prev+1.
+func (s suite) wantNext(t *testing.T, what string, prev, next uint64) {
+	t.Helper()
+	if next <= prev {
+		t.Fatalf("%s: token %d after %d; tokens must strictly increase", what, next, prev)
+	}
+	if s.traits.DenseTokens && next != prev+1 {
+		t.Fatalf("%s: token %d after %d; this backend declares dense tokens", what, next, prev)
+	}
+}

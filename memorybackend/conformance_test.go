@@ -1,0 +1,41 @@
+package memorybackend_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/memorybackend"
+)
+
+// fakeClockHarness runs the conformance suite on a fake clock, so every
+// expiry case is exact and instant. The clock is shared by the backends of
+// one harness; the suite makes one harness per test.
+type fakeClockHarness struct{ clock *memorybackend.FakeClock }
+
+func newHarness() *fakeClockHarness {
+	return &fakeClockHarness{clock: memorybackend.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))}
+}
+
+func (h *fakeClockHarness) NewBackend(context.Context, testing.TB) (backend.Backend, error) {
+	return memorybackend.New(memorybackend.WithClock(h.clock)), nil
+}
+
+func (h *fakeClockHarness) Wait(_ context.Context, d time.Duration) error {
+	h.clock.Advance(d)
+	return nil
+}
+
+func (h *fakeClockHarness) Traits() conformance.Traits {
+	return conformance.Traits{Now: h.clock.Now, DenseTokens: true}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newHarness())
+}
+
+func BenchmarkConformance(b *testing.B) {
+	conformance.RunBenchmarks(b, newHarness())
+}
