@@ -1,0 +1,408 @@
+package memorybackend_test
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/memorybackend"
+)
+
+var epoch = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Compile-time check: *Backend is a backend.Backend.
+var _ backend.Backend = (*memorybackend.Backend)(nil)
+
+func req(key, id string, timeout, margin time.Duration) backend.Request {
+	return backend.Request{Key: key, LeaseID: id, Timeout: timeout, Margin: margin}
+}
+
+func mustGrant(t testing.TB, b backend.Backend, key, id string) backend.Lease {
+	t.Helper()
+	lease, err := b.Grant(context.Background(), req(key, id, time.Minute, 0))
+	if err != nil {
+		t.Fatalf("Grant(%q, %q): %v", key, id, err)
+	}
+	return lease
+}
+
+func mustRelease(t testing.TB, b backend.Backend, key, id string) {
+	t.Helper()
+	if err := b.Release(context.Background(), key, id); err != nil {
+		t.Fatalf("Release(%q, %q): %v", key, id, err)
+	}
+}
+
+func TestMaxTokenExhaustion(t *testing.T) {
+	ctx := context.Background()
+	b := memorybackend.New(memorybackend.WithMaxToken(3))
+	defer b.Close()
+	for want := uint64(1); want <= 3; want++ {
+		id := fmt.Sprint("id", want)
+		if lease := mustGrant(t, b, "k", id); lease.Token != want {
+			t.Fatalf("token = %d, want %d", lease.Token, want)
+		}
+		if want < 3 {
+			mustRelease(t, b, "k", id)
+		}
+	}
+	// The last token is live: a retry of its grant still answers, and
+	// another grant is refused for being held, not for exhaustion.
+	if lease, err := b.Grant(ctx, req("k", "id3", time.Minute, 0)); err != nil || lease.Token != 3 {
+		t.Fatalf("retried grant of token 3 = %+v, %v", lease, err)
+	}
+	if _, err := b.Grant(ctx, req("k", "other", time.Minute, 0)); !errors.Is(err, backend.ErrLeaseHeld) {
+		t.Fatalf("grant while token 3 is live: err = %v, want ErrLeaseHeld", err)
+	}
+	mustRelease(t, b, "k", "id3")
+	for i := range 3 {
+		lease, err := b.Grant(ctx, req("k", fmt.Sprint("late", i), time.Minute, 0))
+		if !errors.Is(err, backend.ErrTokenSpaceExhausted) {
+			t.Fatalf("grant past the maximum: %+v, %v; want ErrTokenSpaceExhausted", lease, err)
+		}
+		if lease != (backend.Lease{}) {
+			t.Fatalf("failed grant returned %+v", lease)
+		}
+	}
+	// Nothing changed: no wrap-around to 0 or 1, no live lease, and the
+	// released lease 3 still reads as released.
+	if token, live, err := b.Token(ctx, "k"); err != nil || live || token != 0 {
+		t.Errorf("Token = %d, %v, %v; want 0, false, nil", token, live, err)
+	}
+	if err := b.Release(ctx, "k", "id3"); err != nil {
+		t.Errorf("re-release of lease 3: %v, want nil", err)
+	}
+	if _, err := b.Renew(ctx, req("k", "late0", time.Minute, 0)); !errors.Is(err, backend.ErrLeaseNotFound) {
+		t.Errorf("renew of a refused grant's ID: err = %v, want ErrLeaseNotFound", err)
+	}
+	// Other keys count on their own.
+	if lease := mustGrant(t, b, "other", "x"); lease.Token != 1 {
+		t.Errorf("other key's token = %d, want 1", lease.Token)
+	}
+
+	// Through a Coordinator the error is the fencing package's sentinel.
+	c := fencing.New(b)
+	if _, err := c.Grant(ctx, "k", time.Minute); !errors.Is(err, fencing.ErrTokenSpaceExhausted) {
+		t.Errorf("Coordinator.Grant: err = %v, want ErrTokenSpaceExhausted", err)
+	}
+}
+
+func TestMaxTokenZero(t *testing.T) {
+	b := memorybackend.New(memorybackend.WithMaxToken(0))
+	defer b.Close()
+	if _, err := b.Grant(context.Background(), req("k", "id", time.Minute, 0)); !errors.Is(err, backend.ErrTokenSpaceExhausted) {
+		t.Fatalf("err = %v, want ErrTokenSpaceExhausted", err)
+	}
+}
+
+func TestMaxTokenDefault(t *testing.T) {
+	// The default cap is the whole uint64 range: WithMaxToken(MaxUint64)
+	// behaves like no option at all.
+	for _, b := range []*memorybackend.Backend{memorybackend.New(), memorybackend.New(memorybackend.WithMaxToken(math.MaxUint64))} {
+		if lease := mustGrant(t, b, "k", "id"); lease.Token != 1 {
+			t.Errorf("token = %d, want 1", lease.Token)
+		}
+		b.Close()
+	}
+}
+
+func TestFakeClock(t *testing.T) {
+	c := memorybackend.NewFakeClock(epoch)
+	if got := c.Now(); !got.Equal(epoch) {
+		t.Fatalf("Now = %v, want %v", got, epoch)
+	}
+	c.Advance(1500 * time.Millisecond)
+	c.Advance(time.Nanosecond)
+	if want := epoch.Add(1500*time.Millisecond + 1); !c.Now().Equal(want) {
+		t.Fatalf("Now = %v, want %v", c.Now(), want)
+	}
+	before := c.Now()
+	c.Advance(0)
+	c.Advance(-time.Hour)
+	if !c.Now().Equal(before) {
+		t.Fatalf("zero or negative Advance moved the clock: %v -> %v", before, c.Now())
+	}
+	if c.Now() != c.Now() {
+		t.Error("two reads without Advance differ")
+	}
+}
+
+func TestFakeClockConcurrent(t *testing.T) {
+	c := memorybackend.NewFakeClock(epoch)
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(func() {
+			last := c.Now()
+			for range 1000 {
+				c.Advance(time.Millisecond)
+				now := c.Now()
+				if now.Before(last) {
+					t.Errorf("clock went back: %v -> %v", last, now)
+					return
+				}
+				last = now
+			}
+		})
+	}
+	wg.Wait()
+	if want := epoch.Add(4 * time.Second); !c.Now().Equal(want) {
+		t.Fatalf("Now = %v after 4000 advances of 1ms, want %v", c.Now(), want)
+	}
+}
+
+func TestFakeClockDecidesExpiry(t *testing.T) {
+	ctx := context.Background()
+	clock := memorybackend.NewFakeClock(epoch)
+	b := memorybackend.New(memorybackend.WithClock(clock))
+	defer b.Close()
+	lease, err := b.Grant(ctx, req("k", "id", 10*time.Second, 2*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := epoch.Add(12 * time.Second); !lease.ExpiresAt.Equal(want) {
+		t.Fatalf("ExpiresAt = %v, want %v", lease.ExpiresAt, want)
+	}
+	clock.Advance(12*time.Second - 1)
+	if token, live, _ := b.Token(ctx, "k"); !live || token != 1 {
+		t.Fatalf("1ns before expiry: Token = %d, %v; want 1, true", token, live)
+	}
+	clock.Advance(1)
+	if _, live, _ := b.Token(ctx, "k"); live {
+		t.Fatal("live at ExpiresAt; the lease is live on [grant, expiresAt)")
+	}
+	if _, err := b.Renew(ctx, req("k", "id", time.Second, 0)); !errors.Is(err, backend.ErrLeaseExpired) {
+		t.Fatalf("Renew at expiry: err = %v, want ErrLeaseExpired", err)
+	}
+	// Advancing far (a year) is fine and changes nothing else.
+	clock.Advance(366 * 24 * time.Hour)
+	if lease := mustGrant(t, b, "k", "id2"); lease.Token != 2 {
+		t.Fatalf("token = %d, want 2", lease.Token)
+	}
+}
+
+func TestSystemClockByDefault(t *testing.T) {
+	b := memorybackend.New()
+	defer b.Close()
+	before := time.Now()
+	lease := mustGrant(t, b, "k", "id")
+	after := time.Now()
+	if lease.ExpiresAt.Before(before.Add(time.Minute)) || lease.ExpiresAt.After(after.Add(time.Minute)) {
+		t.Errorf("ExpiresAt = %v, want within [%v, %v]", lease.ExpiresAt, before.Add(time.Minute), after.Add(time.Minute))
+	}
+}
+
+func TestClose(t *testing.T) {
+	ctx := context.Background()
+	b := memorybackend.New()
+	lease := mustGrant(t, b, "k", "id")
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := b.Grant(ctx, req("k2", "id", time.Minute, 0)); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("Grant: err = %v, want ErrClosed", err)
+	}
+	if _, err := b.Grant(ctx, req("k", "id", time.Minute, 0)); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("Grant retry: err = %v, want ErrClosed", err)
+	}
+	if _, err := b.Renew(ctx, req("k", lease.LeaseID, time.Minute, 0)); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("Renew: err = %v, want ErrClosed", err)
+	}
+	if err := b.Release(ctx, "k", lease.LeaseID); !errors.Is(err, backend.ErrClosed) {
+		t.Errorf("Release: err = %v, want ErrClosed", err)
+	}
+	if token, live, err := b.Token(ctx, "k"); !errors.Is(err, backend.ErrClosed) || live || token != 0 {
+		t.Errorf("Token = %d, %v, %v; want 0, false, ErrClosed", token, live, err)
+	}
+	// Bad input after Close still fails, with one of the two errors.
+	if _, err := b.Grant(ctx, req("", "id", time.Minute, 0)); err == nil {
+		t.Error("Grant with empty key after Close succeeded")
+	}
+}
+
+func TestTokenDoesNotAllocate(t *testing.T) {
+	ctx := context.Background()
+	clock := memorybackend.NewFakeClock(epoch)
+	for name, b := range map[string]*memorybackend.Backend{
+		"system clock": memorybackend.New(),
+		"fake clock":   memorybackend.New(memorybackend.WithClock(clock)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			defer b.Close()
+			key := "orders/" + rand.Text() // not a constant: a heap string, as in real use
+			lease := mustGrant(t, b, key, "id")
+			missing := key + "/missing"
+			c := fencing.New(b)
+			for what, f := range map[string]func(){
+				"Token on a live key": func() {
+					if token, live, err := b.Token(ctx, key); err != nil || !live || token != lease.Token {
+						t.Fatalf("Token = %d, %v, %v", token, live, err)
+					}
+				},
+				"Token on a missing key": func() {
+					if _, live, err := b.Token(ctx, missing); err != nil || live {
+						t.Fatalf("Token(missing) = %v, %v", live, err)
+					}
+				},
+				"Coordinator.CheckToken on a live key": func() {
+					if ok, err := c.CheckToken(ctx, key, lease.Token); err != nil || !ok {
+						t.Fatalf("CheckToken = %v, %v", ok, err)
+					}
+				},
+			} {
+				if n := testing.AllocsPerRun(1000, f); n != 0 {
+					t.Errorf("%s: %v allocations per call, want 0", what, n)
+				}
+			}
+		})
+	}
+}
+
+// TestConcurrentKeys runs many goroutines over many keys, some private to
+// a goroutine and some shared by all, and checks what must hold whatever
+// the interleaving: a private key's grants never fail and count 1, 2, 3...;
+// on a shared key at most one grant wins at a time and every token is
+// minted once. Run it with -race.
+func TestConcurrentKeys(t *testing.T) {
+	const (
+		workers     = 8
+		privateKeys = 64
+		sharedKeys  = 4
+		rounds      = 200
+	)
+	ctx := context.Background()
+	b := memorybackend.New()
+	defer b.Close()
+
+	var mu sync.Mutex
+	minted := make(map[string]map[uint64]bool) // shared key -> tokens granted
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for r := range rounds {
+				id := fmt.Sprintf("w%d-r%d", w, r)
+				// A private key: always free, tokens dense.
+				key := fmt.Sprintf("private/%d/%d", w, r%privateKeys)
+				lease, err := b.Grant(ctx, req(key, id, time.Minute, 0))
+				if err != nil {
+					t.Errorf("Grant(%q): %v", key, err)
+					return
+				}
+				if want := uint64(r/privateKeys + 1); lease.Token != want {
+					t.Errorf("%q: token %d, want %d", key, lease.Token, want)
+				}
+				if _, err := b.Renew(ctx, req(key, id, time.Minute, 0)); err != nil {
+					t.Errorf("Renew(%q): %v", key, err)
+				}
+				if token, live, err := b.Token(ctx, key); err != nil || !live || token != lease.Token {
+					t.Errorf("Token(%q) = %d, %v, %v", key, token, live, err)
+				}
+				if err := b.Release(ctx, key, id); err != nil {
+					t.Errorf("Release(%q): %v", key, err)
+				}
+
+				// A shared key: contended.
+				key = fmt.Sprintf("shared/%d", r%sharedKeys)
+				lease, err = b.Grant(ctx, req(key, id, time.Minute, 0))
+				if errors.Is(err, backend.ErrLeaseHeld) {
+					continue
+				}
+				if err != nil {
+					t.Errorf("Grant(%q): %v", key, err)
+					return
+				}
+				mu.Lock()
+				if minted[key] == nil {
+					minted[key] = make(map[uint64]bool)
+				}
+				dup := minted[key][lease.Token]
+				minted[key][lease.Token] = true
+				mu.Unlock()
+				if dup {
+					t.Errorf("%q: token %d minted twice", key, lease.Token)
+				}
+				if token, live, err := b.Token(ctx, key); err != nil || !live || token != lease.Token {
+					t.Errorf("holder of %q sees Token = %d, %v, %v; want its own %d", key, token, live, err, lease.Token)
+				}
+				if err := b.Release(ctx, key, id); err != nil {
+					t.Errorf("Release(%q): %v", key, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// Dense: a shared key's tokens are exactly 1..n.
+	for key, tokens := range minted {
+		for tok := uint64(1); tok <= uint64(len(tokens)); tok++ {
+			if !tokens[tok] {
+				t.Errorf("%q: %d grants but token %d missing", key, len(tokens), tok)
+			}
+		}
+	}
+}
+
+// TestMemoryPerKey measures the heap one leased key holds: the record, the
+// map entry, the key's bytes and the lease ID. See docs/memory-bench.md.
+func TestMemoryPerKey(t *testing.T) {
+	if testing.Short() {
+		t.Skip("allocates 100k keys")
+	}
+	const n = 100_000
+	ctx := context.Background()
+	keys := make([]string, n)
+	ids := make([]string, n)
+	heap := func() uint64 {
+		runtime.GC()
+		runtime.GC()
+		var m runtime.MemStats
+		runtime.ReadMemStats(&m)
+		return m.HeapAlloc
+	}
+
+	// Strings the caller keeps anyway, allocated before the first reading:
+	// the backend's own cost.
+	for i := range n {
+		keys[i] = fmt.Sprintf("orders/%08d", i) // 15 bytes
+		ids[i] = rand.Text()                    // 26 bytes, as package fencing draws
+	}
+	before := heap()
+	b := memorybackend.New()
+	for i := range n {
+		if _, err := b.Grant(ctx, req(keys[i], ids[i], time.Minute, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	own := float64(heap()-before) / n
+	runtime.KeepAlive(b)
+	runtime.KeepAlive(keys)
+	runtime.KeepAlive(ids)
+	b.Close()
+
+	// Strings made per grant and dropped by the caller: what a key costs a
+	// process that only keeps the backend.
+	before = heap()
+	b = memorybackend.New()
+	for i := range n {
+		if _, err := b.Grant(ctx, req(fmt.Sprintf("orders/%08d", i), rand.Text(), time.Minute, 0)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	total := float64(heap()-before) / n
+	runtime.KeepAlive(b)
+	b.Close()
+
+	t.Logf("%d keys: %.0f B/key held by the backend with caller-owned strings; %.0f B/key including the key (15 B) and lease ID (26 B) strings", n, own, total)
+	if total > 1024 {
+		t.Errorf("%.0f B per key, expected a few hundred", total)
+	}
+}
