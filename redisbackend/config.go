@@ -1,0 +1,174 @@
+package redisbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// ConfigMode says what New does about a server configuration that can lose
+// tokens.
+type ConfigMode int
+
+// The configuration check modes. New reads CONFIG GET appendonly,
+// appendfsync and maxmemory-policy from every node it can see (each primary
+// and replica of a Cluster). Unsafe settings are:
+//
+//   - appendonly no: a restart loses the counters (RDB snapshots lose every
+//     grant since the last save), so tokens can go back and be reissued;
+//   - maxmemory-policy allkeys-*: eviction can drop a key's record at any
+//     time, with the same effect. (volatile-* and noeviction are safe: the
+//     records have no TTL.)
+//
+// appendfsync everysec or no is logged as a warning in every mode but
+// ConfigIgnore and never refused: such a server keeps acknowledged grants
+// through kill -9 of the process, but a crash of the machine loses about the
+// last second (everysec) or more (no).
+//
+// Where CONFIG is disabled or renamed (many managed services), New logs a
+// warning that it could not check and goes on, in every mode.
+const (
+	// ConfigRefuse (the default) makes New fail with ErrUnsafeConfig when a
+	// node is unsafe, and when it cannot reach a node to check. Tokens that
+	// go back defeat fencing silently, so the default fails loudly; a test
+	// or cache-only deployment opts out with ConfigWarn or ConfigIgnore.
+	ConfigRefuse ConfigMode = iota
+	// ConfigWarn logs each unsafe setting and goes on.
+	ConfigWarn
+	// ConfigIgnore skips the check: New sends nothing to the server.
+	ConfigIgnore
+)
+
+// String returns the mode's name.
+func (m ConfigMode) String() string {
+	switch m {
+	case ConfigRefuse:
+		return "ConfigRefuse"
+	case ConfigWarn:
+		return "ConfigWarn"
+	case ConfigIgnore:
+		return "ConfigIgnore"
+	}
+	return fmt.Sprintf("ConfigMode(%d)", int(m))
+}
+
+// WithConfigCheck sets what New does about an unsafe server configuration
+// (default ConfigRefuse).
+func WithConfigCheck(mode ConfigMode) Option {
+	return func(b *Backend) { b.checkMode = mode }
+}
+
+// configReport collects what the check found on every node.
+type configReport struct {
+	mu         sync.Mutex
+	unsafe     []string // settings that can lose tokens
+	caveats    []string // weaker but accepted durability
+	unreadable []string // nodes whose CONFIG we may not read
+}
+
+func (r *configReport) add(list *[]string, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	*list = append(*list, fmt.Sprintf(format, args...))
+}
+
+func (b *Backend) checkConfig(ctx context.Context) error {
+	switch b.checkMode {
+	case ConfigIgnore:
+		return nil
+	case ConfigRefuse, ConfigWarn:
+	default:
+		return fmt.Errorf("redisbackend: unknown %v", b.checkMode)
+	}
+	r := new(configReport)
+	check := func(ctx context.Context, node string, c redis.Cmdable) error {
+		return r.checkNode(ctx, node, c)
+	}
+	var err error
+	switch c := b.client.(type) {
+	case *redis.ClusterClient:
+		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			return check(ctx, n.Options().Addr, n)
+		})
+	case *redis.Ring:
+		err = c.ForEachShard(ctx, func(ctx context.Context, n *redis.Client) error {
+			return check(ctx, n.Options().Addr, n)
+		})
+	case *redis.Client:
+		err = check(ctx, c.Options().Addr, c)
+	default:
+		err = check(ctx, fmt.Sprintf("%T", c), c)
+	}
+	for _, msg := range r.unreadable {
+		b.logger.Warn("redisbackend: cannot check the redis configuration; make sure it keeps tokens (docs/redis.md)", "detail", msg)
+	}
+	for _, msg := range r.caveats {
+		b.logger.Warn("redisbackend: redis durability caveat", "detail", msg)
+	}
+	if err != nil {
+		if b.checkMode == ConfigRefuse {
+			return fmt.Errorf("redisbackend: check the redis configuration (or use WithConfigCheck(ConfigWarn)): %w", err)
+		}
+		b.logger.Warn("redisbackend: cannot check the redis configuration", "error", err)
+	}
+	if len(r.unsafe) == 0 {
+		return nil
+	}
+	if b.checkMode == ConfigRefuse {
+		return fmt.Errorf("%w: %s (see docs/redis.md; WithConfigCheck(ConfigWarn) runs anyway)", ErrUnsafeConfig, strings.Join(r.unsafe, "; "))
+	}
+	for _, msg := range r.unsafe {
+		b.logger.Warn("redisbackend: unsafe redis configuration: tokens can go back", "detail", msg)
+	}
+	return nil
+}
+
+// checkNode reads one node's settings into r. It returns only errors that
+// are not a refusal to run CONFIG (those it notes as unreadable).
+func (r *configReport) checkNode(ctx context.Context, node string, c redis.Cmdable) error {
+	get := func(param string) (string, bool, error) {
+		m, err := c.ConfigGet(ctx, param).Result()
+		var rerr redis.Error
+		if errors.As(err, &rerr) { // CONFIG renamed, disabled or not permitted
+			r.add(&r.unreadable, "%s: CONFIG GET %s: %v", node, param, err)
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, fmt.Errorf("%s: CONFIG GET %s: %w", node, param, err)
+		}
+		v, ok := m[param]
+		if !ok {
+			r.add(&r.unreadable, "%s: CONFIG GET %s returned nothing", node, param)
+		}
+		return v, ok, nil
+	}
+	aof, ok, err := get("appendonly")
+	if err != nil {
+		return err
+	}
+	if ok {
+		if aof != "yes" {
+			r.add(&r.unsafe, "%s: appendonly is %q: a restart loses tokens (RDB snapshots keep only what the last save saw), so tokens can go back", node, aof)
+		} else {
+			fsync, ok, err := get("appendfsync")
+			if err != nil {
+				return err
+			}
+			if ok && fsync != "always" {
+				r.add(&r.caveats, "%s: appendfsync is %q: a crash of the machine can lose the last acknowledged grants (about a second with everysec); appendfsync always keeps every one", node, fsync)
+			}
+		}
+	}
+	policy, ok, err := get("maxmemory-policy")
+	if err != nil {
+		return err
+	}
+	if ok && strings.HasPrefix(policy, "allkeys-") {
+		r.add(&r.unsafe, "%s: maxmemory-policy is %q: eviction can drop a key's token counter, so tokens can go back (use noeviction or a volatile-* policy)", node, policy)
+	}
+	return nil
+}

@@ -1,0 +1,72 @@
+package redisbackend_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/redisbackend"
+)
+
+// harness runs the conformance suite on one real redis-server per test
+// function; every backend gets a fresh key prefix on it.
+type harness struct {
+	client *redis.Client
+	n      atomic.Int64
+}
+
+func newHarness(t testing.TB) *harness {
+	// AOF with fsync every second: persistent enough for the default
+	// configuration check, fast enough for benchmarks.
+	srv := redistest.Start(t, redistest.Config{AppendOnly: true, AppendFsync: "everysec"})
+	return &harness{client: srv.Client()}
+}
+
+func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
+	return redisbackend.NewContext(ctx, h.client,
+		redisbackend.WithPrefix(fmt.Sprintf("conformance%d:", h.n.Add(1))),
+		redisbackend.WithLogger(quietLogger()))
+}
+
+func (h *harness) Wait(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *harness) Traits() conformance.Traits {
+	return conformance.Traits{
+		// The server's clock decides expiry to the microsecond; the leases
+		// are long enough that a busy test machine still sees them live
+		// right after a grant.
+		MinTTL: 400 * time.Millisecond,
+		// Only clock-rate differences between this process's monotonic
+		// clock and the server's TIME, and microsecond rounding.
+		Slack:       5 * time.Millisecond,
+		DenseTokens: true,
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newHarness(t))
+}
+
+func BenchmarkConformance(b *testing.B) {
+	conformance.RunBenchmarks(b, newHarness(b))
+}
