@@ -3,59 +3,49 @@ package redistest
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
-// Replicated is a primary redis-server with one replica, both child
-// processes on free loopback ports with their own temporary directories,
-// stopped in the test's cleanup.
+// Replicated is a primary redis-server with one replica, both Servers,
+// stopped when the test ends.
 type Replicated struct {
-	// PrimaryAddr and ReplicaAddr are host:port addresses.
-	PrimaryAddr, ReplicaAddr string
-	primary, replica         *proc
+	Primary, Replica *Server
 }
 
-// StartReplicated starts a primary and a replica of it (--replicaof) and
-// waits until the replica is linked and the primary counts it as online.
-// Without redis-server it skips tb, or fails it when the environment
-// variable CI is set.
-func StartReplicated(tb testing.TB) *Replicated {
-	tb.Helper()
-	p := startProc(tb, "--repl-diskless-sync-delay", "0")
-	r := startProc(tb, "--replicaof", p.host, p.port)
+// StartReplicated starts a primary and a replica of it (--replicaof), both
+// without persistence, and waits until the replica's link is up and the
+// primary counts it online. Kill the Replica to make the primary's WAIT
+// time out. Like Start, it skips the test without redis-server, or fails it
+// in CI.
+func StartReplicated(t testing.TB) *Replicated {
+	t.Helper()
+	// A diskless full sync starts at once instead of after 5 s.
+	p := Start(t, Config{Args: []string{"--repl-diskless-sync-delay", "0"}})
+	r := Start(t, Config{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(p.Port())}})
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := waitLinked(ctx, p.addr, r.addr); err != nil {
-		tb.Fatalf("redistest: replica %s of %s: %v", r.addr, p.addr, err)
+	if err := waitLinked(ctx, p, r); err != nil {
+		t.Fatalf("redistest: replica %s of %s: %v", r.Addr(), p.Addr(), err)
 	}
-	return &Replicated{PrimaryAddr: p.addr, ReplicaAddr: r.addr, primary: p, replica: r}
+	return &Replicated{Primary: p, Replica: r}
 }
 
-// StopReplica kills the replica process at once (SIGKILL) and waits for it
-// to exit, so that the primary's WAIT can no longer be acknowledged.
-func (r *Replicated) StopReplica(tb testing.TB) {
-	tb.Helper()
-	r.replica.kill()
-}
-
-// waitLinked polls until the replica reports master_link_status:up and the
-// primary lists one replica in state online.
-func waitLinked(ctx context.Context, primaryAddr, replicaAddr string) error {
-	p := redis.NewClient(&redis.Options{Addr: primaryAddr})
-	defer p.Close()
-	r := redis.NewClient(&redis.Options{Addr: replicaAddr})
-	defer r.Close()
+// waitLinked polls INFO replication until the replica reports
+// master_link_status:up and the primary lists one replica, online.
+func waitLinked(ctx context.Context, p, r *Server) error {
 	var pInfo, rInfo string
 	for {
-		pInfo, _ = p.Info(ctx, "replication").Result()
-		rInfo, _ = r.Info(ctx, "replication").Result()
-		if strings.Contains(rInfo, "master_link_status:up") &&
-			strings.Contains(pInfo, "connected_slaves:1") &&
-			strings.Contains(pInfo, "state=online") {
+		pv, perr := p.Do(ctx, "info", "replication")
+		rv, rerr := r.Do(ctx, "info", "replication")
+		pInfo, _ = pv.(string)
+		rInfo, _ = rv.(string)
+		if perr == nil && rerr == nil &&
+			hasLines(rInfo, []string{"master_link_status:up"}) &&
+			hasLines(pInfo, []string{"connected_slaves:1"}) &&
+			hasOnlineReplica(pInfo) {
 			return nil
 		}
 		select {
@@ -64,4 +54,15 @@ func waitLinked(ctx context.Context, primaryAddr, replicaAddr string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// hasOnlineReplica reports whether INFO replication lists a replica in
+// state online (slave0:ip=...,state=online,...).
+func hasOnlineReplica(info string) bool {
+	for line := range strings.Lines(info) {
+		if strings.HasPrefix(line, "slave0:") && strings.Contains(line, "state=online") {
+			return true
+		}
+	}
+	return false
 }
