@@ -1,0 +1,58 @@
+package etcdbackend_test
+
+import (
+	"context"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/etcdbackend"
+	"github.com/fencing-go/fencing/internal/etcdtest"
+)
+
+// harness runs the conformance suite on one real etcd server, giving each
+// backend a fresh prefix (an empty key space).
+type harness struct {
+	cli *clientv3.Client
+	n   atomic.Int64
+}
+
+func newHarness(t testing.TB) *harness {
+	return &harness{cli: etcdtest.Client(t)}
+}
+
+func (h *harness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
+	prefix := fmt.Sprintf("conformance/%d/", h.n.Add(1))
+	return etcdbackend.New(h.cli, etcdbackend.WithPrefix(prefix))
+}
+
+func (h *harness) Wait(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Traits: etcd's minimum TTL with the test servers' election settings is
+// 1s. A lease's key lives on after its TTL until the leader's revoke loop
+// (every 500ms) deletes it, hence the slack.
+func (h *harness) Traits() conformance.Traits {
+	return conformance.Traits{MinTTL: etcdtest.MinTTL, Slack: 1500 * time.Millisecond, DenseTokens: false}
+}
+
+func TestConformance(t *testing.T) {
+	conformance.Run(t, newHarness(t))
+}
+
+func BenchmarkConformance(b *testing.B) {
+	conformance.RunBenchmarks(b, newHarness(b))
+}
