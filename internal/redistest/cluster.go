@@ -23,12 +23,16 @@ type Cluster struct {
 	Masters []*Server
 }
 
-// StartCluster starts a three-master Redis Cluster without persistence,
-// assigns each master a contiguous third of the hash slots, joins them and
-// waits until every node reports cluster_state:ok. Like Start, it skips the
-// test without redis-server, or fails it in CI.
-func StartCluster(t testing.TB) *Cluster {
+// StartCluster starts a three-master Redis Cluster, assigns each master a
+// contiguous third of the hash slots, joins them and waits until every node
+// reports cluster_state:ok. Every node runs as cfg says (persistence, Args);
+// cfg.Dir and cfg.Port must be empty. Like Start, it skips the test without
+// redis-server, or fails it in CI.
+func StartCluster(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
+	if cfg.Dir != "" || cfg.Port != 0 {
+		t.Fatalf("redistest: StartCluster: cfg.Dir and cfg.Port must be empty")
+	}
 	const masters = 3
 	c := &Cluster{}
 	busPorts := make([]string, masters)
@@ -40,12 +44,14 @@ func StartCluster(t testing.TB) *Cluster {
 			t.Fatalf("redistest: %v", err)
 		}
 		busPorts[i] = strconv.Itoa(bus)
-		c.Masters = append(c.Masters, Start(t, Config{Args: []string{
+		node := cfg
+		node.Args = append([]string{
 			"--cluster-enabled", "yes",
 			"--cluster-config-file", "nodes.conf",
 			"--cluster-port", busPorts[i],
 			"--cluster-node-timeout", "5000",
-		}}))
+		}, cfg.Args...)
+		c.Masters = append(c.Masters, Start(t, node))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

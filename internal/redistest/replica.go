@@ -16,15 +16,21 @@ type Replicated struct {
 }
 
 // StartReplicated starts a primary and a replica of it (--replicaof), both
-// without persistence, and waits until the replica's link is up and the
-// primary counts it online. Kill the Replica to make the primary's WAIT
-// time out. Like Start, it skips the test without redis-server, or fails it
-// in CI.
-func StartReplicated(t testing.TB) *Replicated {
+// running as cfg says (persistence, Args; cfg.Dir and cfg.Port must be
+// empty), and waits until the replica's link is up and the primary counts it
+// online. Kill the Replica to make the primary's WAIT time out. Like Start,
+// it skips the test without redis-server, or fails it in CI.
+func StartReplicated(t testing.TB, cfg Config) *Replicated {
 	t.Helper()
+	if cfg.Dir != "" || cfg.Port != 0 {
+		t.Fatalf("redistest: StartReplicated: cfg.Dir and cfg.Port must be empty")
+	}
+	primary, replica := cfg, cfg
 	// A diskless full sync starts at once instead of after 5 s.
-	p := Start(t, Config{Args: []string{"--repl-diskless-sync-delay", "0"}})
-	r := Start(t, Config{Args: []string{"--replicaof", "127.0.0.1", strconv.Itoa(p.Port())}})
+	primary.Args = append([]string{"--repl-diskless-sync-delay", "0"}, cfg.Args...)
+	p := Start(t, primary)
+	replica.Args = append([]string{"--replicaof", "127.0.0.1", strconv.Itoa(p.Port())}, cfg.Args...)
+	r := Start(t, replica)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := waitLinked(ctx, p, r); err != nil {

@@ -1,0 +1,232 @@
+package redisbackend_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/redisbackend"
+)
+
+// clusterHarness runs the conformance suite on a local three-master Redis
+// Cluster through one redis.ClusterClient; every backend gets a fresh key
+// prefix, so its keys spread over all three masters.
+type clusterHarness struct {
+	client *redis.ClusterClient
+	n      atomic.Int64
+}
+
+// startCluster starts a three-master cluster whose nodes pass the default
+// configuration check (append-only file, fsync every second).
+func startCluster(t testing.TB) *redistest.Cluster {
+	t.Helper()
+	return redistest.StartCluster(t, redistest.Config{AppendOnly: true, AppendFsync: "everysec"})
+}
+
+func newClusterBackend(ctx context.Context, t testing.TB, client redis.UniversalClient, prefix string, opts ...redisbackend.Option) *redisbackend.Backend {
+	t.Helper()
+	opts = append([]redisbackend.Option{
+		redisbackend.WithPrefix(prefix),
+		redisbackend.WithLogger(slog.New(slog.DiscardHandler)),
+	}, opts...)
+	b, err := redisbackend.NewContext(ctx, client, opts...)
+	if err != nil {
+		t.Fatalf("redisbackend.New on the cluster: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func (h *clusterHarness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
+	// The default configuration check runs against every cluster node.
+	return redisbackend.NewContext(ctx, h.client,
+		redisbackend.WithPrefix(fmt.Sprintf("cluster%d:", h.n.Add(1))),
+		redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
+}
+
+func (h *clusterHarness) Wait(ctx context.Context, d time.Duration) error {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (h *clusterHarness) Traits() conformance.Traits {
+	// As for a standalone server: every key's record lives on one master,
+	// whose clock decides, to the microsecond.
+	return conformance.Traits{MinTTL: 400 * time.Millisecond, Slack: 5 * time.Millisecond, DenseTokens: true}
+}
+
+// TestCluster runs every cluster test on one cluster (starting one takes
+// about two seconds); each uses key prefixes of its own.
+func TestCluster(t *testing.T) {
+	c := startCluster(t)
+	t.Run("Conformance", func(t *testing.T) {
+		conformance.Run(t, &clusterHarness{client: c.Client(t)})
+	})
+	t.Run("OddKeys", func(t *testing.T) { testClusterOddKeys(t, c) })
+	t.Run("OneSlotPerKey", func(t *testing.T) { testClusterOneSlotPerKey(t, c) })
+	t.Run("MinReplicasWithoutReplicas", func(t *testing.T) { testClusterMinReplicasWithoutReplicas(t, c) })
+}
+
+// oddKeys are keys that could collide or be split over slots by a careless
+// encoding: hash-tag braces, separators, the suffix the backend appends,
+// bytes that are not UTF-8, and the longest key.
+var oddKeys = []string{
+	"{", "}", ":", "{}", "}{", "{{}}", "{a}", "a{b}c", "{a}b", "a{}b", "{a}{b}",
+	"a", "a:", ":a", "a:token", "}:token", "{a}:token", "fencing:", "cluster:{x}",
+	"\x00", "\xff\xfe", "é", " ", "*", "?[]",
+	strings.Repeat("{", backend.MaxKeyLength), strings.Repeat("}", backend.MaxKeyLength),
+}
+
+// testClusterOddKeys runs a whole lease lifecycle on every odd key through
+// the cluster client (any CROSSSLOT error or shared record fails it), and
+// checks that every key has its own token sequence.
+func testClusterOddKeys(t *testing.T, c *redistest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	coord := fencing.New(newClusterBackend(ctx, t, c.Client(t), "odd:"))
+
+	first := make(map[string]fencing.Lease)
+	for _, k := range oddKeys {
+		l, err := coord.Grant(ctx, k, time.Minute)
+		if err != nil {
+			t.Fatalf("Grant(%q): %v", k, err)
+		}
+		if l.Token != 1 {
+			t.Fatalf("Grant(%q) token %d, want 1: the key shares a record with another key", k, l.Token)
+		}
+		first[k] = l
+	}
+	for _, k := range oddKeys {
+		l := first[k]
+		if ok, err := coord.CheckToken(ctx, k, l.Token); err != nil || !ok {
+			t.Fatalf("CheckToken(%q, %d) = %v, %v; want true", k, l.Token, ok, err)
+		}
+		if _, err := coord.Renew(ctx, k, l.ID, time.Minute); err != nil {
+			t.Fatalf("Renew(%q): %v", k, err)
+		}
+		if err := coord.Release(ctx, k, l.ID); err != nil {
+			t.Fatalf("Release(%q): %v", k, err)
+		}
+		if _, live, err := coord.Token(ctx, k); err != nil || live {
+			t.Fatalf("Token(%q) after release: live %v, %v", k, live, err)
+		}
+	}
+	for _, k := range oddKeys {
+		l, err := coord.Grant(ctx, k, time.Minute)
+		if err != nil {
+			t.Fatalf("second Grant(%q): %v", k, err)
+		}
+		if l.Token != 2 {
+			t.Fatalf("second Grant(%q) token %d, want 2", k, l.Token)
+		}
+	}
+}
+
+// testClusterOneSlotPerKey checks that everything the backend stores for
+// one user key lands in one hash slot, and that different keys spread over
+// the masters. Each user key gets a backend with a prefix of its own, so
+// that a scan of every master for that prefix finds exactly the Redis keys
+// the backend wrote for it, whatever their names.
+func testClusterOneSlotPerKey(t *testing.T, c *redistest.Cluster) {
+	client := c.Client(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+
+	mastersUsed := make(map[string]bool)
+	for i, k := range oddKeys {
+		prefix := fmt.Sprintf("slot%d:", i)
+		coord := fencing.New(newClusterBackend(ctx, t, client, prefix))
+		// Grant, release and grant again, so every record the backend keeps
+		// for a key (live lease, released lease, token counter) exists.
+		l, err := coord.Grant(ctx, k, time.Minute)
+		if err != nil {
+			t.Fatalf("Grant(%q): %v", k, err)
+		}
+		if err := coord.Release(ctx, k, l.ID); err != nil {
+			t.Fatalf("Release(%q): %v", k, err)
+		}
+		if _, err := coord.Grant(ctx, k, time.Minute); err != nil {
+			t.Fatalf("second Grant(%q): %v", k, err)
+		}
+
+		slots := make(map[int64][]string)
+		var owners []string
+		for _, m := range c.Masters {
+			keys, err := scanAll(ctx, m.Client(), prefix+"*")
+			if err != nil {
+				t.Fatalf("SCAN %s: %v", m.Addr(), err)
+			}
+			if len(keys) > 0 {
+				owners = append(owners, m.Addr())
+			}
+			for _, rk := range keys {
+				slot, err := client.ClusterKeySlot(ctx, rk).Result()
+				if err != nil {
+					t.Fatalf("CLUSTER KEYSLOT %q: %v", rk, err)
+				}
+				slots[slot] = append(slots[slot], rk)
+			}
+		}
+		if len(slots) != 1 || len(owners) != 1 {
+			t.Fatalf("key %q: records in %d slots on masters %v, want one slot: %v", k, len(slots), owners, slots)
+		}
+		mastersUsed[owners[0]] = true
+	}
+	if len(mastersUsed) < 2 {
+		t.Errorf("all %d keys landed on %v: the test did not exercise the cluster", len(oddKeys), mastersUsed)
+	}
+}
+
+// scanAll returns every key on one node that matches pattern.
+func scanAll(ctx context.Context, c *redis.Client, pattern string) ([]string, error) {
+	var all []string
+	iter := c.Scan(ctx, 0, pattern, 100).Iterator()
+	for iter.Next(ctx) {
+		all = append(all, iter.Val())
+	}
+	return all, iter.Err()
+}
+
+// testClusterMinReplicasWithoutReplicas checks the WAIT path through a
+// cluster client: the cluster has no replicas, so a grant that asks for one
+// takes effect on its master but reports ErrReplication, never success.
+func testClusterMinReplicasWithoutReplicas(t *testing.T, c *redistest.Cluster) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b := newClusterBackend(ctx, t, c.Client(t), "wait:", redisbackend.WithMinReplicas(1, 50*time.Millisecond))
+	for _, k := range []string{"a", "b", "c", "{", "}"} {
+		req := backend.Request{Key: k, LeaseID: "lease-" + k, Timeout: time.Minute, Margin: time.Second}
+		_, err := b.Grant(ctx, req)
+		if !errors.Is(err, redisbackend.ErrReplication) || !errors.Is(err, backend.ErrOutcomeUnknown) {
+			t.Fatalf("Grant(%q) = %v; want ErrReplication and ErrOutcomeUnknown", k, err)
+		}
+		// The write stays on the master: the key is held by that lease.
+		if tok, live, err := b.Token(ctx, k); err != nil || !live || tok != 1 {
+			t.Fatalf("Token(%q) = %d, %v, %v; want 1, live", k, tok, live, err)
+		}
+		// A resend with the same lease ID waits again, and mints nothing.
+		if _, err := b.Grant(ctx, req); !errors.Is(err, redisbackend.ErrReplication) {
+			t.Fatalf("resent Grant(%q) = %v; want ErrReplication", k, err)
+		}
+		if tok, _, _ := b.Token(ctx, k); tok != 1 {
+			t.Fatalf("Token(%q) = %d after a resend, want 1", k, tok)
+		}
+	}
+}
