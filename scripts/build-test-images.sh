@@ -12,14 +12,33 @@
 #
 # It prints the environment for the tests on stdout, and its progress on stderr:
 #
-#   eval "$(bash scripts/build-test-images.sh)"
+#   eval "$(scripts/build-test-images.sh)"
 #   go test -run Integration -v .
+#
+# Options: --print-env (the default: print the exports), --force (rebuild
+# both images even when they are up to date).
 #
 # An image is rebuilt only when its inputs changed: each image carries a label
 # with a hash of everything it is built from, and a tag whose label matches is
 # kept. Nothing is pulled (docker build runs without --pull, FROM scratch). The
 # script installs Debian's redis-server package when redis-server is missing.
 set -euo pipefail
+
+force=false
+for arg in "$@"; do
+	case $arg in
+	--print-env) ;;
+	--force) force=true ;;
+	-h | --help)
+		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
+		exit 0
+		;;
+	*)
+		echo "build-test-images: unknown argument $arg (try --help)" >&2
+		exit 2
+		;;
+	esac
+done
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 images=$root/testimages
@@ -45,7 +64,7 @@ inputs_hash() {
 
 # up_to_date reports whether image $1 exists with inputs hash $2.
 up_to_date() {
-	[[ "$(docker image inspect -f "{{index .Config.Labels \"$label\"}}" "$1" 2>/dev/null)" == "$2" ]]
+	! $force && [[ "$(docker image inspect -f "{{index .Config.Labels \"$label\"}}" "$1" 2>/dev/null)" == "$2" ]]
 }
 
 # build builds the context directory $1 as image $2 with inputs hash $3, and
