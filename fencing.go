@@ -175,13 +175,9 @@ func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	if err := backend.CheckLeaseID(leaseID); err != nil {
 		return fmt.Errorf("release %q: %w", key, err)
 	}
-	var err error
-	for attempt := 0; ; attempt++ {
-		err = c.backend.Release(ctx, key, leaseID)
-		if !c.retry(ctx, err, attempt) {
-			break
-		}
-	}
+	_, err := resend(c, ctx, func() (struct{}, error) {
+		return struct{}{}, c.backend.Release(ctx, key, leaseID)
+	})
 	if err != nil {
 		return fmt.Errorf("release %q: %w", key, err)
 	}
@@ -261,14 +257,7 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 	// Read just before the first attempt leaves: a resent request's lease
 	// began on the coordinator no earlier than this.
 	sent := time.Now()
-	var rec backend.Lease
-	var err error
-	for attempt := 0; ; attempt++ {
-		rec, err = call(ctx, req)
-		if !c.retry(ctx, err, attempt) {
-			break
-		}
-	}
+	rec, err := resend(c, ctx, func() (backend.Lease, error) { return call(ctx, req) })
 	if err != nil {
 		return Lease{}, fmt.Errorf("%s %q: %w", op, req.Key, err)
 	}
@@ -283,10 +272,33 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 	}, nil
 }
 
+// resend runs call, and runs it again (it carries the same lease ID) while
+// its outcome is unknown, up to the Coordinator's retry budget. When a resend
+// ends with the context's error after an attempt whose outcome was unknown,
+// the error wraps ErrOutcomeUnknown too: the earlier attempt may have taken
+// effect, and the caller must not read "canceled" as "nothing happened".
+func resend[T any](c *Coordinator, ctx context.Context, call func() (T, error)) (T, error) {
+	var uncertain error
+	for attempt := 0; ; attempt++ {
+		v, err := call()
+		switch {
+		case err == nil:
+			return v, nil
+		case errors.Is(err, ErrOutcomeUnknown):
+			uncertain = err
+		case uncertain != nil && ctx.Err() != nil:
+			err = fmt.Errorf("%w (resend ended: %w)", uncertain, err)
+		}
+		if !c.retry(ctx, err, attempt) {
+			return v, err
+		}
+	}
+}
+
 // retry reports whether a request that failed with err on the given attempt
 // should be sent again, after a short pause.
 func (c *Coordinator) retry(ctx context.Context, err error, attempt int) bool {
-	if err == nil || attempt >= c.retries || !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
+	if attempt >= c.retries || !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
 		return false
 	}
 	t := time.NewTimer(time.Duration(10<<attempt) * time.Millisecond)

@@ -811,7 +811,6 @@ func (c *cancelOnResend) Grant(ctx context.Context, req backend.Request) (backen
 
 // A resend that ends with the context's error has not settled the first
 // attempt's outcome, so the error must still say the outcome is unknown.
-// Known bug, see /work/notes/bugs.md (B1).
 func TestOutcomeUnknownSurvivesContextEndingDuringResend(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -823,6 +822,6 @@ func TestOutcomeUnknownSurvivesContextEndingDuringResend(t *testing.T) {
 		t.Fatalf("setup: the first grant did not take effect: %d, %v", token, live)
 	}
 	if !errors.Is(err, fencing.ErrOutcomeUnknown) {
-		t.Skipf("known bug B1 (/work/notes/bugs.md): Grant returned %v, which hides that the first attempt's outcome is unknown (it took the key)", err)
+		t.Fatalf("Grant returned %v, which hides that the first attempt's outcome is unknown (it took the key)", err)
 	}
 }
