@@ -311,7 +311,7 @@ func (b *Backend) run(ctx context.Context, script *redis.Script, key string, min
 	if minReplicas <= 0 {
 		reply, err := script.Run(ctx, b.client, keys, args...).StringSlice()
 		if err != nil {
-			return nil, sentError(err)
+			return nil, sentError(ctx, err)
 		}
 		return reply, nil
 	}
@@ -353,7 +353,7 @@ func (b *Backend) runAndWait(ctx context.Context, script *redis.Script, keys []s
 			continue
 		}
 		if err != nil {
-			return nil, sentError(err)
+			return nil, sentError(ctx, err)
 		}
 		if len(reply) == 0 || reply[0] != "ok" {
 			return reply, nil // nothing written that needs waiting for
@@ -377,11 +377,23 @@ func (b *Backend) runAndWait(ctx context.Context, script *redis.Script, keys []s
 // would have met on every attempt (a wrong type, a permission, a bug) say
 // for sure that nothing happened; everything else wraps
 // backend.ErrOutcomeUnknown with the cause.
-func sentError(err error) error {
+//
+// When ctx ended meanwhile, the error also wraps ctx.Err(): go-redis often
+// reports a context deadline as a plain network timeout.
+func sentError(ctx context.Context, err error) error {
 	for _, prefix := range definiteErrors {
 		if redis.HasErrorPrefix(err, prefix) {
 			return err
 		}
+	}
+	cerr := ctx.Err()
+	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
+		// The socket deadline (set from ctx) can fire a moment before the
+		// context's own timer marks it done.
+		cerr = context.DeadlineExceeded
+	}
+	if cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w: %w: %w", backend.ErrOutcomeUnknown, cerr, err)
 	}
 	return fmt.Errorf("%w: %w", backend.ErrOutcomeUnknown, err)
 }

@@ -1,0 +1,596 @@
+package redisbackend_test
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"log/slog"
+	"math"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"go.uber.org/goleak"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/redisbackend"
+)
+
+var persistent = redistest.Config{AppendOnly: true} // appendfsync always
+
+// newBackend returns a backend on client that is closed when t ends.
+func newBackend(t *testing.T, client redis.UniversalClient, opts ...redisbackend.Option) *redisbackend.Backend {
+	t.Helper()
+	opts = append([]redisbackend.Option{redisbackend.WithLogger(quietLogger())}, opts...)
+	b, err := redisbackend.New(client, opts...)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+func req(key, id string) backend.Request {
+	return backend.Request{Key: key, LeaseID: id, Timeout: time.Minute, Margin: time.Second}
+}
+
+func mustGrant(t *testing.T, b backend.Backend, key, id string) backend.Lease {
+	t.Helper()
+	lease, err := b.Grant(context.Background(), req(key, id))
+	if err != nil {
+		t.Fatalf("Grant(%q, %q): %v", key, id, err)
+	}
+	return lease
+}
+
+func mustRelease(t *testing.T, b backend.Backend, key, id string) {
+	t.Helper()
+	if err := b.Release(context.Background(), key, id); err != nil {
+		t.Fatalf("Release(%q, %q): %v", key, id, err)
+	}
+}
+
+// counter reads the key's highest token straight from Redis.
+func counter(t *testing.T, c redis.Cmdable, b *redisbackend.Backend, key string) string {
+	t.Helper()
+	v, err := c.HGet(context.Background(), b.RedisKey(key), "token").Result()
+	if err != nil && !errors.Is(err, redis.Nil) {
+		t.Fatalf("HGET token: %v", err)
+	}
+	return v
+}
+
+// logRecorder is a slog handler that keeps the messages it gets.
+type logRecorder struct {
+	mu   sync.Mutex
+	msgs []string
+}
+
+func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler       { return r }
+func (r *logRecorder) WithGroup(string) slog.Handler            { return r }
+func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
+	var sb strings.Builder
+	sb.WriteString(rec.Message)
+	rec.Attrs(func(a slog.Attr) bool {
+		sb.WriteString(" " + a.String())
+		return true
+	})
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.msgs = append(r.msgs, sb.String())
+	return nil
+}
+
+func (r *logRecorder) text() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.msgs, "\n")
+}
+
+// TestKillAndRestartWithAOFAlways: with appendonly yes and appendfsync
+// always, every token acknowledged before kill -9 survives the restart, so
+// the next token is larger than all of them.
+func TestKillAndRestartWithAOFAlways(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client) // the default ConfigRefuse accepts this server
+	var last uint64
+	for i := range 5 {
+		id := "before-" + strconv.Itoa(i)
+		last = mustGrant(t, b, "k", id).Token
+		mustRelease(t, b, "k", id)
+	}
+	live := mustGrant(t, b, "k", "live-at-crash")
+	srv.Kill()
+	srv.Restart()
+
+	// The lease live at the crash is still live: its expiry is server
+	// time, stored with it.
+	if tok, ok, err := b.Token(context.Background(), "k"); err != nil || !ok || tok != live.Token {
+		t.Fatalf("Token after restart = %d, %v, %v; want %d, true", tok, ok, err, live.Token)
+	}
+	mustRelease(t, b, "k", "live-at-crash")
+	next := mustGrant(t, b, "k", "after")
+	if next.Token <= live.Token || live.Token <= last {
+		t.Fatalf("tokens %d (before), %d (at crash), %d (after restart): want strictly increasing", last, live.Token, next.Token)
+	}
+}
+
+// TestRestartWithoutPersistenceLosesTokens shows why the configuration check
+// exists: without an append-only file, a restart resets the counter and the
+// next grant reissues token 1.
+func TestRestartWithoutPersistenceLosesTokens(t *testing.T) {
+	srv := redistest.Start(t, redistest.Config{})
+	client := srv.Client()
+
+	_, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger()))
+	if !errors.Is(err, redisbackend.ErrUnsafeConfig) || !strings.Contains(err.Error(), "appendonly") {
+		t.Fatalf("New on a server without persistence: %v, want ErrUnsafeConfig about appendonly", err)
+	}
+
+	logs := new(logRecorder)
+	b := newBackend(t, client, redisbackend.WithConfigCheck(redisbackend.ConfigWarn), redisbackend.WithLogger(slog.New(logs)))
+	if !strings.Contains(logs.text(), "appendonly") {
+		t.Fatalf("ConfigWarn logged %q, want a warning about appendonly", logs.text())
+	}
+	for i := range 3 {
+		id := "before-" + strconv.Itoa(i)
+		mustGrant(t, b, "k", id)
+		mustRelease(t, b, "k", id)
+	}
+	srv.Kill()
+	srv.Restart()
+	if lease := mustGrant(t, b, "k", "after"); lease.Token != 1 {
+		t.Fatalf("token after restart without persistence = %d; this test documents that it goes back to 1", lease.Token)
+	}
+}
+
+func TestConfigCheck(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		cfg     redistest.Config
+		unsafe  string // substring of the ErrUnsafeConfig message; "" means accepted
+		warning string // substring of a logged warning; "" means no warning
+	}{
+		{"AOFAlways", persistent, "", ""},
+		{"AOFEverysec", redistest.Config{AppendOnly: true, AppendFsync: "everysec"}, "", "appendfsync"},
+		{"RDBOnly", redistest.Config{Args: []string{"--save", "3600 1"}}, "appendonly", ""},
+		{"AllKeysLRU", redistest.Config{AppendOnly: true, Args: []string{"--maxmemory-policy", "allkeys-lru"}}, "maxmemory-policy", ""},
+		{"VolatileLRU", redistest.Config{AppendOnly: true, Args: []string{"--maxmemory-policy", "volatile-lru"}}, "", ""},
+		// Managed services often disable CONFIG: New cannot check, warns
+		// and goes on even in ConfigRefuse.
+		{"ConfigDisabled", redistest.Config{Args: []string{"--rename-command", "CONFIG", ""}}, "", "cannot check"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			srv := redistest.Start(t, c.cfg)
+			client := srv.Client()
+			logs := new(logRecorder)
+			b, err := redisbackend.NewContext(ctx, client, redisbackend.WithLogger(slog.New(logs)))
+			if c.unsafe != "" {
+				if !errors.Is(err, redisbackend.ErrUnsafeConfig) || !strings.Contains(err.Error(), c.unsafe) {
+					t.Fatalf("New: %v, want ErrUnsafeConfig about %s", err, c.unsafe)
+				}
+				// ConfigWarn runs anyway and logs it; ConfigIgnore says nothing.
+				if _, err := redisbackend.New(client, redisbackend.WithConfigCheck(redisbackend.ConfigWarn), redisbackend.WithLogger(slog.New(logs))); err != nil {
+					t.Fatalf("New with ConfigWarn: %v", err)
+				}
+				if !strings.Contains(logs.text(), c.unsafe) {
+					t.Fatalf("ConfigWarn logged %q, want %s", logs.text(), c.unsafe)
+				}
+				quiet := new(logRecorder)
+				if _, err := redisbackend.New(client, redisbackend.WithConfigCheck(redisbackend.ConfigIgnore), redisbackend.WithLogger(slog.New(quiet))); err != nil || quiet.text() != "" {
+					t.Fatalf("New with ConfigIgnore: %v, logged %q", err, quiet.text())
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("New: %v", err)
+			}
+			defer b.Close()
+			if got := logs.text(); (c.warning == "") != (got == "") || !strings.Contains(got, c.warning) {
+				t.Fatalf("logged %q, want a warning containing %q", got, c.warning)
+			}
+			mustGrant(t, b, "k", "id")
+		})
+	}
+}
+
+func TestConfigCheckUnreachable(t *testing.T) {
+	port, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1})
+	defer client.Close()
+	if _, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger())); err == nil {
+		t.Fatal("New with ConfigRefuse on an unreachable server succeeded")
+	}
+	b, err := redisbackend.New(client, redisbackend.WithConfigCheck(redisbackend.ConfigIgnore))
+	if err != nil {
+		t.Fatalf("New with ConfigIgnore: %v", err)
+	}
+	b.Close()
+}
+
+// TestTokenExhaustion: tokens are exact up to math.MaxInt64 (they never pass
+// through a Lua double) and the next grant fails without wrapping.
+func TestTokenExhaustion(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	if err := client.HSet(ctx, b.RedisKey("k"), "token", strconv.FormatInt(math.MaxInt64-1, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	lease := mustGrant(t, b, "k", "last")
+	if lease.Token != math.MaxInt64 || redisbackend.MaxToken != math.MaxInt64 {
+		t.Fatalf("token = %d, want exactly %d", lease.Token, int64(math.MaxInt64))
+	}
+	if tok, ok, err := b.Token(ctx, "k"); err != nil || !ok || tok != math.MaxInt64 {
+		t.Fatalf("Token = %d, %v, %v; want %d, true", tok, ok, err, int64(math.MaxInt64))
+	}
+	mustRelease(t, b, "k", "last")
+	_, err := b.Grant(ctx, req("k", "one-too-many"))
+	if !errors.Is(err, backend.ErrTokenSpaceExhausted) {
+		t.Fatalf("Grant past MaxToken: %v, want ErrTokenSpaceExhausted", err)
+	}
+	if got := counter(t, client, b, "k"); got != strconv.FormatInt(math.MaxInt64, 10) {
+		t.Fatalf("counter after the refused grant = %s", got)
+	}
+	// The refused grant changed nothing: the last lease is still the
+	// released one.
+	if err := b.Release(ctx, "k", "last"); err != nil {
+		t.Fatalf("re-release of the last lease: %v", err)
+	}
+}
+
+// TestLostGrantReplyResentByClient: the server runs the grant, the reply is
+// lost with its connection, go-redis resends the same EVALSHA. The resend
+// must return the same lease, not mint a second token.
+func TestLostGrantReplyResentByClient(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	p := startProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
+	defer client.Close()
+	b := newBackend(t, client)
+	mustGrant(t, b, "warm-up", "w") // loads the script: no NOSCRIPT round below
+
+	p.arm(faultDrop)
+	lease := mustGrant(t, b, "k", "lease-1")
+	if p.dropped.Load() != 1 {
+		t.Fatalf("the proxy dropped %d replies, want 1", p.dropped.Load())
+	}
+	if lease.Token != 1 {
+		t.Fatalf("token %d after a resent grant, want 1", lease.Token)
+	}
+	if got := counter(t, srv.Client(), b, "k"); got != "1" {
+		t.Fatalf("counter %s after a resent grant, want 1: a second token was minted", got)
+	}
+
+	// The same for release: the resent release of a released lease is nil.
+	p.arm(faultDrop)
+	mustRelease(t, b, "k", "lease-1")
+	if p.dropped.Load() != 2 {
+		t.Fatalf("the proxy dropped %d replies, want 2", p.dropped.Load())
+	}
+	if next := mustGrant(t, b, "k", "lease-2"); next.Token != 2 {
+		t.Fatalf("token after release = %d, want 2", next.Token)
+	}
+}
+
+// TestLostReplyWithoutClientRetries: with go-redis retries off, a lost reply
+// surfaces as ErrOutcomeUnknown (wrapping the network error); resending
+// with the same lease ID settles it, and the Coordinator does so by itself.
+func TestLostReplyWithoutClientRetries(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	p := startProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
+	defer client.Close()
+	b := newBackend(t, client)
+	raw := srv.Client()
+	ctx := context.Background()
+	mustGrant(t, b, "warm-up", "w")
+
+	p.arm(faultDrop)
+	_, err := b.Grant(ctx, req("k", "lease-1"))
+	if !errors.Is(err, backend.ErrOutcomeUnknown) {
+		t.Fatalf("Grant with a lost reply: %v, want ErrOutcomeUnknown", err)
+	}
+	if got := counter(t, raw, b, "k"); got != "1" {
+		t.Fatalf("counter %q: the server did not run the grant", got)
+	}
+	lease := mustGrant(t, b, "k", "lease-1") // the resend
+	if lease.Token != 1 || counter(t, raw, b, "k") != "1" {
+		t.Fatalf("resent grant: token %d, counter %s; want 1, 1", lease.Token, counter(t, raw, b, "k"))
+	}
+
+	p.arm(faultDrop)
+	if err := b.Release(ctx, "k", "lease-1"); !errors.Is(err, backend.ErrOutcomeUnknown) {
+		t.Fatalf("Release with a lost reply: %v, want ErrOutcomeUnknown", err)
+	}
+	mustRelease(t, b, "k", "lease-1") // the resend
+
+	// The Coordinator resends on ErrOutcomeUnknown with the same ID.
+	c := fencing.New(b)
+	p.arm(faultDrop)
+	l, err := c.Grant(ctx, "k", time.Minute)
+	if err != nil || l.Token != 2 || counter(t, raw, b, "k") != "2" || p.dropped.Load() != 3 {
+		t.Fatalf("Coordinator grant over a lost reply: %+v, %v; counter %s, drops %d", l, err, counter(t, raw, b, "k"), p.dropped.Load())
+	}
+}
+
+// TestContextDoneInFlight: a context that ends while the script is on the
+// wire gives ErrOutcomeUnknown together with the context's error; the
+// server may well have run it.
+func TestContextDoneInFlight(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	p := startProxy(t, srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1, ContextTimeoutEnabled: true})
+	defer client.Close()
+	b := newBackend(t, client)
+	mustGrant(t, b, "warm-up", "w")
+
+	p.arm(faultStall)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := b.Grant(ctx, req("k", "lease-1"))
+	if !errors.Is(err, backend.ErrOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Grant whose context ended in flight: %v, want ErrOutcomeUnknown and DeadlineExceeded", err)
+	}
+	if p.stalled.Load() != 1 || counter(t, srv.Client(), b, "k") != "1" {
+		t.Fatalf("stalled %d, counter %s: want the server to have run the grant", p.stalled.Load(), counter(t, srv.Client(), b, "k"))
+	}
+
+	// A context that is done before the call is a plain context error, and
+	// nothing is sent.
+	_, err = b.Grant(ctx, req("other", "lease-2"))
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, backend.ErrOutcomeUnknown) {
+		t.Fatalf("Grant with a done context: %v, want only DeadlineExceeded", err)
+	}
+	if got := counter(t, srv.Client(), b, "other"); got != "" {
+		t.Fatalf("a done context changed the counter to %s", got)
+	}
+}
+
+// TestOddKeys: keys that play with Redis hash tags and separators are
+// distinct records, and each record's hash tag is the whole encoded key, so
+// a key never straddles Cluster slots and the tag is never empty.
+func TestOddKeys(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client, redisbackend.WithPrefix("odd:"))
+	keys := []string{"{", "}", ":", "{}", "}{", "{a}", "a{b}c", "k:token", "k}:token", "\x00", "\xff\xfe", "a", "A", "a ", strings.Repeat("{", backend.MaxKeyLength)}
+	seen := make(map[string]string)
+	for _, key := range keys {
+		rk := b.RedisKey(key)
+		if other, dup := seen[rk]; dup {
+			t.Fatalf("keys %q and %q share the Redis key %q", key, other, rk)
+		}
+		seen[rk] = key
+		if got, want := hashTag(rk), base64.RawURLEncoding.EncodeToString([]byte(key)); got != want {
+			t.Fatalf("hash tag of %q is %q, want %q", rk, got, want)
+		}
+		if lease := mustGrant(t, b, key, "id"); lease.Token != 1 {
+			t.Fatalf("first token of %q = %d, want 1", key, lease.Token)
+		}
+	}
+	n, err := client.DBSize(context.Background()).Result()
+	if err != nil || n != int64(len(keys)) {
+		t.Fatalf("DBSIZE = %d, %v; want one Redis key per key (%d)", n, err, len(keys))
+	}
+}
+
+// hashTag returns the part of a Redis key that Redis Cluster hashes.
+func hashTag(key string) string {
+	if s := strings.IndexByte(key, '{'); s >= 0 {
+		if e := strings.IndexByte(key[s+1:], '}'); e > 0 {
+			return key[s+1 : s+1+e]
+		}
+	}
+	return key
+}
+
+// TestRecordLayout pins what operators see in Redis: one hash per key,
+// without a TTL, holding the token as an exact integer.
+func TestRecordLayout(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	lease := mustGrant(t, b, "k", "lease-1")
+	rk := b.RedisKey("k")
+	if want := "fencing:{" + base64.RawURLEncoding.EncodeToString([]byte("k")) + "}:token"; rk != want {
+		t.Fatalf("RedisKey = %q, want %q", rk, want)
+	}
+	if ttl, err := client.PTTL(ctx, rk).Result(); err != nil || ttl != -1 {
+		t.Fatalf("PTTL = %v, %v; the record must not expire", ttl, err)
+	}
+	mustRelease(t, b, "k", "lease-1")
+	if got := counter(t, client, b, "k"); got != strconv.FormatUint(lease.Token, 10) {
+		t.Fatalf("counter %s, want %d", got, lease.Token)
+	}
+	// ExpiresAt and TTL: server time plus the timeout rounded up to a
+	// millisecond plus the margin.
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.Grant(ctx, backend.Request{Key: "r", LeaseID: "x", Timeout: 1500 * time.Microsecond, Margin: 3 * time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.TTL != 2*time.Millisecond || l.Margin != 3*time.Microsecond {
+		t.Fatalf("TTL, Margin = %v, %v; want 2ms, 3µs", l.TTL, l.Margin)
+	}
+	if d := l.ExpiresAt.Sub(now); d < l.TTL+l.Margin || d > l.TTL+l.Margin+time.Second {
+		t.Fatalf("ExpiresAt is %v after the server time read before the grant, want just over %v", d, l.TTL+l.Margin)
+	}
+}
+
+// TestClosed: calls after Close return ErrClosed and change nothing; the
+// user's client stays open; no goroutine is left behind.
+func TestClosed(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
+	defer client.Close()
+	ctx := context.Background()
+	b, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustGrant(t, b, "k", "id")
+	if err := b.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if _, err := b.Grant(ctx, req("k2", "id")); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Grant after Close: %v", err)
+	}
+	if _, err := b.Renew(ctx, req("k", "id")); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Renew after Close: %v", err)
+	}
+	if err := b.Release(ctx, "k", "id"); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Release after Close: %v", err)
+	}
+	if _, _, err := b.Token(ctx, "k"); !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Token after Close: %v", err)
+	}
+	if err := client.Ping(ctx).Err(); err != nil {
+		t.Fatalf("the client was closed with the backend: %v", err)
+	}
+	if n, _ := client.Exists(ctx, b.RedisKey("k2")).Result(); n != 0 {
+		t.Fatal("Grant after Close wrote a record")
+	}
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestBadInputSendsNothing: malformed requests fail before any round trip.
+func TestBadInputSendsNothing(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	long := strings.Repeat("k", backend.MaxKeyLength+1)
+	checks := []struct {
+		err  error
+		want error
+	}{
+		{func() error { _, err := b.Grant(ctx, req("", "id")); return err }(), backend.ErrInvalidKey},
+		{func() error { _, err := b.Grant(ctx, req(long, "id")); return err }(), backend.ErrInvalidKey},
+		{func() error { _, err := b.Grant(ctx, req("k", "")); return err }(), backend.ErrLeaseNotFound},
+		{func() error {
+			_, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "id", Timeout: 0})
+			return err
+		}(), backend.ErrInvalidTimeout},
+		{func() error {
+			_, err := b.Renew(ctx, backend.Request{Key: "k", LeaseID: "id", Timeout: time.Second, Margin: -1})
+			return err
+		}(), backend.ErrInvalidMargin},
+		{b.Release(ctx, "k", strings.Repeat("x", backend.MaxLeaseIDLength+1)), backend.ErrLeaseNotFound},
+		{func() error { _, _, err := b.Token(ctx, long); return err }(), backend.ErrInvalidKey},
+	}
+	for i, c := range checks {
+		if !errors.Is(c.err, c.want) {
+			t.Errorf("check %d: %v, want %v", i, c.err, c.want)
+		}
+	}
+	if n, err := client.DBSize(ctx).Result(); err != nil || n != 0 {
+		t.Fatalf("DBSIZE = %d, %v after bad input, want 0", n, err)
+	}
+}
+
+// TestMinReplicasWithoutReplicas: WithMinReplicas on a primary with no
+// replica cannot be satisfied: the grant lands on the primary but is
+// reported as ErrReplication and ErrOutcomeUnknown, never as success.
+func TestMinReplicasWithoutReplicas(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client, redisbackend.WithMinReplicas(1, 20*time.Millisecond))
+	ctx := context.Background()
+	for range 2 { // the first call also runs with an empty script cache
+		_, err := b.Grant(ctx, req("k", "lease-1"))
+		if !errors.Is(err, redisbackend.ErrReplication) || !errors.Is(err, backend.ErrOutcomeUnknown) {
+			t.Fatalf("Grant: %v, want ErrReplication and ErrOutcomeUnknown", err)
+		}
+	}
+	if got := counter(t, client, b, "k"); got != "1" {
+		t.Fatalf("counter %s, want 1: a resent grant must not mint another token", got)
+	}
+	_, err := b.Renew(ctx, req("k", "lease-1"))
+	if !errors.Is(err, redisbackend.ErrReplication) {
+		t.Fatalf("Renew: %v, want ErrReplication", err)
+	}
+	// A refused grant has nothing to wait for and says so plainly.
+	if _, err := b.Grant(ctx, req("k", "lease-2")); !errors.Is(err, backend.ErrLeaseHeld) || errors.Is(err, redisbackend.ErrReplication) {
+		t.Fatalf("Grant on a held key: %v, want only ErrLeaseHeld", err)
+	}
+	// Release does not wait.
+	mustRelease(t, b, "k", "lease-1")
+
+	if _, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, 0)); err == nil {
+		t.Fatal("New accepted WithMinReplicas with a zero timeout")
+	}
+	if _, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, time.Minute)); err == nil {
+		t.Fatal("New accepted a WAIT timeout longer than the client's ReadTimeout")
+	}
+}
+
+// TestTokenScriptIsExact: Token decides liveness on the server's clock, like
+// the other scripts: a lease is live until its expiry and not after.
+func TestTokenScriptIsExact(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	lease, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "id", Timeout: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		now, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		tok, live, err := b.Token(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		after, err := client.Time(ctx).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case after.Before(lease.ExpiresAt) && (!live || tok != lease.Token):
+			t.Fatalf("Token at server time %v < expiry %v: %d, %v; want live", after, lease.ExpiresAt, tok, live)
+		case !now.Before(lease.ExpiresAt) && live:
+			t.Fatalf("Token at server time %v >= expiry %v: live", now, lease.ExpiresAt)
+		}
+		if !now.Before(lease.ExpiresAt) {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := b.Renew(ctx, req("k", "id")); !errors.Is(err, backend.ErrLeaseExpired) {
+		t.Fatalf("late Renew: %v, want ErrLeaseExpired", err)
+	}
+	if err := b.Release(ctx, "k", "id"); !errors.Is(err, backend.ErrLeaseExpired) {
+		t.Fatalf("late Release: %v, want ErrLeaseExpired", err)
+	}
+	if _, err := b.Grant(ctx, req("k", "id")); !errors.Is(err, backend.ErrLeaseExpired) {
+		t.Fatalf("late resend of the grant: %v, want ErrLeaseExpired", err)
+	}
+	if err := b.Release(ctx, "k", "foreign"); !errors.Is(err, backend.ErrLeaseNotFound) {
+		t.Fatalf("foreign Release: %v, want ErrLeaseNotFound", err)
+	}
+}
