@@ -58,9 +58,17 @@ type Server struct {
 	dir  string
 	port int
 
+	// sentinel, when set, makes the process a Sentinel monitoring it.
+	sentinel *sentinelConfig
+
 	mu   sync.Mutex
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has been waited for
+}
+
+type sentinelConfig struct {
+	masterName string
+	primary    *Server
 }
 
 // Binary returns the path of the redis-server binary: $REDIS_SERVER if set,
@@ -84,7 +92,23 @@ func Binary(t testing.TB) string {
 // Start runs a redis-server as cfg says and stops it when t ends.
 func Start(t testing.TB, cfg Config) *Server {
 	t.Helper()
-	s := &Server{t: t, bin: Binary(t), cfg: cfg, dir: cfg.Dir, port: cfg.Port}
+	return start(t, &Server{t: t, bin: Binary(t), cfg: cfg, dir: cfg.Dir, port: cfg.Port})
+}
+
+// StartSentinel runs a Sentinel (redis-server --sentinel) that monitors
+// primary as masterName with a quorum of one, declares it down after one
+// second without a reply and then fails over to one of its replicas. It
+// stops when t ends. Connect with redis.NewFailoverClient and
+// SentinelAddrs: []string{sentinel.Addr()}.
+func StartSentinel(t testing.TB, masterName string, primary *Server) *Server {
+	t.Helper()
+	s := &Server{t: t, bin: Binary(t), sentinel: &sentinelConfig{masterName: masterName, primary: primary}}
+	return start(t, s)
+}
+
+func start(t testing.TB, s *Server) *Server {
+	t.Helper()
+	cfg := s.cfg
 	if s.dir == "" {
 		s.dir = t.TempDir()
 	}
@@ -119,6 +143,9 @@ func FreePort() (int, error) {
 
 // Args returns the command-line arguments the server runs with.
 func (s *Server) Args() []string {
+	if s.sentinel != nil {
+		return []string{filepath.Join(s.dir, "sentinel.conf"), "--sentinel"}
+	}
 	args := []string{
 		"--port", strconv.Itoa(s.port),
 		"--bind", "127.0.0.1",
@@ -139,7 +166,28 @@ func (s *Server) Args() []string {
 	return append(args, s.cfg.Args...)
 }
 
+// writeSentinelConfig writes the Sentinel's configuration file, which
+// Sentinel itself rewrites as it learns about replicas and failovers.
+func (s *Server) writeSentinelConfig() error {
+	sc := s.sentinel
+	conf := fmt.Sprintf(`port %d
+bind 127.0.0.1
+daemonize no
+dir %q
+logfile "redis.log"
+sentinel monitor %s 127.0.0.1 %d 1
+sentinel down-after-milliseconds %[3]s 1000
+sentinel failover-timeout %[3]s 10000
+`, s.port, s.dir, sc.masterName, sc.primary.Port())
+	return os.WriteFile(filepath.Join(s.dir, "sentinel.conf"), []byte(conf), 0o600)
+}
+
 func (s *Server) start() error {
+	if s.sentinel != nil {
+		if err := s.writeSentinelConfig(); err != nil {
+			return err
+		}
+	}
 	cmd := exec.Command(s.bin, s.Args()...)
 	cmd.Dir = s.dir
 	var stderr bytes.Buffer

@@ -1,0 +1,75 @@
+package redisbackend_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/redisbackend"
+)
+
+// TestSentinelFailover runs the backend over go-redis's Sentinel failover
+// client. Grants acknowledged by the replica (WithMinReplicas) survive a
+// kill -9 of the primary: after Sentinel promotes the replica, the next
+// token is larger than every token granted before.
+func TestSentinelFailover(t *testing.T) {
+	rs := redistest.StartReplicated(t, persistent)
+	sentinel := redistest.StartSentinel(t, "fencing-primary", rs.Primary)
+	client := redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:    "fencing-primary",
+		SentinelAddrs: []string{sentinel.Addr()},
+		MaxRetries:    -1,
+		DialTimeout:   500 * time.Millisecond,
+		ReadTimeout:   3 * time.Second,
+	})
+	defer client.Close()
+	b := newBackend(t, client, redisbackend.WithMinReplicas(1, 2*time.Second))
+	ctx := context.Background()
+
+	var last uint64
+	for i := range 3 {
+		id := "before-" + strconv.Itoa(i)
+		last = mustGrant(t, b, "k", id).Token
+		mustRelease(t, b, "k", id)
+	}
+	if last != 3 {
+		t.Fatalf("token %d before the failover, want 3", last)
+	}
+
+	rs.Primary.Kill()
+
+	// Sentinel notices after a second, promotes the replica, and the
+	// failover client follows it. Until then grants fail with an unknown
+	// outcome (connection refused), or, once the new primary runs without
+	// a replica, with ErrReplication: either way the key's record shows
+	// whether a token was used.
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		lease, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "after", Timeout: time.Minute})
+		switch {
+		case err == nil, errors.Is(err, redisbackend.ErrReplication):
+			// The grant ran on the promoted replica (which now has no
+			// replica of its own to wait for).
+			tok, live, terr := b.Token(ctx, "k")
+			if terr != nil || !live {
+				t.Fatalf("Token after failover: %d, %v, %v", tok, live, terr)
+			}
+			if tok <= last || (err == nil && lease.Token != tok) {
+				t.Fatalf("token %d after the failover, want more than %d", tok, last)
+			}
+			return
+		case !errors.Is(err, backend.ErrOutcomeUnknown):
+			t.Fatalf("Grant during failover: %v, want ErrOutcomeUnknown until the replica is promoted", err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no failover within a minute; last error: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
