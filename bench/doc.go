@@ -1,0 +1,15 @@
+// Package bench compares the fencing Redis backend with other Redis lock
+// libraries and with a bare PING round trip, all against one redis-server.
+//
+// It is a separate module so that the libraries it compares against
+// (github.com/bsm/redislock, github.com/go-redsync/redsync/v4) stay out of
+// the fencing module's dependencies. Everything is in its tests:
+//
+//	cd bench && go test -run '^$' -bench . -benchtime 2s -count 3
+//
+// The benchmarks start their own redis-server (from PATH) on a free loopback
+// port, or use the server at REDIS_ADDR (host:port) when it is set; that
+// server must be one nobody else uses, as the benchmarks write keys under
+// the prefix "bench:". See docs/redis-bench.md in the fencing repository for
+// results.
+package bench

@@ -1,0 +1,159 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// serverAddr is the address of the redis-server every test and benchmark in
+// this package uses, set once by TestMain; empty when none could be started.
+var serverAddr string
+
+// serverErr says why serverAddr is empty.
+var serverErr error
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
+		serverAddr = addr
+		return m.Run()
+	}
+	srv, err := startServer()
+	if err != nil {
+		serverErr = err
+		return m.Run()
+	}
+	defer srv.stop()
+	serverAddr = srv.addr
+	return m.Run()
+}
+
+// newClient returns a client of the shared server, or skips tb (fails it in
+// CI) when there is no server.
+func newClient(tb testing.TB) *redis.Client {
+	tb.Helper()
+	if serverAddr == "" {
+		msg := fmt.Sprintf("no redis-server: %v (install redis-server or set REDIS_ADDR)", serverErr)
+		if os.Getenv("CI") != "" {
+			tb.Fatal(msg)
+		}
+		tb.Skip(msg)
+	}
+	c := redis.NewClient(&redis.Options{Addr: serverAddr})
+	tb.Cleanup(func() { c.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Ping(ctx).Err(); err != nil {
+		tb.Fatalf("ping %s: %v", serverAddr, err)
+	}
+	return c
+}
+
+// server is a redis-server child process in its own temporary directory.
+type server struct {
+	addr string
+	dir  string
+	cmd  *exec.Cmd
+	done chan error
+}
+
+// startServer starts redis-server on a free loopback port and waits until
+// it answers. It runs as a production server for fencing would: an
+// append-only file, fsynced every second, no RDB snapshots.
+func startServer() (*server, error) {
+	path, err := exec.LookPath("redis-server")
+	if err != nil {
+		return nil, err
+	}
+	var lastErr error
+	for range 5 { // the free port may be taken before the server binds it
+		s, err := tryStart(path)
+		if err == nil {
+			return s, nil
+		}
+		lastErr = err
+	}
+	return nil, lastErr
+}
+
+func tryStart(path string) (*server, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp("", "fencing-bench-redis-")
+	if err != nil {
+		return nil, err
+	}
+	s := &server{addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), dir: dir, done: make(chan error, 1)}
+	s.cmd = exec.Command(path,
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--dir", dir, "--save", "", "--appendonly", "yes", "--appendfsync", "everysec",
+		"--daemonize", "no", "--logfile", "")
+	stdout, err := s.cmd.StdoutPipe()
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := s.cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	var log strings.Builder
+	ready := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		signalled := false
+		for sc.Scan() {
+			line := sc.Text()
+			if log.Len() < 8<<10 && !signalled {
+				log.WriteString(line + "\n")
+			}
+			if !signalled && strings.Contains(line, "Ready to accept connections") {
+				signalled = true
+				close(ready)
+			}
+		}
+		s.done <- s.cmd.Wait()
+	}()
+	select {
+	case <-ready:
+		return s, nil
+	case err := <-s.done:
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("redis-server exited: %v\n%s", err, log.String())
+	case <-time.After(10 * time.Second):
+		s.stop()
+		return nil, errors.New("redis-server did not become ready in 10s")
+	}
+}
+
+// stop kills the server by its PID and removes its directory.
+func (s *server) stop() {
+	_ = s.cmd.Process.Kill()
+	<-s.done
+	os.RemoveAll(s.dir)
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
