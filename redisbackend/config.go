@@ -25,9 +25,9 @@ type ConfigMode int
 //     records have no TTL.)
 //
 // appendfsync everysec or no is logged as a warning in every mode but
-// ConfigIgnore and never refused: such a server keeps acknowledged grants
-// through kill -9 of the process, but a crash of the machine loses about the
-// last second (everysec) or more (no).
+// ConfigIgnore and never refused: such a server normally keeps acknowledged
+// grants through kill -9 of the process, but a crash of the machine loses
+// about the last second or two (everysec) or more (no).
 //
 // Where CONFIG is disabled or renamed (many managed services), New logs a
 // warning that it could not check and goes on, in every mode.

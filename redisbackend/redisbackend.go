@@ -34,8 +34,9 @@
 //
 // Tokens only grow as far as Redis keeps its data. With appendonly yes and
 // appendfsync always, an acknowledged grant survives kill -9 and power loss.
-// With appendfsync everysec, a crash of the machine (and, with a stalled
-// disk, of the process) can lose about the last second of writes. Without
+// With appendfsync everysec, a crash of the machine can lose about the last
+// second or two of writes, and so can kill -9 while a slow disk makes Redis
+// postpone its AOF writes. Without
 // an append-only file (RDB snapshots only, or no persistence) a restart
 // loses tokens and they go back. An allkeys-* eviction policy can evict a
 // key's record at any time; volatile-* policies and noeviction never touch
