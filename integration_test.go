@@ -26,6 +26,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/redis/go-redis/v9"
 	"github.com/testcontainers/testcontainers-go"
+	tclog "github.com/testcontainers/testcontainers-go/log"
 	tcredis "github.com/testcontainers/testcontainers-go/modules/redis"
 	tcnetwork "github.com/testcontainers/testcontainers-go/network"
 	"github.com/testcontainers/testcontainers-go/wait"
@@ -86,6 +87,7 @@ func TestIntegrationRedis(t *testing.T) {
 	requireDocker(t)
 	t.Parallel()
 	ctx := context.Background()
+	requireImage(ctx, t, image(redisImageEnv, defaultRedisImage))
 	nw := newNetwork(ctx, t)
 	ctr := startRedis(ctx, t, nw, "--appendonly", "yes", "--appendfsync", "everysec")
 	addr := hostPort(ctx, t, ctr, redisPort)
@@ -169,6 +171,7 @@ func TestIntegrationEtcd(t *testing.T) {
 	requireDocker(t)
 	t.Parallel()
 	ctx := context.Background()
+	requireImage(ctx, t, image(etcdImageEnv, defaultEtcdImage))
 	nw := newNetwork(ctx, t)
 	_, endpoint := startEtcd(ctx, t, nw)
 	h := &etcdHarness{client: newEtcdClient(t, endpoint)}
@@ -232,8 +235,20 @@ func testEtcdPause(t *testing.T) {
 		<-done
 	}()
 
+	// Let the holder renew at least once before the freeze.
+	for renewed := false; !renewed; {
+		itSleep(ctx, t, 100*time.Millisecond)
+		mu.Lock()
+		for _, r := range results {
+			renewed = renewed || r.err == nil
+		}
+		n := len(results)
+		mu.Unlock()
+		if !renewed && n >= 20 {
+			t.Fatalf("the holder's first %d renewals all failed", n)
+		}
+	}
 	docker := dockerClient(ctx, t)
-	itSleep(ctx, t, time.Second) // a few renewals go through
 	if _, err := docker.ContainerPause(ctx, ctr.GetContainerID(), client.ContainerPauseOptions{}); err != nil {
 		t.Fatalf("pause etcd: %v", err)
 	}
@@ -527,6 +542,19 @@ func requireImage(ctx context.Context, t *testing.T, img string) {
 	}
 }
 
+// startFailed fails the test after testcontainers could not do what; when
+// the cause is its reaper (Ryuk) container, which the engine could not pull
+// or start, it skips on a developer's machine instead, saying how to turn
+// the reaper off.
+func startFailed(t *testing.T, what string, err error) {
+	t.Helper()
+	if strings.Contains(err.Error(), "reaper") {
+		skipOrFail(t, "%s: testcontainers could not start its reaper (Ryuk): %v; "+
+			"set TESTCONTAINERS_RYUK_DISABLED=true where the engine cannot pull testcontainers/ryuk", what, err)
+	}
+	t.Fatalf("%s: %v", what, err)
+}
+
 // loopbackOnly publishes the container's ports on 127.0.0.1 only.
 func loopbackOnly(ports ...string) testcontainers.CustomizeRequestOption {
 	return testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
@@ -561,6 +589,7 @@ func startRedis(ctx context.Context, t *testing.T, nw *testcontainers.DockerNetw
 	img := image(redisImageEnv, defaultRedisImage)
 	requireImage(ctx, t, img)
 	opts := []testcontainers.ContainerCustomizer{
+		testcontainers.WithLogger(tclog.TestLogger(t)),
 		loopbackOnly(redisPort),
 		// The module waits for the log line and for the port on the
 		// container's host as testcontainers guesses it, which inside a
@@ -579,7 +608,7 @@ func startRedis(ctx context.Context, t *testing.T, nw *testcontainers.DockerNetw
 	ctr, err := tcredis.Run(ctx, img, opts...)
 	testcontainers.CleanupContainer(t, ctr)
 	if err != nil {
-		t.Fatalf("start %s: %v", img, err)
+		startFailed(t, "start "+img, err)
 	}
 	return ctr
 }
@@ -618,6 +647,7 @@ func startEtcd(ctx context.Context, t *testing.T, nw *testcontainers.DockerNetwo
 	port := freeLoopbackPort(t)
 	endpoint = net.JoinHostPort(loopback.String(), port)
 	all := []testcontainers.ContainerCustomizer{
+		testcontainers.WithLogger(tclog.TestLogger(t)),
 		testcontainers.WithExposedPorts(etcdPort),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 			hc.PortBindings = network.PortMap{
@@ -646,7 +676,7 @@ func startEtcd(ctx context.Context, t *testing.T, nw *testcontainers.DockerNetwo
 	ctr, err := testcontainers.Run(ctx, img, all...)
 	testcontainers.CleanupContainer(t, ctr)
 	if err != nil {
-		t.Fatalf("start %s: %v", img, err)
+		startFailed(t, "start "+img, err)
 	}
 	return ctr, endpoint
 }
@@ -762,7 +792,7 @@ func newNetwork(ctx context.Context, t *testing.T) *testcontainers.DockerNetwork
 	nw, err := tcnetwork.New(ctx)
 	testcontainers.CleanupNetwork(t, nw)
 	if err != nil {
-		t.Fatalf("create a docker network: %v", err)
+		startFailed(t, "create a docker network", err)
 	}
 	return nw
 }
