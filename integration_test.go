@@ -186,6 +186,63 @@ func TestIntegrationEtcd(t *testing.T) {
 	})
 
 	t.Run("PauseLongerThanLease", testEtcdPause)
+	t.Run("KillAndRestartKeepsTokens", testEtcdRestart)
+}
+
+// testEtcdRestart kills etcd (kill -9) while leases are live, keeps it down
+// past one lease's expiry and starts it again on its data directory. etcd
+// restores every lease with its full TTL when a leader takes over, so the
+// short lease may be live again for one more TTL: the holder's own Deadline
+// has long passed, so that costs availability, not safety. After it, the
+// next grant's token is larger than every token before the restart, and the
+// long lease lived through the restart with its token.
+func testEtcdRestart(t *testing.T) {
+	ctx := context.Background()
+	ctr, endpoint := startEtcd(ctx, t, nil)
+	cli := newEtcdClient(t, endpoint)
+	c := fencing.New(newEtcdBackend(t, cli, "restart/"))
+
+	var highest uint64
+	for range 3 {
+		l := itGrant(ctx, t, c, "short", time.Minute, 0)
+		if err := c.Release(ctx, "short", l.ID); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	short := itGrant(ctx, t, c, "short", time.Second, time.Second)
+	shortGranted := time.Now()
+	long := itGrant(ctx, t, c, "long", 10*time.Minute, time.Second)
+	highest = max(short.Token, long.Token)
+
+	docker := dockerClient(ctx, t)
+	if _, err := docker.ContainerKill(ctx, ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatalf("kill the etcd container: %v", err)
+	}
+	itSleep(ctx, t, short.TTL+short.Margin+etcdSlack+time.Second-time.Since(shortGranted))
+	if err := ctr.Start(ctx); err != nil {
+		t.Fatalf("restart the etcd container: %v", err)
+	}
+
+	// The client reconnects to the same published port by itself.
+	restarted := time.Now()
+	next := itGrantWhenFree(ctx, t, c, "short", time.Minute, short.TTL+short.Margin+etcdSlack+10*time.Second)
+	t.Logf("the short lease's key was free again %v after the restart", time.Since(restarted).Round(time.Millisecond))
+	if next.Token <= highest {
+		t.Errorf("grant after the restart got token %d; the highest token before was %d", next.Token, highest)
+	}
+	if _, err := c.Renew(ctx, "short", short.ID, time.Second); !errors.Is(err, fencing.ErrLeaseNotFound) {
+		t.Errorf("Renew of the superseded short lease: %v, want ErrLeaseNotFound", err)
+	}
+	itWantCheck(ctx, t, c, "short", short.Token, false)
+
+	itWantLive(ctx, t, c, "long", long.Token)
+	renewed, err := c.Renew(ctx, "long", long.ID, 10*time.Minute, time.Second)
+	if err != nil || renewed.Token != long.Token {
+		t.Errorf("Renew of the long lease after the restart = token %d, %v; want token %d", renewed.Token, err, long.Token)
+	}
+	if _, err := c.Grant(ctx, "long", time.Minute); !errors.Is(err, fencing.ErrLeaseHeld) {
+		t.Errorf("Grant of the long lease's key after the restart: %v, want ErrLeaseHeld", err)
+	}
 }
 
 // testEtcdPause freezes etcd (docker pause) for longer than a lease while the
