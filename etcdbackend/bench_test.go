@@ -2,10 +2,11 @@ package etcdbackend_test
 
 import (
 	"context"
+	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/fencing-go/fencing"
@@ -29,13 +30,14 @@ const benchTimeout = time.Minute
 // per-lock expiry.
 func BenchmarkVersusMutex(b *testing.B) {
 	cli := etcdtest.Client(b)
-	be, err := etcdbackend.New(cli, etcdbackend.WithPrefix("bench/fencing/"))
+	be, err := etcdbackend.New(cli, etcdbackend.WithPrefix(newPrefix("bench")))
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { be.Close() })
 	c := fencing.New(be)
 	ctx := context.Background()
+	mutexKey := newPrefix("mutex") + "k"
 
 	ours := func() {
 		lease, err := c.Grant(ctx, "k", benchTimeout)
@@ -75,7 +77,7 @@ func BenchmarkVersusMutex(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			lockUnlock(b, ctx, concurrency.NewMutex(s, "bench/mutex/k"))
+			lockUnlock(b, ctx, concurrency.NewMutex(s, mutexKey))
 			if err := s.Close(); err != nil {
 				b.Fatal(err)
 			}
@@ -87,7 +89,7 @@ func BenchmarkVersusMutex(b *testing.B) {
 			b.Fatal(err)
 		}
 		defer s.Close()
-		compare(b, func() { lockUnlock(b, ctx, concurrency.NewMutex(s, "bench/mutex/k")) })
+		compare(b, func() { lockUnlock(b, ctx, concurrency.NewMutex(s, mutexKey)) })
 	})
 }
 
@@ -105,7 +107,7 @@ func lockUnlock(b *testing.B, ctx context.Context, m *concurrency.Mutex) {
 // linearizable read).
 func BenchmarkOps(b *testing.B) {
 	cli := etcdtest.Client(b)
-	be, err := etcdbackend.New(cli, etcdbackend.WithPrefix("bench/ops/"))
+	be, err := etcdbackend.New(cli, etcdbackend.WithPrefix(newPrefix("bench")))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -142,13 +144,9 @@ func BenchmarkOps(b *testing.B) {
 		}
 	})
 	b.Run("ParallelGrantReleaseDisjoint", func(b *testing.B) {
-		var n int
-		var mu = make(chan struct{}, 1)
+		var n atomic.Int64
 		b.RunParallel(func(pb *testing.PB) {
-			mu <- struct{}{}
-			n++
-			key := "p" + string(rune('a'+n))
-			<-mu
+			key := "p" + strconv.FormatInt(n.Add(1), 10)
 			for pb.Next() {
 				lease, err := c.Grant(ctx, key, benchTimeout)
 				if err != nil {
@@ -162,5 +160,4 @@ func BenchmarkOps(b *testing.B) {
 			}
 		})
 	})
-	_ = clientv3.NoLease
 }

@@ -2,8 +2,6 @@ package etcdbackend_test
 
 import (
 	"context"
-	"fmt"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -19,7 +17,6 @@ import (
 // backend a fresh prefix (an empty key space).
 type harness struct {
 	cli *clientv3.Client
-	n   atomic.Int64
 }
 
 func newHarness(t testing.TB) *harness {
@@ -27,7 +24,7 @@ func newHarness(t testing.TB) *harness {
 }
 
 func (h *harness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
-	prefix := fmt.Sprintf("conformance/%d/", h.n.Add(1))
+	prefix := newPrefix("conformance")
 	return etcdbackend.New(h.cli, etcdbackend.WithPrefix(prefix))
 }
 

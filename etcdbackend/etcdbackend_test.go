@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -19,17 +20,29 @@ import (
 	"github.com/fencing-go/fencing/internal/etcdtest"
 )
 
-var prefixes atomic.Int64
+// runID keeps the keys of one test run apart from earlier runs' on a server
+// given by ETCD_ENDPOINTS.
+var (
+	runID    = strconv.FormatInt(time.Now().UnixNano(), 36)
+	prefixes atomic.Int64
+)
 
-// newBackend returns a backend on a prefix of its own, closed in cleanup.
-func newBackend(t testing.TB, cli *clientv3.Client) *etcdbackend.Backend {
+// newPrefix returns a prefix no other backend of any run uses.
+func newPrefix(what string) string {
+	return fmt.Sprintf("fencing-test/%s/%s/%d/", runID, what, prefixes.Add(1))
+}
+
+// newBackend returns a backend on a prefix of its own, closed in cleanup,
+// and the prefix.
+func newBackend(t testing.TB, cli *clientv3.Client) (*etcdbackend.Backend, string) {
 	t.Helper()
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(fmt.Sprintf("test/%d/", prefixes.Add(1))))
+	prefix := newPrefix("test")
+	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
-	return b
+	return b, prefix
 }
 
 func req(key, id string, timeout time.Duration) backend.Request {
@@ -75,7 +88,7 @@ func TestNew(t *testing.T) {
 // ceil(timeout + margin) and reports what it got, minus the margin.
 func TestTTLRounding(t *testing.T) {
 	cli := etcdtest.Client(t)
-	b := newBackend(t, cli)
+	b, prefix := newBackend(t, cli)
 	ctx := context.Background()
 	for i, c := range []struct {
 		timeout, margin time.Duration
@@ -98,7 +111,7 @@ func TestTTLRounding(t *testing.T) {
 		if l.ExpiresAt.Before(before.Add(l.TTL+l.Margin)) || l.ExpiresAt.After(time.Now().Add(l.TTL+l.Margin)) {
 			t.Errorf("ExpiresAt %v is not send time + granted TTL", l.ExpiresAt)
 		}
-		resp, err := cli.TimeToLive(ctx, leaseOf(t, cli, b, key))
+		resp, err := cli.TimeToLive(ctx, leaseOf(t, cli, prefix, key))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -108,34 +121,18 @@ func TestTTLRounding(t *testing.T) {
 	}
 }
 
-// leaseOf returns the etcd lease of key's lease record, found by scanning
-// the backend's prefix (the test does not know the encoding).
-func leaseOf(t testing.TB, cli *clientv3.Client, _ *etcdbackend.Backend, key string) clientv3.LeaseID {
+// leaseOf returns the etcd lease of key's lease record
+// "<prefix><base64url(key)>/l", as documented in docs/etcd.md.
+func leaseOf(t testing.TB, cli *clientv3.Client, prefix, key string) clientv3.LeaseID {
 	t.Helper()
-	resp, err := cli.Get(context.Background(), "test/", clientv3.WithPrefix())
+	resp, err := cli.Get(context.Background(), prefix+base64.RawURLEncoding.EncodeToString([]byte(key))+"/l")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, kv := range resp.Kvs {
-		if kv.Lease != 0 && strings.HasSuffix(string(kv.Key), "/l") && strings.Contains(string(kv.Value), ":") {
-			if decoded := decodeKey(string(kv.Key)); decoded == key {
-				return clientv3.LeaseID(kv.Lease)
-			}
-		}
+	if len(resp.Kvs) != 1 || resp.Kvs[0].Lease == 0 {
+		t.Fatalf("no etcd lease for key %q", key)
 	}
-	t.Fatalf("no etcd lease for key %q", key)
-	return 0
-}
-
-// decodeKey returns the user key of a lease record's etcd key
-// "<prefix><base64url(key)>/l".
-func decodeKey(etcdKey string) string {
-	parts := strings.Split(etcdKey, "/")
-	k, err := base64.RawURLEncoding.DecodeString(parts[len(parts)-2])
-	if err != nil {
-		return ""
-	}
-	return string(k)
+	return clientv3.LeaseID(resp.Kvs[0].Lease)
 }
 
 // TestStaleReleaseCannotDeleteNewerHolder is etcd issue 22082's case: a
@@ -144,7 +141,7 @@ func decodeKey(etcdKey string) string {
 // deletes its key by name and has exactly this bug.)
 func TestStaleReleaseCannotDeleteNewerHolder(t *testing.T) {
 	cli := etcdtest.Client(t)
-	b := newBackend(t, cli)
+	b, _ := newBackend(t, cli)
 	ctx := context.Background()
 
 	// Released, then resent after the next holder got the key.
@@ -195,7 +192,7 @@ func waitFree(t testing.TB, b backend.Backend, key string) {
 // the lease stays dead.
 func TestLateRenewalInRevokeWindow(t *testing.T) {
 	cli := etcdtest.Client(t)
-	b := newBackend(t, cli)
+	b, _ := newBackend(t, cli)
 	ctx := context.Background()
 	for i := range 3 {
 		key := fmt.Sprint("window", i)
@@ -221,8 +218,8 @@ func TestLateRenewalInRevokeWindow(t *testing.T) {
 // TestRenewChangesTTL: a renewal asking for other seconds moves the key to a
 // new etcd lease, keeps the token, and leaves no old etcd lease behind.
 func TestRenewChangesTTL(t *testing.T) {
-	cli := etcdtest.Client(t)
-	b := newBackend(t, cli)
+	cli := etcdtest.NewClient(t, etcdtest.Start(t).Endpoints()) // counts leases: a server of its own
+	b, prefix := newBackend(t, cli)
 	ctx := context.Background()
 	base := leaseCount(t, cli)
 	l := mustGrant(t, b, req("k", "A", 2*time.Second))
@@ -234,7 +231,7 @@ func TestRenewChangesTTL(t *testing.T) {
 		if r.Token != l.Token || r.TTL < timeout {
 			t.Fatalf("Renew(%v) = token %d TTL %v, want token %d and TTL >= %v", timeout, r.Token, r.TTL, l.Token, timeout)
 		}
-		ttl, err := cli.TimeToLive(ctx, leaseOf(t, cli, b, "k"))
+		ttl, err := cli.TimeToLive(ctx, leaseOf(t, cli, prefix, "k"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -251,9 +248,8 @@ func TestRenewChangesTTL(t *testing.T) {
 // TestOrphanLeasesBounded: failed, resent and released grants leave no etcd
 // leases behind.
 func TestOrphanLeasesBounded(t *testing.T) {
-	cli := etcdtest.Start(t).Endpoints()
-	c := etcdtest.NewClient(t, cli)
-	b := newBackend(t, c)
+	c := etcdtest.NewClient(t, etcdtest.Start(t).Endpoints()) // counts leases: a server of its own
+	b, _ := newBackend(t, c)
 	ctx := context.Background()
 	holder := mustGrant(t, b, req("held", "H", time.Minute))
 	for i := range 100 {
@@ -282,7 +278,7 @@ func TestOrphanLeasesBounded(t *testing.T) {
 // resend settles it, and the key holds exactly the lease the caller believes.
 func TestAmbiguousGrantResolves(t *testing.T) {
 	cli := etcdtest.Client(t)
-	b := newBackend(t, cli)
+	b, _ := newBackend(t, cli)
 	ctx := context.Background()
 	var unknown, resolvedGranted int
 	var last uint64
@@ -320,17 +316,17 @@ func TestAmbiguousGrantResolves(t *testing.T) {
 // TestCompaction: compacting the whole history mid-lease disturbs neither
 // token checks nor renewals nor releases, and tokens still grow.
 func TestCompaction(t *testing.T) {
-	cli := etcdtest.Client(t)
-	b := newBackend(t, cli)
+	cli := etcdtest.NewClient(t, etcdtest.Start(t).Endpoints()) // compacts: a server of its own
+	b, _ := newBackend(t, cli)
 	ctx := context.Background()
 	l := mustGrant(t, b, req("k", "A", time.Minute))
 	for i := range 20 {
-		if _, err := cli.Put(ctx, "test/filler", fmt.Sprint(i)); err != nil {
+		if _, err := cli.Put(ctx, "fencing-test/filler", fmt.Sprint(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	compact := func() {
-		resp, err := cli.Put(ctx, "test/filler", "x")
+		resp, err := cli.Put(ctx, "fencing-test/filler", "x")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +363,7 @@ func TestCompaction(t *testing.T) {
 func TestRestart(t *testing.T) {
 	m := etcdtest.Start(t, etcdtest.WithFsync())
 	cli := etcdtest.NewClient(t, m.Endpoints())
-	b := newBackend(t, cli)
+	b, _ := newBackend(t, cli)
 	c := fencing.New(b)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -424,7 +420,7 @@ func TestCloseKeepsClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	ignore := goleak.IgnoreCurrent()
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix("close/"))
+	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(newPrefix("close")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,7 +450,7 @@ func TestCloseKeepsClient(t *testing.T) {
 		t.Fatalf("second Close: %v", err)
 	}
 	// The client is the user's: still open.
-	b2 := newBackend(t, cli)
+	b2, _ := newBackend(t, cli)
 	if err := b2.Release(ctx, "k", "A"); err == nil {
 		t.Fatal("another prefix's backend released the lease")
 	}
@@ -471,7 +467,8 @@ func TestCloseKeepsClient(t *testing.T) {
 // the typed errors, and write nothing.
 func TestBadInputNoRoundTrip(t *testing.T) {
 	cli := etcdtest.Client(t)
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix("bad/"))
+	prefix := newPrefix("bad")
+	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +493,7 @@ func TestBadInputNoRoundTrip(t *testing.T) {
 			t.Errorf("case %d: %v, want %v", i, c.err, c.want)
 		}
 	}
-	resp, err := cli.Get(ctx, "bad/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
 		t.Fatal(err)
 	}
