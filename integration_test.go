@@ -701,9 +701,26 @@ func startEtcd(ctx context.Context, t *testing.T, nw *testcontainers.DockerNetwo
 	t.Helper()
 	img := image(etcdImageEnv, defaultEtcdImage)
 	requireImage(ctx, t, img)
+	for attempt := 1; ; attempt++ {
+		ctr, endpoint, err := runEtcd(ctx, t, img, nw)
+		if err == nil {
+			return ctr, endpoint
+		}
+		// The free port chosen may have been taken before Docker bound it.
+		msg := err.Error()
+		if attempt < 3 && (strings.Contains(msg, "already allocated") || strings.Contains(msg, "address already in use")) {
+			t.Logf("start %s: %v; trying another port", img, err)
+			continue
+		}
+		startFailed(t, "start "+img, err)
+	}
+}
+
+// runEtcd runs the etcd container of startEtcd on a free loopback port.
+func runEtcd(ctx context.Context, t *testing.T, img string, nw *testcontainers.DockerNetwork) (testcontainers.Container, string, error) {
 	port := freeLoopbackPort(t)
-	endpoint = net.JoinHostPort(loopback.String(), port)
-	all := []testcontainers.ContainerCustomizer{
+	endpoint := net.JoinHostPort(loopback.String(), port)
+	opts := []testcontainers.ContainerCustomizer{
 		testcontainers.WithLogger(tclog.TestLogger(t)),
 		testcontainers.WithExposedPorts(etcdPort),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
@@ -728,14 +745,11 @@ func startEtcd(ctx context.Context, t *testing.T, nw *testcontainers.DockerNetwo
 		testcontainers.WithWaitStrategy(loopbackReady(etcdPort, etcdHealthy)),
 	}
 	if nw != nil {
-		all = append(all, tcnetwork.WithNetwork([]string{"etcd"}, nw))
+		opts = append(opts, tcnetwork.WithNetwork([]string{"etcd"}, nw))
 	}
-	ctr, err := testcontainers.Run(ctx, img, all...)
+	ctr, err := testcontainers.Run(ctx, img, opts...)
 	testcontainers.CleanupContainer(t, ctr)
-	if err != nil {
-		startFailed(t, "start "+img, err)
-	}
-	return ctr, endpoint
+	return ctr, endpoint, err
 }
 
 // newEtcdClient returns a client of the etcd at endpoint, closed when t
