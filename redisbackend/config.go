@@ -82,7 +82,7 @@ func (b *Backend) checkConfig(ctx context.Context) error {
 		return nil
 	case ConfigRefuse, ConfigWarn:
 	default:
-		return fmt.Errorf("redisbackend: unknown %v", b.checkMode)
+		return fmt.Errorf("%w: unknown %v", ErrInvalidOption, b.checkMode)
 	}
 	r := new(configReport)
 	check := func(ctx context.Context, node string, c redis.Cmdable) error {

@@ -96,6 +96,8 @@ var (
 	// ErrUnsafeConfig: the server's configuration can lose or evict tokens
 	// (see WithConfigCheck).
 	ErrUnsafeConfig = errors.New("redisbackend: unsafe redis configuration")
+	// ErrInvalidOption: New got a nil client or options it cannot honour.
+	ErrInvalidOption = errors.New("redisbackend: invalid option")
 )
 
 // Backend is a fencing backend on Redis. It is safe for concurrent use.
@@ -155,7 +157,7 @@ func New(client redis.UniversalClient, opts ...Option) (*Backend, error) {
 // NewContext is New with a context for the configuration check.
 func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Backend, error) {
 	if client == nil {
-		return nil, errors.New("redisbackend: nil client")
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
 	}
 	b := &Backend{client: client, prefix: DefaultPrefix, checkMode: ConfigRefuse}
 	for _, o := range opts {
@@ -177,7 +179,7 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 
 func (b *Backend) checkWaitOptions() error {
 	if b.waitTimeout <= 0 {
-		return fmt.Errorf("redisbackend: WithMinReplicas(%d, %v): the timeout must be positive", b.minReplicas, b.waitTimeout)
+		return fmt.Errorf("%w: WithMinReplicas(%d, %v): the timeout must be positive", ErrInvalidOption, b.minReplicas, b.waitTimeout)
 	}
 	var readTimeout time.Duration
 	switch c := b.client.(type) {
@@ -186,10 +188,10 @@ func (b *Backend) checkWaitOptions() error {
 	case *redis.ClusterClient:
 		readTimeout = c.Options().ReadTimeout
 	default:
-		return fmt.Errorf("redisbackend: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", b.client)
+		return fmt.Errorf("%w: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalidOption, b.client)
 	}
 	if readTimeout > 0 && b.waitTimeout >= readTimeout {
-		return fmt.Errorf("redisbackend: WithMinReplicas timeout %v must be shorter than the client's ReadTimeout %v", b.waitTimeout, readTimeout)
+		return fmt.Errorf("%w: WithMinReplicas timeout %v must be shorter than the client's ReadTimeout %v", ErrInvalidOption, b.waitTimeout, readTimeout)
 	}
 	return nil
 }

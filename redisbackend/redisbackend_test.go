@@ -538,11 +538,17 @@ func TestMinReplicasWithoutReplicas(t *testing.T) {
 	// Release does not wait.
 	mustRelease(t, b, "k", "lease-1")
 
-	if _, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, 0)); err == nil {
-		t.Fatal("New accepted WithMinReplicas with a zero timeout")
+	if _, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, 0)); !errors.Is(err, redisbackend.ErrInvalidOption) {
+		t.Fatalf("New with WithMinReplicas(1, 0): %v, want ErrInvalidOption", err)
 	}
-	if _, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, time.Minute)); err == nil {
-		t.Fatal("New accepted a WAIT timeout longer than the client's ReadTimeout")
+	if _, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, time.Minute)); !errors.Is(err, redisbackend.ErrInvalidOption) {
+		t.Fatalf("New with a WAIT timeout longer than the client's ReadTimeout: %v, want ErrInvalidOption", err)
+	}
+	if _, err := redisbackend.New(client, redisbackend.WithConfigCheck(42)); !errors.Is(err, redisbackend.ErrInvalidOption) {
+		t.Fatalf("New with ConfigMode(42): %v, want ErrInvalidOption", err)
+	}
+	if _, err := redisbackend.New(nil); !errors.Is(err, redisbackend.ErrInvalidOption) {
+		t.Fatalf("New(nil): %v, want ErrInvalidOption", err)
 	}
 }
 
