@@ -276,11 +276,18 @@ func TestLostGrantReplyResentByClient(t *testing.T) {
 		t.Fatalf("counter %s after a resent grant, want 1: a second token was minted", got)
 	}
 
+	// A renewal run twice just renews again, keeping the token.
+	p.arm(faultDrop)
+	renewed, err := b.Renew(context.Background(), req("k", "lease-1"))
+	if err != nil || renewed.Token != 1 || p.dropped.Load() != 2 {
+		t.Fatalf("resent Renew: %+v, %v (drops %d); want token 1", renewed, err, p.dropped.Load())
+	}
+
 	// The same for release: the resent release of a released lease is nil.
 	p.arm(faultDrop)
 	mustRelease(t, b, "k", "lease-1")
-	if p.dropped.Load() != 2 {
-		t.Fatalf("the proxy dropped %d replies, want 2", p.dropped.Load())
+	if p.dropped.Load() != 3 {
+		t.Fatalf("the proxy dropped %d replies, want 3", p.dropped.Load())
 	}
 	if next := mustGrant(t, b, "k", "lease-2"); next.Token != 2 {
 		t.Fatalf("token after release = %d, want 2", next.Token)
