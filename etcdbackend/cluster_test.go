@@ -68,7 +68,7 @@ func TestClusterLeaderFailure(t *testing.T) {
 			for op := 0; time.Now().Before(stopAt); op++ {
 				key := keys[rng.IntN(len(keys))]
 				r := backend.Request{Key: key, LeaseID: fmt.Sprintf("w%d-%d", w, op), Timeout: timeout, Margin: margin}
-				g, err, ambiguous := settleGrant(b, r)
+				g, err, ambiguous := settleGrant(b, r, time.Duration(1+rng.IntN(30))*time.Millisecond)
 				mu.Lock()
 				outcomes = append(outcomes, outcome{key: key, id: r.LeaseID, err: err})
 				if ambiguous {
@@ -173,14 +173,19 @@ func TestClusterLeaderFailure(t *testing.T) {
 	}
 }
 
-// settleGrant sends r and, while the outcome is unknown, resends it with the
-// same lease ID. It returns the grant when granted, the settled error
-// otherwise, and whether the first answer was ambiguous.
-func settleGrant(b backend.Backend, r backend.Request) (*grantRecord, error, bool) {
+// settleGrant sends r with a short deadline (so that some attempts are cut
+// off after the server got them) and, while the outcome is unknown, resends
+// it with the same lease ID and a normal deadline. It returns the grant when
+// granted, the settled error otherwise, and whether an answer was ambiguous.
+func settleGrant(b backend.Backend, r backend.Request, first time.Duration) (*grantRecord, error, bool) {
 	sent := time.Now()
 	ambiguous := false
 	for attempt := 0; ; attempt++ {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		d := time.Second
+		if attempt == 0 {
+			d = first
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), d)
 		l, err := b.Grant(ctx, r)
 		cancel()
 		if err == nil {
