@@ -136,6 +136,11 @@ func testRedisRestart(t *testing.T) {
 	if _, err := cli.ContainerKill(ctx, ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatalf("kill the redis container: %v", err)
 	}
+	rctx, cancel := context.WithTimeout(ctx, time.Second)
+	if _, err := c.Renew(rctx, "short", short.ID, time.Second, 500*time.Millisecond); err == nil {
+		t.Fatal("Renew succeeded while the server was down")
+	}
+	cancel()
 	itSleep(ctx, t, short.TTL+short.Margin+redisSlack+time.Second-time.Since(shortGranted))
 	if err := ctr.Start(ctx); err != nil {
 		t.Fatalf("restart the redis container: %v", err)
@@ -147,9 +152,12 @@ func testRedisRestart(t *testing.T) {
 	if _, err := c.Renew(ctx, "short", short.ID, time.Second); !errors.Is(err, fencing.ErrLeaseExpired) {
 		t.Errorf("Renew of a lease that expired while the server was down: %v, want ErrLeaseExpired", err)
 	}
+	// Dense tokens: exactly the next one, so the counter neither went back
+	// nor lost a grant.
 	next := itGrant(ctx, t, c, "short", time.Minute, 0)
-	if next.Token <= short.Token {
-		t.Errorf("grant after the restart got token %d; the last token before was %d", next.Token, short.Token)
+	if next.Token != short.Token+1 {
+		t.Errorf("grant after the restart got token %d; the last token before was %d, so want %d",
+			next.Token, short.Token, short.Token+1)
 	}
 	itWantCheck(ctx, t, c, "short", short.Token, false)
 
@@ -165,8 +173,8 @@ func testRedisRestart(t *testing.T) {
 }
 
 // TestIntegrationEtcd runs the conformance suite against etcd in a
-// container, then cuts a holder off the server, and freezes a server for
-// longer than a lease while its holder renews.
+// container, then cuts a holder off the server, freezes a server for longer
+// than a lease while its holder renews, and kills and restarts a server.
 func TestIntegrationEtcd(t *testing.T) {
 	requireDocker(t)
 	t.Parallel()
