@@ -51,7 +51,10 @@
 //
 // Grant costs two RPCs when the key is free (LeaseGrant, then one Txn that
 // creates the lease key only if it does not exist), three when it is held
-// (the unused etcd lease is revoked at once). Token is one linearizable read.
+// (the unused etcd lease is revoked at once). Should the fresh etcd lease run
+// out before the Txn arrives (a stall longer than its TTL), the Txn fails as a
+// whole and Grant tries again with another, up to three times. Token is one
+// linearizable read.
 // Renew is a read and a KeepAliveOnce; a renewal that asks for a different
 // number of seconds moves the key to a new etcd lease (four more RPCs).
 // Release is one Txn guarded by the lease's identity plus the revoke of its
@@ -237,6 +240,20 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 		return backend.Lease{}, err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
+	// A Txn that names an etcd lease which ran out before the Txn arrived
+	// fails as a whole, so trying again with a fresh etcd lease is safe.
+	const attempts = 3
+	for attempt := 1; ; attempt++ {
+		l, err := b.grant(ctx, req)
+		if attempt < attempts && errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
+			continue
+		}
+		return l, err
+	}
+}
+
+// grant makes one attempt at Grant: LeaseGrant, then one Txn.
+func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	k := b.keys(req.Key)
 	asked := seconds(req.Timeout, req.Margin)
 	sent := time.Now()
