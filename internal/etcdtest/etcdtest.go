@@ -38,13 +38,16 @@ const startTimeout = 20 * time.Second
 // Member is one embedded etcd member. Its ports and data directory stay the
 // same across Stop and Start.
 type Member struct {
-	Name      string
+	// Name is the member's etcd name (m0, m1, ...).
+	Name string
+	// ClientURL is the member's client endpoint, http://127.0.0.1:port.
 	ClientURL string
-	peerURL   string
-	dir       string
-	fsync     bool
-	cluster   string // initial-cluster string
-	started   bool   // started at least once (data dir holds a member)
+
+	peerURL string
+	dir     string
+	fsync   bool
+	cluster string // initial-cluster string
+	started bool   // started at least once (data dir holds a member)
 
 	mu sync.Mutex
 	e  *embed.Etcd
@@ -204,6 +207,7 @@ func (m *Member) Endpoints() []string { return []string{m.ClientURL} }
 
 // Cluster is a set of embedded members that form one etcd cluster.
 type Cluster struct {
+	// Members are the cluster's members, in the order they were made.
 	Members []*Member
 }
 
