@@ -317,7 +317,8 @@ func (b *Backend) resentGrant(ctx context.Context, key string, m meta, kv *mvccp
 		return backend.Lease{}, fmt.Errorf("%w: lease was granted and has expired", backend.ErrLeaseExpired)
 	}
 	if err != nil {
-		return backend.Lease{}, fmt.Errorf("etcd lease time-to-live: %w", err)
+		// The lease is ours, but its expiry is unknown: resending learns it.
+		return backend.Lease{}, fmt.Errorf("%w: etcd lease time-to-live: %w", backend.ErrOutcomeUnknown, err)
 	}
 	if ttl.TTL < 0 {
 		return backend.Lease{}, fmt.Errorf("%w: lease was granted and has expired", backend.ErrLeaseExpired)
