@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -112,5 +114,54 @@ func TestDemoLongLeases(t *testing.T) {
 	var out bytes.Buffer
 	if err := demo(context.Background(), &out, cfg); err != nil {
 		t.Fatalf("demo with day-long leases: %v", err)
+	}
+}
+
+// TestMain lets TestExitStatus run the real main in a child process: the
+// test binary re-executes itself with FENCING_TEST_MAIN set and the
+// command line after "--".
+func TestMain(m *testing.M) {
+	if os.Getenv("FENCING_TEST_MAIN") == "1" {
+		for i, a := range os.Args {
+			if a == "--" {
+				os.Args = append([]string{"fencing"}, os.Args[i+1:]...)
+				break
+			}
+		}
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func TestExitStatus(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs child processes")
+	}
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"demo"}, 0},
+		{[]string{"demo", "-fence=false"}, 1},
+		{[]string{"demo", "-pause", "1s"}, 2},
+		{[]string{"nosuchcommand"}, 2},
+		{[]string{"help"}, 0},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"-test.run=^TestExitStatus$", "--"}, tc.args...)...)
+		cmd.Env = append(os.Environ(), "FENCING_TEST_MAIN=1")
+		out, err := cmd.CombinedOutput()
+		cancel()
+		got := 0
+		var exitErr *exec.ExitError
+		if errors.As(err, &exitErr) {
+			got = exitErr.ExitCode()
+		} else if err != nil {
+			t.Fatalf("fencing %q: %v", tc.args, err)
+		}
+		if got != tc.want {
+			t.Errorf("fencing %q exited with %d, want %d; output:\n%s", tc.args, got, tc.want, out)
+		}
 	}
 }
