@@ -406,3 +406,62 @@ func TestMemoryPerKey(t *testing.T) {
 		t.Errorf("%.0f B per key, expected a few hundred", total)
 	}
 }
+
+// TestBadInputDirect calls the backend itself, without a Coordinator's
+// checks in front, as a user's own code above backend.Backend would.
+func TestBadInputDirect(t *testing.T) {
+	ctx := context.Background()
+	b := memorybackend.New()
+	defer b.Close()
+	lease := mustGrant(t, b, "k", "id")
+	longKey := string(make([]byte, backend.MaxKeyLength+1))
+	longID := string(make([]byte, backend.MaxLeaseIDLength+1))
+	for _, tc := range []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"Grant empty key", grantErr(b, req("", "x", time.Minute, 0)), backend.ErrInvalidKey},
+		{"Grant long key", grantErr(b, req(longKey, "x", time.Minute, 0)), backend.ErrInvalidKey},
+		{"Grant zero timeout", grantErr(b, req("k2", "x", 0, 0)), backend.ErrInvalidTimeout},
+		{"Grant negative margin", grantErr(b, req("k2", "x", time.Minute, -1)), backend.ErrInvalidMargin},
+		{"Grant overflowing duration", grantErr(b, req("k2", "x", backend.MaxDuration, 1)), backend.ErrInvalidTimeout},
+		{"Grant empty ID", grantErr(b, req("k2", "", time.Minute, 0)), backend.ErrLeaseNotFound},
+		{"Grant long ID", grantErr(b, req("k2", longID, time.Minute, 0)), backend.ErrLeaseNotFound},
+		{"Renew long key", renewErr(b, req(longKey, "id", time.Minute, 0)), backend.ErrInvalidKey},
+		{"Renew zero timeout", renewErr(b, req("k", "id", 0, 0)), backend.ErrInvalidTimeout},
+		{"Renew long ID", renewErr(b, req("k", longID, time.Minute, 0)), backend.ErrLeaseNotFound},
+		{"Release empty key", b.Release(ctx, "", "id"), backend.ErrInvalidKey},
+		{"Release empty ID", b.Release(ctx, "k", ""), backend.ErrLeaseNotFound},
+		{"Release long ID", b.Release(ctx, "k", longID), backend.ErrLeaseNotFound},
+		{"Token long key", tokenErr(b, longKey), backend.ErrInvalidKey},
+	} {
+		if !errors.Is(tc.err, tc.want) {
+			t.Errorf("%s: err = %v, want %v", tc.name, tc.err, tc.want)
+		}
+	}
+	if token, live, err := b.Token(ctx, "k"); err != nil || !live || token != lease.Token {
+		t.Errorf("Token(k) = %d, %v, %v after bad calls; want %d, true, nil", token, live, err, lease.Token)
+	}
+	if _, live, _ := b.Token(ctx, "k2"); live {
+		t.Error("a bad grant took k2")
+	}
+	if l := mustGrant(t, b, "k2", "y"); l.Token != 1 {
+		t.Errorf("k2 token = %d, want 1: a bad grant used a token", l.Token)
+	}
+}
+
+func grantErr(b backend.Backend, r backend.Request) error {
+	_, err := b.Grant(context.Background(), r)
+	return err
+}
+
+func renewErr(b backend.Backend, r backend.Request) error {
+	_, err := b.Renew(context.Background(), r)
+	return err
+}
+
+func tokenErr(b backend.Backend, key string) error {
+	_, _, err := b.Token(context.Background(), key)
+	return err
+}
