@@ -83,6 +83,35 @@ func ExampleCoordinator_Do() {
 	// live after Do: false
 }
 
+func ExampleCoordinator_Renew() {
+	ctx := context.Background()
+	clock := memorybackend.NewFakeClock(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
+	mem := memorybackend.New(memorybackend.WithClock(clock))
+	defer mem.Close()
+	c := fencing.New(mem)
+
+	lease, _ := c.Grant(ctx, "jobs/nightly", 10*time.Second)
+	fmt.Println("expires:", lease.ExpiresAt.Format(time.TimeOnly))
+
+	// Renew well before the Deadline; the token stays the same.
+	clock.Advance(5 * time.Second)
+	lease, err := c.Renew(ctx, "jobs/nightly", lease.ID, 10*time.Second)
+	if err != nil {
+		fmt.Println("stop working:", err)
+		return
+	}
+	fmt.Println("renewed, token", lease.Token, "expires:", lease.ExpiresAt.Format(time.TimeOnly))
+
+	// A renew that comes too late fails, and the holder must stop.
+	clock.Advance(time.Minute)
+	_, err = c.Renew(ctx, "jobs/nightly", lease.ID, 10*time.Second)
+	fmt.Println("late renew expired:", errors.Is(err, fencing.ErrLeaseExpired))
+	// Output:
+	// expires: 00:00:11
+	// renewed, token 1 expires: 00:00:16
+	// late renew expired: true
+}
+
 // errStale is what the protected resource says to a writer whose token is
 // older than one it has already seen.
 var errStale = errors.New("stale token")
