@@ -274,9 +274,10 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 
 // resend runs call, and runs it again (it carries the same lease ID) while
 // its outcome is unknown, up to the Coordinator's retry budget. When a resend
-// ends with the context's error after an attempt whose outcome was unknown,
-// the error wraps ErrOutcomeUnknown too: the earlier attempt may have taken
-// effect, and the caller must not read "canceled" as "nothing happened".
+// ends without a verdict (the context ended, the backend was closed) after an
+// attempt whose outcome was unknown, the error wraps ErrOutcomeUnknown too:
+// the earlier attempt may have taken effect, and the caller must not read
+// "canceled" as "nothing happened".
 func resend[T any](c *Coordinator, ctx context.Context, call func() (T, error)) (T, error) {
 	var uncertain error
 	for attempt := 0; ; attempt++ {
@@ -286,13 +287,24 @@ func resend[T any](c *Coordinator, ctx context.Context, call func() (T, error)) 
 			return v, nil
 		case errors.Is(err, ErrOutcomeUnknown):
 			uncertain = err
-		case uncertain != nil && ctx.Err() != nil:
+		case uncertain != nil && !isVerdict(err):
 			err = fmt.Errorf("%w (resend ended: %w)", uncertain, err)
 		}
 		if !c.retry(ctx, err, attempt) {
 			return v, err
 		}
 	}
+}
+
+// isVerdict reports whether err is the backend's answer about the lease
+// itself, which settles what an earlier attempt with the same ID did.
+func isVerdict(err error) bool {
+	for _, v := range []error{ErrLeaseHeld, ErrLeaseNotFound, ErrLeaseExpired, ErrTokenSpaceExhausted} {
+		if errors.Is(err, v) {
+			return true
+		}
+	}
+	return false
 }
 
 // retry reports whether a request that failed with err on the given attempt

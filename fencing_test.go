@@ -827,3 +827,36 @@ func TestOutcomeUnknownSurvivesContextEndingDuringResend(t *testing.T) {
 		t.Fatalf("Grant returned %v, which hides that the first attempt's outcome is unknown (it took the key)", err)
 	}
 }
+
+// closeOnResend loses the response of the first Grant, then finds the
+// backend closed when the Coordinator resends.
+type closeOnResend struct {
+	backend.Backend
+	calls int
+}
+
+func (c *closeOnResend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	c.calls++
+	if c.calls == 1 {
+		if _, err := c.Backend.Grant(ctx, req); err != nil {
+			return backend.Lease{}, err
+		}
+		return backend.Lease{}, errLost
+	}
+	return backend.Lease{}, backend.ErrClosed
+}
+
+// A resend that finds the backend closed has not settled the first attempt
+// either: the error says both.
+func TestOutcomeUnknownSurvivesClosedBackendDuringResend(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	c := fencing.New(&closeOnResend{Backend: mem})
+	_, err := c.Grant(context.Background(), "k", time.Minute)
+	if !errors.Is(err, fencing.ErrOutcomeUnknown) || !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Grant returned %v, want an error wrapping ErrOutcomeUnknown and ErrClosed", err)
+	}
+	if token, live, _ := mem.Token(context.Background(), "k"); !live || token != 1 {
+		t.Fatalf("the first grant did not take effect: %d, %v", token, live)
+	}
+}

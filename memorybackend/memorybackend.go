@@ -4,14 +4,14 @@
 //
 // State lives in a fixed set of shards chosen by a hash of the key, each with
 // its own mutex, so operations on different keys rarely contend. Token checks
-// take a read lock and do not allocate.
+// do not allocate.
 //
 // # Memory
 //
 // A key's record is never deleted: the highest token must outlive every lease
 // on the key, or a later grant could reissue it. Each key that was ever
 // leased holds one record of about 100 bytes plus the key's bytes and the
-// last lease ID (32 bytes from package fencing). A process that leases an
+// last lease ID (26 bytes from package fencing). A process that leases an
 // unbounded number of distinct keys grows without bound; use a persistent
 // backend for that, or keys from a bounded set.
 //
@@ -43,9 +43,9 @@ type Backend struct {
 }
 
 type shard struct {
-	mu   sync.RWMutex
+	mu   sync.Mutex
 	keys map[string]*record
-	_    [32]byte // keep neighbouring shards' locks off one cache line
+	_    [48]byte // keep neighbouring shards' locks off one cache line
 }
 
 // record is a key's state. It stays after its lease ends: token is the
@@ -84,7 +84,7 @@ func WithMaxToken(max uint64) Option {
 
 // New returns an empty in-memory backend.
 func New(opts ...Option) *Backend {
-	b := &Backend{clock: systemClock{}, maxToken: math.MaxUint64, seed: maphash.MakeSeed()}
+	b := &Backend{clock: systemClock{base: time.Now()}, maxToken: math.MaxUint64, seed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(b)
 	}
@@ -225,8 +225,8 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 		return 0, false, err
 	}
 	s := b.shard(key)
-	s.mu.RLock()
-	defer s.mu.RUnlock()
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if r := s.keys[key]; r != nil && r.live(b.clock.Now()) {
 		return r.token, true, nil
 	}
