@@ -26,8 +26,9 @@ type Cluster struct {
 // StartCluster starts a three-master Redis Cluster, assigns each master a
 // contiguous third of the hash slots, joins them and waits until every node
 // reports cluster_state:ok. Every node runs as cfg says (persistence, Args);
-// cfg.Dir and cfg.Port must be empty. Like Start, it skips the test without
-// redis-server, or fails it in CI.
+// cfg.Dir and cfg.Port must be empty. It needs Redis 7 or later (for
+// --cluster-port). Like Start, it skips the test without redis-server, or
+// fails it in CI.
 func StartCluster(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
 	if cfg.Dir != "" || cfg.Port != 0 {
