@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	cryptorand "crypto/rand"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -39,6 +40,7 @@ func BenchmarkRatios(b *testing.B) {
 	}
 	locker := redislock.New(c)
 	rs := redsync.New(redsyncgoredis.NewPool(c))
+	lockKey := "bench:ratio:" + cryptorand.Text()
 
 	ops := []struct {
 		name string
@@ -76,14 +78,14 @@ func BenchmarkRatios(b *testing.B) {
 			return err
 		}},
 		{"redislock", func() error {
-			lock, err := locker.Obtain(ctx, "bench:ratio:redislock", leaseTTL, nil)
+			lock, err := locker.Obtain(ctx, lockKey+":redislock", leaseTTL, nil)
 			if err != nil {
 				return err
 			}
 			return lock.Release(ctx)
 		}},
 		{"redsync", func() error {
-			m := rs.NewMutex("bench:ratio:redsync", redsync.WithExpiry(leaseTTL), redsync.WithTries(1))
+			m := rs.NewMutex(lockKey+":redsync", redsync.WithExpiry(leaseTTL), redsync.WithTries(1))
 			if err := m.LockContext(ctx); err != nil {
 				return err
 			}

@@ -177,11 +177,12 @@ func BenchmarkFencingCheckToken(b *testing.B) {
 func BenchmarkRedislockObtainRelease(b *testing.B) {
 	c := newClient(b)
 	locker := redislock.New(c)
+	key := "bench:redislock:" + rand.Text()
 	ctx := context.Background()
 	b.ReportAllocs()
 	stop := measureCPU(b, c)
 	for b.Loop() {
-		lock, err := locker.Obtain(ctx, "bench:redislock:key", leaseTTL, nil)
+		lock, err := locker.Obtain(ctx, key, leaseTTL, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -197,11 +198,12 @@ func BenchmarkRedislockObtainRelease(b *testing.B) {
 func BenchmarkRedsyncLockUnlock(b *testing.B) {
 	c := newClient(b)
 	rs := redsync.New(redsyncgoredis.NewPool(c))
+	key := "bench:redsync:" + rand.Text()
 	ctx := context.Background()
 	b.ReportAllocs()
 	stop := measureCPU(b, c)
 	for b.Loop() {
-		m := rs.NewMutex("bench:redsync:key", redsync.WithExpiry(leaseTTL), redsync.WithTries(1))
+		m := rs.NewMutex(key, redsync.WithExpiry(leaseTTL), redsync.WithTries(1))
 		if err := m.LockContext(ctx); err != nil {
 			b.Fatal(err)
 		}
@@ -217,8 +219,9 @@ func BenchmarkRedsyncLockUnlock(b *testing.B) {
 func BenchmarkParallel(b *testing.B) {
 	c := newClient(b)
 	var goroutine atomic.Int64
-	key := func() string { return "key" + strconv.FormatInt(goroutine.Add(1), 10) }
-	run := func(b *testing.B, body func(ctx context.Context, key string) error) {
+	run := rand.Text()
+	key := func() string { return run + ":" + strconv.FormatInt(goroutine.Add(1), 10) }
+	runParallel := func(b *testing.B, body func(ctx context.Context, key string) error) {
 		b.ReportAllocs()
 		stop := measureCPU(b, c)
 		defer stop()
@@ -233,11 +236,11 @@ func BenchmarkParallel(b *testing.B) {
 		})
 	}
 	b.Run("Ping", func(b *testing.B) {
-		run(b, func(ctx context.Context, _ string) error { return c.Ping(ctx).Err() })
+		runParallel(b, func(ctx context.Context, _ string) error { return c.Ping(ctx).Err() })
 	})
 	b.Run("FencingGrantRelease", func(b *testing.B) {
 		coord := newCoordinator(b, c, "bench:pgr:")
-		run(b, func(ctx context.Context, k string) error {
+		runParallel(b, func(ctx context.Context, k string) error {
 			lease, err := coord.Grant(ctx, k, leaseTTL)
 			if err != nil {
 				return err
@@ -252,7 +255,7 @@ func BenchmarkParallel(b *testing.B) {
 	}
 	b.Run("FencingCheckToken", func(b *testing.B) {
 		coord := checkCoord
-		run(b, func(ctx context.Context, _ string) error {
+		runParallel(b, func(ctx context.Context, _ string) error {
 			ok, err := coord.CheckToken(ctx, "key", lease.Token)
 			if err == nil && !ok {
 				err = fmt.Errorf("token %d checked false", lease.Token)
@@ -262,7 +265,7 @@ func BenchmarkParallel(b *testing.B) {
 	})
 	b.Run("RedislockObtainRelease", func(b *testing.B) {
 		locker := redislock.New(c)
-		run(b, func(ctx context.Context, k string) error {
+		runParallel(b, func(ctx context.Context, k string) error {
 			lock, err := locker.Obtain(ctx, "bench:predislock:"+k, leaseTTL, nil)
 			if err != nil {
 				return err
@@ -272,7 +275,7 @@ func BenchmarkParallel(b *testing.B) {
 	})
 	b.Run("RedsyncLockUnlock", func(b *testing.B) {
 		rs := redsync.New(redsyncgoredis.NewPool(c))
-		run(b, func(ctx context.Context, k string) error {
+		runParallel(b, func(ctx context.Context, k string) error {
 			m := rs.NewMutex("bench:predsync:"+k, redsync.WithExpiry(leaseTTL), redsync.WithTries(1))
 			if err := m.LockContext(ctx); err != nil {
 				return err
