@@ -149,6 +149,10 @@ func testClusterOneSlotPerKey(t *testing.T, c *redistest.Cluster) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 
+	masters := make([]*redis.Client, len(c.Masters))
+	for i, m := range c.Masters {
+		masters[i] = m.Client()
+	}
 	mastersUsed := make(map[string]bool)
 	for i, k := range oddKeys {
 		prefix := fmt.Sprintf("slot%d:", i)
@@ -168,8 +172,8 @@ func testClusterOneSlotPerKey(t *testing.T, c *redistest.Cluster) {
 
 		slots := make(map[int64][]string)
 		var owners []string
-		for _, m := range c.Masters {
-			keys, err := scanAll(ctx, m.Client(), prefix+"*")
+		for j, m := range c.Masters {
+			keys, err := scanAll(ctx, masters[j], prefix+"*")
 			if err != nil {
 				t.Fatalf("SCAN %s: %v", m.Addr(), err)
 			}
