@@ -422,7 +422,9 @@ func (h *redisHarness) NewBackend(ctx context.Context, t testing.TB) (backend.Ba
 		redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
-func (h *redisHarness) Wait(ctx context.Context, d time.Duration) error { return itWait(ctx, d) }
+func (h *redisHarness) Wait(ctx context.Context, d time.Duration) error {
+	return conformance.Sleep(ctx, d)
+}
 
 func (h *redisHarness) Traits() conformance.Traits {
 	return conformance.Traits{MinTTL: redisMinTTL, Slack: redisSlack, DenseTokens: true}
@@ -452,7 +454,9 @@ func (h *etcdHarness) NewBackend(_ context.Context, t testing.TB) (backend.Backe
 	return etcdbackend.New(h.client, etcdbackend.WithPrefix(fmt.Sprintf("conformance/%d/", h.n.Add(1))))
 }
 
-func (h *etcdHarness) Wait(ctx context.Context, d time.Duration) error { return itWait(ctx, d) }
+func (h *etcdHarness) Wait(ctx context.Context, d time.Duration) error {
+	return conformance.Sleep(ctx, d)
+}
 
 func (h *etcdHarness) Traits() conformance.Traits {
 	return conformance.Traits{MinTTL: etcdMinTTL, Slack: etcdSlack}
@@ -470,21 +474,10 @@ func newEtcdBackend(t *testing.T, c *clientv3.Client, prefix string) *etcdbacken
 	return b
 }
 
-// itWait lets d pass in real time, or returns early with ctx's error.
-func itWait(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
+// itSleep lets d pass in real time, failing t if ctx ends first.
 func itSleep(ctx context.Context, t *testing.T, d time.Duration) {
 	t.Helper()
-	if err := itWait(ctx, max(d, 0)); err != nil {
+	if err := conformance.Sleep(ctx, max(d, 0)); err != nil {
 		t.Fatalf("sleep: %v", err)
 	}
 }

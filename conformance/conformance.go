@@ -13,12 +13,7 @@
 //		return mybackend.New(client, mybackend.WithPrefix(uniquePrefix(t))) // an empty key space
 //	}
 //	func (h *harness) Wait(ctx context.Context, d time.Duration) error {
-//		select { // a real server: let real time pass
-//		case <-time.After(d):
-//			return nil
-//		case <-ctx.Done():
-//			return ctx.Err()
-//		}
+//		return conformance.Sleep(ctx, d) // a real server: let real time pass
 //	}
 //	func (h *harness) Traits() conformance.Traits {
 //		return conformance.Traits{MinTTL: time.Second, Slack: 500 * time.Millisecond}

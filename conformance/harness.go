@@ -43,3 +43,16 @@ type Traits struct {
 	// none up. When false the suite checks only that tokens strictly increase.
 	DenseTokens bool
 }
+
+// Sleep waits for d, or until ctx is done: the Wait of a harness whose
+// coordinator is a real server, on which time passes by itself.
+func Sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -29,14 +29,7 @@ func (h *harness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, 
 }
 
 func (h *harness) Wait(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return conformance.Sleep(ctx, d)
 }
 
 // Traits: etcd's minimum TTL with the test servers' election settings is

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,14 +17,6 @@ import (
 	"github.com/fencing-go/fencing/internal/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
-
-// clusterHarness runs the conformance suite on a local three-master Redis
-// Cluster through one redis.ClusterClient; every backend gets a fresh key
-// prefix, so its keys spread over all three masters.
-type clusterHarness struct {
-	client *redis.ClusterClient
-	n      atomic.Int64
-}
 
 // startCluster starts a three-master cluster whose nodes pass the default
 // configuration check (append-only file, fsync every second).
@@ -48,36 +39,14 @@ func newClusterBackend(ctx context.Context, t testing.TB, client redis.Universal
 	return b
 }
 
-func (h *clusterHarness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
-	// The default configuration check runs against every cluster node.
-	return redisbackend.NewContext(ctx, h.client,
-		redisbackend.WithPrefix(fmt.Sprintf("cluster%d:", h.n.Add(1))),
-		redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
-}
-
-func (h *clusterHarness) Wait(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-func (h *clusterHarness) Traits() conformance.Traits {
-	// As for a standalone server: every key's record lives on one master,
-	// whose clock decides, to the microsecond.
-	return conformance.Traits{MinTTL: 400 * time.Millisecond, Slack: 5 * time.Millisecond, DenseTokens: true}
-}
-
 // TestCluster runs every cluster test on one cluster (starting one takes
 // about two seconds); each uses key prefixes of its own.
 func TestCluster(t *testing.T) {
 	c := startCluster(t)
 	t.Run("Conformance", func(t *testing.T) {
-		conformance.Run(t, &clusterHarness{client: c.Client(t)})
+		// Every key's record lives on one master, whose clock decides to the
+		// microsecond, so the standalone harness's traits hold.
+		conformance.Run(t, &harness{client: c.Client(t), name: "cluster"})
 	})
 	t.Run("OddKeys", func(t *testing.T) { testClusterOddKeys(t, c) })
 	t.Run("OneSlotPerKey", func(t *testing.T) { testClusterOneSlotPerKey(t, c) })

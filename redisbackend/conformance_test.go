@@ -17,10 +17,11 @@ import (
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
-// harness runs the conformance suite on one real redis-server per test
-// function; every backend gets a fresh key prefix on it.
+// harness runs the conformance suite on a real Redis, a standalone server
+// or a Cluster; every backend gets a fresh key prefix on it.
 type harness struct {
-	client *redis.Client
+	client redis.UniversalClient
+	name   string // of the prefixes
 	n      atomic.Int64
 }
 
@@ -28,24 +29,17 @@ func newHarness(t testing.TB) *harness {
 	// AOF with fsync every second: persistent enough for the default
 	// configuration check, fast enough for benchmarks.
 	srv := redistest.Start(t, redistest.Config{AppendOnly: true, AppendFsync: "everysec"})
-	return &harness{client: srv.Client()}
+	return &harness{client: srv.Client(), name: "conformance"}
 }
 
 func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
 	return redisbackend.NewContext(ctx, h.client,
-		redisbackend.WithPrefix(fmt.Sprintf("conformance%d:", h.n.Add(1))),
+		redisbackend.WithPrefix(fmt.Sprintf("%s%d:", h.name, h.n.Add(1))),
 		redisbackend.WithLogger(quietLogger()))
 }
 
 func (h *harness) Wait(ctx context.Context, d time.Duration) error {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-timer.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return conformance.Sleep(ctx, d)
 }
 
 func (h *harness) Traits() conformance.Traits {

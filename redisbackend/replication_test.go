@@ -26,30 +26,37 @@ func TestMinReplicas(t *testing.T) {
 	defer cancel()
 	// WAIT's timeout must be shorter than the client's read timeout.
 	client := rs.Primary.Client(func(o *redis.Options) { o.ReadTimeout = 5 * time.Second })
-	b, err := redisbackend.NewContext(ctx, client,
-		redisbackend.WithPrefix("replicated:"),
-		redisbackend.WithMinReplicas(1, 300*time.Millisecond),
-		redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatalf("New: %v", err)
+	newBackend := func(wait time.Duration) *redisbackend.Backend {
+		b, err := redisbackend.NewContext(ctx, client,
+			redisbackend.WithPrefix("replicated:"),
+			redisbackend.WithMinReplicas(1, wait),
+			redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
+		if err != nil {
+			t.Fatalf("New: %v", err)
+		}
+		t.Cleanup(func() { b.Close() })
+		return b
 	}
-	t.Cleanup(func() { b.Close() })
+	// While the replica is up, wait long enough for a busy machine (a replica
+	// can lag by hundreds of milliseconds under load); once it is down, a
+	// short wait keeps the test quick.
+	patient, b := newBackend(3*time.Second), newBackend(300*time.Millisecond)
 	replica := rs.Replica.Client()
 
 	// The replica acknowledges: grant and renew succeed, and the replica
 	// has the record as soon as they return.
 	req := backend.Request{Key: "k", LeaseID: "lease-1", Timeout: time.Minute, Margin: time.Second}
-	lease, err := b.Grant(ctx, req)
+	lease, err := patient.Grant(ctx, req)
 	if err != nil {
 		t.Fatalf("Grant with the replica up: %v", err)
 	}
-	if _, err := b.Renew(ctx, req); err != nil {
+	if _, err := patient.Renew(ctx, req); err != nil {
 		t.Fatalf("Renew with the replica up: %v", err)
 	}
-	if n, err := replica.Exists(ctx, b.RedisKey("k")).Result(); err != nil || n != 1 {
+	if n, err := replica.Exists(ctx, patient.RedisKey("k")).Result(); err != nil || n != 1 {
 		t.Fatalf("the replica lacks the record after an acknowledged grant: EXISTS = %d, %v", n, err)
 	}
-	if err := b.Release(ctx, "k", lease.LeaseID); err != nil {
+	if err := patient.Release(ctx, "k", lease.LeaseID); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
 
