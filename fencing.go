@@ -169,10 +169,7 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 // not an error; releasing an expired one returns ErrLeaseExpired and one
 // that is not the key's lease ErrLeaseNotFound.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
-	if err := backend.CheckKey(key); err != nil {
-		return fmt.Errorf("release %q: %w", key, err)
-	}
-	if err := backend.CheckLeaseID(leaseID); err != nil {
+	if err := backend.CheckRelease(key, leaseID); err != nil {
 		return fmt.Errorf("release %q: %w", key, err)
 	}
 	_, err := resend(c, ctx, func() (struct{}, error) {

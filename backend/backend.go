@@ -30,7 +30,7 @@
 //     expired one gets ErrLeaseExpired; any other ID gets ErrLeaseNotFound.
 //   - Token reports the token of the key's live lease, or live == false and a
 //     zero token when no lease is live.
-//   - Bad input (see CheckKey, CheckDurations, CheckLeaseID) and a done
+//   - Bad input (see CheckRequest and CheckRelease) and a done
 //     context get an error and change nothing.
 //
 // Errors that mean "the request may or may not have taken effect" wrap
@@ -161,6 +161,14 @@ func CheckLeaseID(id string) error {
 		return fmt.Errorf("%w: malformed lease ID", ErrLeaseNotFound)
 	}
 	return nil
+}
+
+// CheckRelease applies CheckKey and CheckLeaseID to a release's arguments.
+func CheckRelease(key, leaseID string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	return CheckLeaseID(leaseID)
 }
 
 // CheckRequest applies CheckKey, CheckDurations and CheckLeaseID to req.

@@ -307,10 +307,7 @@ func (s *seedBackend) Renew(ctx context.Context, req backend.Request) (backend.L
 }
 
 func (s *seedBackend) Release(ctx context.Context, key, leaseID string) error {
-	if err := backend.CheckKey(key); err != nil {
-		return err
-	}
-	if err := backend.CheckLeaseID(leaseID); err != nil {
+	if err := backend.CheckRelease(key, leaseID); err != nil {
 		return err
 	}
 	s.mu.Lock()

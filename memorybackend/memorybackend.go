@@ -196,10 +196,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
-	if err := backend.CheckKey(key); err != nil {
-		return err
-	}
-	if err := backend.CheckLeaseID(leaseID); err != nil {
+	if err := backend.CheckRelease(key, leaseID); err != nil {
 		return err
 	}
 	s := b.shard(key)
