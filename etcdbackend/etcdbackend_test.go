@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
@@ -291,7 +292,9 @@ func TestAmbiguousGrantResolves(t *testing.T) {
 		case err == nil:
 		case errors.Is(err, backend.ErrOutcomeUnknown):
 			unknown++
-			if !errors.Is(err, context.DeadlineExceeded) {
+			// The cause stays visible: the caller's deadline, or the
+			// server's own timeout when it gave up first (a busy machine).
+			if !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, rpctypes.ErrTimeout) {
 				t.Fatalf("ambiguous error %v does not keep the original error", err)
 			}
 			if l, err = b.Grant(ctx, r); err != nil {
