@@ -61,10 +61,10 @@ func RunBenchmarks(b *testing.B, h Harness) {
 	// Parallel, disjoint keys: each goroutine has keys of its own.
 	b.Run("ParallelGrantRelease", func(b *testing.B) {
 		c := newCoordinator(b)
-		var n atomic.Int64
+		nextKey := keySource()
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
-			key := "k" + strconv.FormatInt(n.Add(1), 10)
+			key := nextKey()
 			for pb.Next() {
 				grantRelease(b, c, ctx, key, timeout)
 			}
@@ -72,10 +72,10 @@ func RunBenchmarks(b *testing.B, h Harness) {
 	})
 	b.Run("ParallelRenew", func(b *testing.B) {
 		c := newCoordinator(b)
-		var n atomic.Int64
+		nextKey := keySource()
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
-			key := "k" + strconv.FormatInt(n.Add(1), 10)
+			key := nextKey()
 			lease := mustGrant(b, c, key, timeout)
 			for pb.Next() {
 				if _, err := c.Renew(ctx, key, lease.ID, timeout); err != nil {
@@ -87,10 +87,10 @@ func RunBenchmarks(b *testing.B, h Harness) {
 	})
 	b.Run("ParallelCheckToken", func(b *testing.B) {
 		c := newCoordinator(b)
-		var n atomic.Int64
+		nextKey := keySource()
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
-			key := "k" + strconv.FormatInt(n.Add(1), 10)
+			key := nextKey()
 			lease := mustGrant(b, c, key, timeout)
 			for pb.Next() {
 				if ok, err := c.CheckToken(ctx, key, lease.Token); err != nil || !ok {
@@ -135,6 +135,13 @@ func RunBenchmarks(b *testing.B, h Harness) {
 			}
 		})
 	})
+}
+
+// keySource returns a function that gives each caller (each RunParallel
+// goroutine) a key of its own.
+func keySource() func() string {
+	var n atomic.Int64
+	return func() string { return "k" + strconv.FormatInt(n.Add(1), 10) }
 }
 
 func mustGrant(b *testing.B, c *fencing.Coordinator, key string, timeout time.Duration) fencing.Lease {

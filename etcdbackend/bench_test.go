@@ -2,8 +2,6 @@ package etcdbackend_test
 
 import (
 	"context"
-	"strconv"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -100,64 +98,4 @@ func lockUnlock(b *testing.B, ctx context.Context, m *concurrency.Mutex) {
 	if err := m.Unlock(ctx); err != nil {
 		b.Fatal(err)
 	}
-}
-
-// BenchmarkOps measures the backend's operations one at a time: Grant and
-// Release (2 + 2 RPCs), a Renew (read + keep-alive) and a Token check (one
-// linearizable read).
-func BenchmarkOps(b *testing.B) {
-	cli := etcdtest.Client(b)
-	be, err := etcdbackend.New(cli, etcdbackend.WithPrefix(newPrefix("bench")))
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { be.Close() })
-	c := fencing.New(be)
-	ctx := context.Background()
-	b.Run("GrantRelease", func(b *testing.B) {
-		for b.Loop() {
-			lease, err := c.Grant(ctx, "k", benchTimeout)
-			if err != nil {
-				b.Fatal(err)
-			}
-			if err := c.Release(ctx, "k", lease.ID); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	lease, err := c.Grant(ctx, "held", benchTimeout)
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Run("Renew", func(b *testing.B) {
-		for b.Loop() {
-			if _, err := c.Renew(ctx, "held", lease.ID, benchTimeout); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("CheckToken", func(b *testing.B) {
-		for b.Loop() {
-			if ok, err := c.CheckToken(ctx, "held", lease.Token); err != nil || !ok {
-				b.Fatal(ok, err)
-			}
-		}
-	})
-	b.Run("ParallelGrantReleaseDisjoint", func(b *testing.B) {
-		var n atomic.Int64
-		b.RunParallel(func(pb *testing.PB) {
-			key := "p" + strconv.FormatInt(n.Add(1), 10)
-			for pb.Next() {
-				lease, err := c.Grant(ctx, key, benchTimeout)
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := c.Release(ctx, key, lease.ID); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	})
 }

@@ -62,6 +62,15 @@ func newBenchKeys(prefix string) *benchKeys {
 	return k
 }
 
+// grantAll grants every key, each under its goroutine's first lease ID.
+func (k *benchKeys) grantAll(b *testing.B, be backend.Backend) {
+	for i, set := range k.sets {
+		for _, key := range set {
+			mustGrant(b, be, key, k.ids[i][0])
+		}
+	}
+}
+
 // next returns the key set and lease IDs of the calling goroutine.
 func (k *benchKeys) next() ([]string, [2]string) {
 	i := int(k.n.Add(1)-1) % len(k.sets)
@@ -140,11 +149,7 @@ func BenchmarkRenew(b *testing.B) {
 			be := impl.new()
 			defer be.Close()
 			keys := newBenchKeys("renew")
-			for i, set := range keys.sets {
-				for _, key := range set {
-					mustGrant(b, be, key, keys.ids[i][0])
-				}
-			}
+			keys.grantAll(b, be)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
@@ -168,11 +173,7 @@ func BenchmarkCheckToken(b *testing.B) {
 			be := impl.new()
 			defer be.Close()
 			keys := newBenchKeys("check")
-			for i, set := range keys.sets {
-				for _, key := range set {
-					mustGrant(b, be, key, keys.ids[i][0])
-				}
-			}
+			keys.grantAll(b, be)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				ctx := context.Background()
