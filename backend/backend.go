@@ -34,7 +34,19 @@
 //     context get an error and change nothing.
 //
 // Errors that mean "the request may or may not have taken effect" wrap
-// ErrOutcomeUnknown, so a caller can retry with the same lease ID.
+// ErrOutcomeUnknown, so a caller can retry with the same lease ID. A request
+// that provably never reached the store (a refused dial, a closed client)
+// must not wrap it: like database/sql/driver's ErrBadConn, the two are
+// mirror images, and a caller acts on the difference.
+//
+// A verdict about the lease itself is returned as the sentinel alone, so
+// every backend words the same situation alike: a refused grant as a
+// *HeldError (which unwraps to ErrLeaseHeld), and ErrLeaseNotFound,
+// ErrLeaseExpired and ErrTokenSpaceExhausted as they are. Backends never
+// name the key in an error; package fencing names it once (see QuoteKey).
+//
+// Optional capabilities (waiting, inspecting) are small interfaces of their
+// own in this package; see Notifier and Inspector.
 //
 // The conformance package holds a backend to this contract.
 package backend
@@ -124,6 +136,10 @@ var (
 	ErrOutcomeUnknown = errors.New("fencing: outcome unknown")
 	// ErrClosed is returned by a backend after Close.
 	ErrClosed = errors.New("fencing: backend closed")
+	// ErrStaleToken is returned by a resource-side guard for a write whose
+	// token is lower than the highest one the resource has admitted.
+	// Nothing of that write was applied.
+	ErrStaleToken = errors.New("fencing: stale token")
 )
 
 // CheckKey returns an error wrapping ErrInvalidKey unless key is 1 to

@@ -1,0 +1,113 @@
+package backend
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// Optional capabilities. A backend implements the ones its store can do;
+// package fencing finds them by type assertion, as database/sql finds
+// driver.Pinger, and falls back where it can (bounded polling instead of
+// Notifier) or reports errors.ErrUnsupported where it cannot.
+
+// Notifier is implemented by a backend that can wake a waiter when a key's
+// lease ends, so that fencing.Coordinator.Lock need not poll.
+type Notifier interface {
+	// NotifyFree starts watching key for the end of its lease: a release, a
+	// forced release and, where the store sees it, an expiry. It returns
+	// once the watch is in place, so an end that happens after NotifyFree
+	// returns is reported on the Subscription: a waiter subscribes first,
+	// then tries to grant, then waits.
+	//
+	// Wake-ups may be spurious (a reconnect, another key's event) and are
+	// coalesced; a waiter always tries the grant again to learn. When the
+	// watch breaks, the backend sends a wake-up and re-establishes it, or
+	// closes the channel so the waiter falls back to polling.
+	//
+	// ctx bounds only the setting up; Close ends the watch.
+	NotifyFree(ctx context.Context, key string) (Subscription, error)
+}
+
+// Subscription is a watch set up by Notifier.NotifyFree.
+type Subscription interface {
+	// Freed receives a value (it has room for one; further ones are
+	// dropped until it is read) each time the key's lease may have ended.
+	// It is closed when the watch cannot go on.
+	Freed() <-chan struct{}
+	// Close ends the watch and frees everything it holds (connections,
+	// goroutines). It is safe to call more than once.
+	Close() error
+}
+
+// Inspector is implemented by a backend that can report a key's state in
+// one round trip, for operators, waiters and the command-line tool.
+type Inspector interface {
+	// Inspect reads key's state linearizably, as Token does. It never
+	// reveals the lease ID: KeyState has no field that could renew or
+	// release the lease. A key never leased has the zero KeyState.
+	Inspect(ctx context.Context, key string) (KeyState, error)
+}
+
+// KeyState is a key's state as the coordinator sees it.
+type KeyState struct {
+	// Live says a lease on the key is live.
+	Live bool
+	// Token is the live lease's token; zero when no lease is live.
+	Token uint64
+	// MaxToken is the highest token ever minted on the key (the live one
+	// or the last ended one); zero when the key was never leased.
+	MaxToken uint64
+	// ExpiresAt is when the live lease ends on the coordinator's clock
+	// (zero when none is live). Backends whose clock cannot be read report
+	// an estimate, as for Lease.ExpiresAt.
+	ExpiresAt time.Time
+	// Remaining is how long the live lease had left on the coordinator's
+	// clock when it was read; zero when none is live. Unlike ExpiresAt it
+	// does not depend on the reader's clock agreeing with the coordinator's.
+	Remaining time.Duration
+}
+
+// HeldError is the error a Grant returns when another lease on the key is
+// live. errors.Is(err, ErrLeaseHeld) reports true for it; errors.As finds it
+// for the time the holder's lease has left, which lets a waiter sleep until
+// then instead of polling.
+type HeldError struct {
+	// Remaining is how long the live lease had left on the coordinator's
+	// clock when the grant was refused, or zero when the backend cannot
+	// tell (etcd does not report a lease's TTL in the same request).
+	Remaining time.Duration
+}
+
+// Error returns ErrLeaseHeld's text, with the time left when known: the same
+// wording on every backend.
+func (e *HeldError) Error() string {
+	if e.Remaining <= 0 {
+		return ErrLeaseHeld.Error()
+	}
+	return fmt.Sprintf("%v (for %v more)", ErrLeaseHeld, e.Remaining.Round(time.Millisecond))
+}
+
+// Unwrap returns ErrLeaseHeld.
+func (e *HeldError) Unwrap() error { return ErrLeaseHeld }
+
+// maxKeyInMessage is how many bytes of a key an error message shows.
+const maxKeyInMessage = 64
+
+// QuoteKey returns key quoted for an error message, shortened to its first
+// bytes and its length when it is long, so that a huge key never makes a
+// huge message. Package fencing names the key once in each error; backends
+// leave it out of theirs.
+func QuoteKey(key string) string {
+	if len(key) <= maxKeyInMessage {
+		return strconv.Quote(key)
+	}
+	cut := maxKeyInMessage
+	for cut > 0 && cut < len(key) && !isRuneStart(key[cut]) {
+		cut-- // do not split a UTF-8 sequence
+	}
+	return strconv.Quote(key[:cut]) + "... (" + strconv.Itoa(len(key)) + " bytes)"
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
