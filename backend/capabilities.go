@@ -111,3 +111,30 @@ func QuoteKey(key string) string {
 }
 
 func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
+
+// ForceReleaser is implemented by a backend that can end a key's lease
+// whoever holds it: the operator's break-glass release.
+type ForceReleaser interface {
+	// ForceRelease ends key's live lease at once, as if its holder had
+	// released it: the key is free, the old token stops checking true, the
+	// old holder's renewals get ErrLeaseNotFound, and the next grant gets a
+	// larger token. It reports whether a live lease was ended; on a key with
+	// no live lease it changes nothing and reports false.
+	ForceRelease(ctx context.Context, key string) (ended bool, err error)
+}
+
+// Lister is implemented by a backend that can enumerate its keys.
+type Lister interface {
+	// List returns the state of up to limit keys that begin with prefix,
+	// starting at cursor ("" for the first page), and the cursor of the
+	// next page ("" after the last). The order is the backend's own; every
+	// key leased before the listing began and still stored appears exactly
+	// once across the pages. limit <= 0 means a backend's default page.
+	List(ctx context.Context, prefix, cursor string, limit int) (page []KeyInfo, next string, err error)
+}
+
+// KeyInfo is one key in a listing.
+type KeyInfo struct {
+	Key   string
+	State KeyState
+}
