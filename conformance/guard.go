@@ -217,7 +217,9 @@ func testGuardBadInput(t *testing.T, s GuardStore) {
 
 func testOddResources(t *testing.T, s GuardStore) {
 	g := gs{t, s}
-	names := []string{"a", "a/", "/a", "a:", "{a}", "{a", "a}", "}{", "a\x00", "a\x00b", "\xff\xfe", "é", "a b", "A"}
+	// No name starts with '}': on a Redis Cluster such a name has no hash
+	// tag of its own (see redisguard.Tag), so nothing can share its slot.
+	names := []string{"a", "a/", "/a", "a:", "{a}", "{a", "a}", "a}{", "{}", "a\x00", "a\x00b", "\xff\xfe", "é", "a b", "A"}
 	for i, r := range names {
 		g.write(r, uint64(100-i), "value of "+r)
 	}
