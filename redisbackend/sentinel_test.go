@@ -42,6 +42,9 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("token %d before the failover, want 3", last)
 	}
 
+	// A waiter subscribed on the old primary.
+	sub := mustNotify(t, b, "watched")
+
 	rs.Primary.Kill()
 
 	// Sentinel notices after a second, promotes the replica, and the
@@ -63,6 +66,16 @@ func TestSentinelFailover(t *testing.T) {
 			if tok <= last || (err == nil && lease.Token != tok) {
 				t.Fatalf("token %d after the failover, want more than %d", tok, last)
 			}
+			// The waiter was woken when its connection broke, and is
+			// subscribed again on the new primary: a release there wakes it.
+			wantWake(t, sub, "after the primary was killed")
+			waitNumSub(t, rs.Replica.Client(), false, channelOf(b, "watched"), 1)
+			drain(sub)
+			if _, err := b.Grant(ctx, backend.Request{Key: "watched", LeaseID: "w", Timeout: time.Minute}); err != nil && !errors.Is(err, redisbackend.ErrReplication) {
+				t.Fatalf("Grant on the new primary: %v", err)
+			}
+			mustRelease(t, b, "watched", "w")
+			wantWake(t, sub, "after a release on the new primary")
 			return
 		default:
 			wantClassified(t, "Grant during failover", err)
