@@ -98,7 +98,7 @@ func testLockManyWaiters(t *testing.T, clients ...redis.UniversalClient) {
 		inside atomic.Int32
 		mu     sync.Mutex
 		tokens []uint64
-		errs   = make(chan error, waiters*rounds)
+		errs   = make(chan error, 3*waiters*rounds) // up to three per lock
 		wg     sync.WaitGroup
 	)
 	for w := range waiters {
