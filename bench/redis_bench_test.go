@@ -26,7 +26,13 @@ const leaseTTL = time.Minute
 // runs several times, and a shared REDIS_ADDR server keeps old leases).
 func newCoordinator(tb testing.TB, c redis.UniversalClient, prefix string) *fencing.Coordinator {
 	tb.Helper()
-	prefix += rand.Text() + ":"
+	return newCoordinatorPrefix(tb, c, prefix+rand.Text()+":")
+}
+
+// newCoordinatorPrefix returns a Coordinator over a Redis backend on c with
+// exactly this key prefix.
+func newCoordinatorPrefix(tb testing.TB, c redis.UniversalClient, prefix string) *fencing.Coordinator {
+	tb.Helper()
 	// The server's persistence is not what is measured: skip the check.
 	be, err := redisbackend.New(c, redisbackend.WithPrefix(prefix),
 		redisbackend.WithConfigCheck(redisbackend.ConfigIgnore))

@@ -51,6 +51,117 @@ func TestCluster(t *testing.T) {
 	t.Run("OddKeys", func(t *testing.T) { testClusterOddKeys(t, c) })
 	t.Run("OneSlotPerKey", func(t *testing.T) { testClusterOneSlotPerKey(t, c) })
 	t.Run("MinReplicasWithoutReplicas", func(t *testing.T) { testClusterMinReplicasWithoutReplicas(t, c) })
+	t.Run("NotifyOnKeyShard", func(t *testing.T) { testClusterNotifyOnKeyShard(t, c) })
+	t.Run("ListEveryMaster", func(t *testing.T) { testClusterListEveryMaster(t, c) })
+}
+
+// keysPerMaster returns n keys for each master of c, as the backend b
+// stores them.
+func keysPerMaster(t *testing.T, c *redistest.Cluster, client *redis.ClusterClient, b *redisbackend.Backend, n int) [][]string {
+	t.Helper()
+	ctx := context.Background()
+	keys := make([][]string, len(c.Masters))
+	for i := 0; ; i++ {
+		k := fmt.Sprintf("key-%d", i)
+		slot, err := client.ClusterKeySlot(ctx, b.RedisKey(k)).Result()
+		if err != nil {
+			t.Fatalf("CLUSTER KEYSLOT: %v", err)
+		}
+		m := int(slot) * len(c.Masters) / 16384 // StartCluster gives each a third
+		if len(keys[m]) < n {
+			keys[m] = append(keys[m], k)
+		}
+		done := true
+		for _, ks := range keys {
+			done = done && len(ks) == n
+		}
+		if done {
+			return keys
+		}
+	}
+}
+
+// testClusterNotifyOnKeyShard: on a Cluster a waiter's channel is
+// subscribed (SSUBSCRIBE) on the master that owns the key's slot and no
+// other, one pub/sub connection per master carries every key there, and
+// the release script's SPUBLISH reaches it.
+func testClusterNotifyOnKeyShard(t *testing.T, c *redistest.Cluster) {
+	client := c.Client(t)
+	b := newClusterBackend(context.Background(), t, client, "notify:")
+	keys := keysPerMaster(t, c, client, b, 2)
+	masters := make([]*redis.Client, len(c.Masters))
+	for i, m := range c.Masters {
+		masters[i] = m.Client()
+	}
+	subs := make(map[string]backend.Subscription)
+	for _, ks := range keys {
+		for _, k := range ks {
+			subs[k] = mustNotify(t, b, k)
+		}
+	}
+	for owner, ks := range keys {
+		for _, k := range ks {
+			for i, m := range masters {
+				want := int64(0)
+				if i == owner {
+					want = 1
+				}
+				if n := numSub(t, m, true, channelOf(b, k)); n != want {
+					t.Fatalf("master %d counts %d shard subscribers of %q (owned by master %d), want %d", i, n, k, owner, want)
+				}
+			}
+			mustGrant(t, b, k, "id")
+			mustRelease(t, b, k, "id")
+			wantWake(t, subs[k], "after the release of "+k)
+		}
+		list, err := masters[owner].ClientList(context.Background()).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := strings.Count(list, "flags=P"); n != 1 {
+			t.Fatalf("master %d has %d pub/sub connections for %d keys, want 1", owner, n, len(ks))
+		}
+	}
+}
+
+// testClusterListEveryMaster: List scans every master, a page at a time,
+// and returns each key once.
+func testClusterListEveryMaster(t *testing.T, c *redistest.Cluster) {
+	client := c.Client(t)
+	ctx := context.Background()
+	b := newClusterBackend(ctx, t, client, "list:")
+	keys := keysPerMaster(t, c, client, b, 3)
+	want := make(map[string]bool)
+	for _, ks := range keys {
+		for _, k := range ks {
+			mustGrant(t, b, k, "id")
+			want[k] = true
+		}
+	}
+	got := make(map[string]bool)
+	cursor := ""
+	for pages := 0; ; pages++ {
+		page, next, err := b.List(ctx, "key-", cursor, 2)
+		if err != nil {
+			t.Fatalf("List: %v", err)
+		}
+		if len(page) > 2 || pages > 20 {
+			t.Fatalf("page %d has %d keys (limit 2)", pages, len(page))
+		}
+		for _, ki := range page {
+			if got[ki.Key] || !want[ki.Key] || !ki.State.Live {
+				t.Fatalf("List returned %+v (seen before: %v, wanted: %v)", ki, got[ki.Key], want[ki.Key])
+			}
+			got[ki.Key] = true
+		}
+		if next == "" {
+			break
+		}
+		cursor = next
+	}
+	if len(got) != len(want) {
+		t.Fatalf("List returned %d keys, want %d", len(got), len(want))
+	}
 }
 
 // oddKeys are keys that could collide or be split over slots by a careless

@@ -19,6 +19,9 @@ type faultProxy struct {
 	// reply is not an error: faultNone, faultDrop or faultStall.
 	armed   atomic.Int32
 	dropped atomic.Int32 // replies dropped (with their connection)
+	// refuse makes a drop also close the listener, so that every later
+	// dial is refused: a client that resent would see a refused dial.
+	refuse  atomic.Bool
 	stalled atomic.Int32 // replies swallowed on a connection left open
 
 	mu     sync.Mutex
@@ -136,6 +139,9 @@ func (p *faultProxy) pipe(client, server net.Conn) {
 			switch {
 			case fault == faultDrop && !isError && p.armed.CompareAndSwap(faultDrop, faultNone):
 				p.dropped.Add(1)
+				if p.refuse.Load() {
+					p.ln.Close()
+				}
 				server.Close()
 				return
 			case fault == faultStall && !isError && p.armed.CompareAndSwap(faultStall, faultNone):

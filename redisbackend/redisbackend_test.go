@@ -253,85 +253,59 @@ func TestTokenExhaustion(t *testing.T) {
 	}
 }
 
-// TestLostGrantReplyResentByClient: the server runs the grant, the reply is
-// lost with its connection, go-redis resends the same EVALSHA. The resend
-// must return the same lease, not mint a second token.
-func TestLostGrantReplyResentByClient(t *testing.T) {
-	srv := redistest.Start(t, persistent)
-	p := startProxy(t, srv.Addr())
-	client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: 3})
-	defer client.Close()
-	b := newBackend(t, client)
-	mustGrant(t, b, "warm-up", "w") // loads the script: no NOSCRIPT round below
+// TestLostReply: the server runs the script, the reply is lost with its
+// connection. go-redis does not resend it, whatever MaxRetries says: the
+// call returns ErrOutcomeUnknown (wrapping the network error), and
+// resending with the same lease ID settles it without a second token. The
+// Coordinator does so by itself.
+func TestLostReply(t *testing.T) {
+	for _, retries := range []int{-1, 3} {
+		t.Run("MaxRetries="+strconv.Itoa(retries), func(t *testing.T) {
+			srv := redistest.Start(t, persistent)
+			p := startProxy(t, srv.Addr())
+			client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: retries})
+			defer client.Close()
+			b := newBackend(t, client)
+			raw := srv.Client()
+			ctx := context.Background()
+			mustGrant(t, b, "warm-up", "w") // loads the script: no NOSCRIPT round below
 
-	p.arm(faultDrop)
-	lease := mustGrant(t, b, "k", "lease-1")
-	if p.dropped.Load() != 1 {
-		t.Fatalf("the proxy dropped %d replies, want 1", p.dropped.Load())
-	}
-	if lease.Token != 1 {
-		t.Fatalf("token %d after a resent grant, want 1", lease.Token)
-	}
-	if got := counter(t, srv.Client(), b, "k"); got != "1" {
-		t.Fatalf("counter %s after a resent grant, want 1: a second token was minted", got)
-	}
+			p.arm(faultDrop)
+			_, err := b.Grant(ctx, req("k", "lease-1"))
+			if !errors.Is(err, backend.ErrOutcomeUnknown) {
+				t.Fatalf("Grant with a lost reply: %v, want ErrOutcomeUnknown", err)
+			}
+			if got := counter(t, raw, b, "k"); got != "1" || p.dropped.Load() != 1 {
+				t.Fatalf("counter %q, drops %d: want the server to have run the grant once", got, p.dropped.Load())
+			}
+			lease := mustGrant(t, b, "k", "lease-1") // the resend
+			if lease.Token != 1 || counter(t, raw, b, "k") != "1" {
+				t.Fatalf("resent grant: token %d, counter %s; want 1, 1", lease.Token, counter(t, raw, b, "k"))
+			}
 
-	// A renewal run twice just renews again, keeping the token.
-	p.arm(faultDrop)
-	renewed, err := b.Renew(context.Background(), req("k", "lease-1"))
-	if err != nil || renewed.Token != 1 || p.dropped.Load() != 2 {
-		t.Fatalf("resent Renew: %+v, %v (drops %d); want token 1", renewed, err, p.dropped.Load())
-	}
+			// A renewal run twice just renews again, keeping the token.
+			p.arm(faultDrop)
+			if _, err := b.Renew(ctx, req("k", "lease-1")); !errors.Is(err, backend.ErrOutcomeUnknown) {
+				t.Fatalf("Renew with a lost reply: %v, want ErrOutcomeUnknown", err)
+			}
+			if renewed, err := b.Renew(ctx, req("k", "lease-1")); err != nil || renewed.Token != 1 {
+				t.Fatalf("resent Renew: %+v, %v; want token 1", renewed, err)
+			}
 
-	// The same for release: the resent release of a released lease is nil.
-	p.arm(faultDrop)
-	mustRelease(t, b, "k", "lease-1")
-	if p.dropped.Load() != 3 {
-		t.Fatalf("the proxy dropped %d replies, want 3", p.dropped.Load())
-	}
-	if next := mustGrant(t, b, "k", "lease-2"); next.Token != 2 {
-		t.Fatalf("token after release = %d, want 2", next.Token)
-	}
-}
+			p.arm(faultDrop)
+			if err := b.Release(ctx, "k", "lease-1"); !errors.Is(err, backend.ErrOutcomeUnknown) {
+				t.Fatalf("Release with a lost reply: %v, want ErrOutcomeUnknown", err)
+			}
+			mustRelease(t, b, "k", "lease-1") // the resend
 
-// TestLostReplyWithoutClientRetries: with go-redis retries off, a lost reply
-// surfaces as ErrOutcomeUnknown (wrapping the network error); resending
-// with the same lease ID settles it, and the Coordinator does so by itself.
-func TestLostReplyWithoutClientRetries(t *testing.T) {
-	srv := redistest.Start(t, persistent)
-	p := startProxy(t, srv.Addr())
-	client := redis.NewClient(&redis.Options{Addr: p.Addr(), MaxRetries: -1})
-	defer client.Close()
-	b := newBackend(t, client)
-	raw := srv.Client()
-	ctx := context.Background()
-	mustGrant(t, b, "warm-up", "w")
-
-	p.arm(faultDrop)
-	_, err := b.Grant(ctx, req("k", "lease-1"))
-	if !errors.Is(err, backend.ErrOutcomeUnknown) {
-		t.Fatalf("Grant with a lost reply: %v, want ErrOutcomeUnknown", err)
-	}
-	if got := counter(t, raw, b, "k"); got != "1" {
-		t.Fatalf("counter %q: the server did not run the grant", got)
-	}
-	lease := mustGrant(t, b, "k", "lease-1") // the resend
-	if lease.Token != 1 || counter(t, raw, b, "k") != "1" {
-		t.Fatalf("resent grant: token %d, counter %s; want 1, 1", lease.Token, counter(t, raw, b, "k"))
-	}
-
-	p.arm(faultDrop)
-	if err := b.Release(ctx, "k", "lease-1"); !errors.Is(err, backend.ErrOutcomeUnknown) {
-		t.Fatalf("Release with a lost reply: %v, want ErrOutcomeUnknown", err)
-	}
-	mustRelease(t, b, "k", "lease-1") // the resend
-
-	// The Coordinator resends on ErrOutcomeUnknown with the same ID.
-	c := fencing.New(b)
-	p.arm(faultDrop)
-	l, err := c.Grant(ctx, "k", time.Minute)
-	if err != nil || l.Token != 2 || counter(t, raw, b, "k") != "2" || p.dropped.Load() != 3 {
-		t.Fatalf("Coordinator grant over a lost reply: %+v, %v; counter %s, drops %d", l, err, counter(t, raw, b, "k"), p.dropped.Load())
+			// The Coordinator resends on ErrOutcomeUnknown with the same ID.
+			c := fencing.New(b)
+			p.arm(faultDrop)
+			l, err := c.Grant(ctx, "k", time.Minute)
+			if err != nil || l.Token != 2 || counter(t, raw, b, "k") != "2" || p.dropped.Load() != 4 {
+				t.Fatalf("Coordinator grant over a lost reply: %+v, %v; counter %s, drops %d", l, err, counter(t, raw, b, "k"), p.dropped.Load())
+			}
+		})
 	}
 }
 

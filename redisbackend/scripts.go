@@ -1,77 +1,113 @@
 package redisbackend
 
-import "github.com/redis/go-redis/v9"
+import (
+	"context"
+	"crypto/sha1"
+	_ "embed" // the scripts
+	"encoding/hex"
+	"errors"
 
-// The scripts keep a key's whole record in one hash without a TTL, so a key
-// is one Redis key in one hash slot and no eviction policy that spares keys
-// without a TTL (noeviction, volatile-*) can touch it:
-//
-//	token   highest token ever minted on the key (a decimal int64, never
-//	        passed through a Lua number: HINCRBY's reply is one, so the
-//	        scripts read the field back as a string)
-//	id      the most recent lease's ID
-//	exp     when that lease ends: server TIME in microseconds since the epoch
-//	rel     "1" once that lease was released
-//	ttl     its granted timeout in milliseconds (as sent)
-//	margin  its margin in nanoseconds (as sent)
-//
-// Expiry is decided by the server's TIME inside the script, never by a time
-// the client sends. Microsecond timestamps (about 1.8e15) plus at most
-// MaxDuration (3.2e13 µs) stay far below 2^53, so Lua's doubles hold them
-// exactly; string.format('%.0f') writes them back without an exponent.
-// Scripts call TIME and then write: Redis 5 and later replicate a script by
-// its effects (the HSET with the computed values), the only mode in Redis 7.
+	"github.com/redis/go-redis/v9"
+)
+
+// The scripts keep a key's whole record in one hash without a TTL (see
+// records.go). Each is prelude.lua, which reads the server's clock and the
+// record, followed by the operation. Expiry is decided by the server's TIME
+// inside the script, never by a time the client sends. Microsecond
+// timestamps (about 1.8e15) plus at most MaxDuration (3.2e13 µs) stay far
+// below 2^53, so Lua's doubles hold them exactly; string.format('%.0f')
+// writes them back without an exponent. Tokens never pass through a Lua
+// number. Scripts call TIME and then write: Redis 5 and later replicate a
+// script by its effects, the only mode in Redis 7.
 //
 // Every script reads first and writes last, and writes only after every
-// check passed, so a script that fails changes nothing.
+// check passed, so a script that fails changes nothing. Limits (the largest
+// token) and names (the channel, the publish command) are arguments, so
+// one script serves every prefix and client.
 
-// scriptPrelude reads the server's clock and the key's record.
-const scriptPrelude = `
-local key = KEYS[1]
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local h = redis.call('HMGET', key, 'token', 'id', 'exp', 'rel', 'ttl', 'margin')
-local tok, id, exp, rel = h[1], h[2], h[3], h[4] == '1'
-local live = id and (not rel) and exp and now < tonumber(exp)
-`
+var (
+	//go:embed lua/prelude.lua
+	preludeLua string
+	//go:embed lua/grant.lua
+	grantLua string
+	//go:embed lua/renew.lua
+	renewLua string
+	//go:embed lua/release.lua
+	releaseLua string
+	//go:embed lua/forcerelease.lua
+	forceReleaseLua string
+	//go:embed lua/token.lua
+	tokenLua string
+	//go:embed lua/inspect.lua
+	inspectLua string
+)
 
-// grantScript: ARGV = lease ID, ttl ms, margin ns, ttl+margin in µs.
-// Replies {status, token, exp, ttl, margin}.
-var grantScript = redis.NewScript(scriptPrelude + `
-if id == ARGV[1] then
-  if rel then return {'released'} end
-  if live then return {'ok', tok, exp, h[5], h[6]} end
-  return {'expired'}
-end
-if live then return {'held'} end
-if tok == '` + maxTokenString + `' then return {'exhausted', tok} end
-redis.call('HINCRBY', key, 'token', 1)
-tok = redis.call('HGET', key, 'token')
-exp = string.format('%.0f', now + tonumber(ARGV[4]))
-redis.call('HSET', key, 'id', ARGV[1], 'exp', exp, 'rel', '0', 'ttl', ARGV[2], 'margin', ARGV[3])
-return {'ok', tok, exp, ARGV[2], ARGV[3]}
-`)
+var (
+	grantScript        = newScript(grantLua)
+	renewScript        = newScript(renewLua)
+	releaseScript      = newScript(releaseLua)
+	forceReleaseScript = newScript(forceReleaseLua)
+	tokenScript        = newScript(tokenLua)
+	inspectScript      = newScript(inspectLua)
+)
 
-// renewScript: ARGV as grantScript. Replies {status, token, exp, ttl, margin}.
-var renewScript = redis.NewScript(scriptPrelude + `
-if id ~= ARGV[1] or rel then return {'notfound'} end
-if not live then return {'expired'} end
-exp = string.format('%.0f', now + tonumber(ARGV[4]))
-redis.call('HSET', key, 'exp', exp, 'ttl', ARGV[2], 'margin', ARGV[3])
-return {'ok', tok, exp, ARGV[2], ARGV[3]}
-`)
+// script is a Lua script run by its SHA1 (EVALSHA), with its source (EVAL)
+// when the server's script cache lacks it.
+type script struct {
+	src, hash string
+}
 
-// releaseScript: ARGV = lease ID. Replies {status}.
-var releaseScript = redis.NewScript(scriptPrelude + `
-if id ~= ARGV[1] then return {'notfound'} end
-if rel then return {'ok'} end
-if not live then return {'expired'} end
-redis.call('HSET', key, 'rel', '1')
-return {'ok'}
-`)
+func newScript(body string) *script {
+	src := preludeLua + body
+	sum := sha1.Sum([]byte(src))
+	return &script{src: src, hash: hex.EncodeToString(sum[:])}
+}
 
-// tokenScript replies the live lease's token, or nil.
-var tokenScript = redis.NewScript(scriptPrelude + `
-if live then return tok end
-return false
-`)
+// cmd returns the script's EVALSHA (or, with source set, EVAL) command.
+// go-redis never resends it (see onceCmd).
+func (s *script) cmd(ctx context.Context, source bool, keys []string, args []any) onceCmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
+	if source {
+		a = append(a, "eval", s.src)
+	} else {
+		a = append(a, "evalsha", s.hash)
+	}
+	a = append(a, len(keys))
+	for _, k := range keys {
+		a = append(a, k)
+	}
+	a = append(a, args...)
+	return onceCmd{redis.NewCmd(ctx, a...)}
+}
+
+// run sends the script once by its SHA1, and its source if the server
+// lacks it, in one round trip when the cache has it.
+func (s *script) run(ctx context.Context, c processor, keys []string, args ...any) *redis.Cmd {
+	cmd := s.cmd(ctx, false, keys, args)
+	_ = c.Process(ctx, cmd)
+	if isNoScript(cmd.Err()) { // nothing ran: send the source
+		cmd = s.cmd(ctx, true, keys, args)
+		_ = c.Process(ctx, cmd)
+	}
+	return cmd.Cmd
+}
+
+// processor is what runs a command: a client, a node's client, a pipeline.
+type processor interface {
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+func isNoScript(err error) bool {
+	return err != nil && (redis.HasErrorPrefix(err, "NOSCRIPT") || errors.Is(err, redis.ErrNoScript))
+}
+
+// onceCmd is a command that go-redis sends at most once (its retry loop
+// asks NoRetry after a failed attempt). A resend is the caller's decision
+// (fencing.Coordinator resends with the same lease ID), taken knowing the
+// outcome was unknown; and with one attempt, an error that shows the
+// request never left (a refused dial) means nothing happened, which a
+// resend by go-redis after a lost reply would hide.
+type onceCmd struct{ *redis.Cmd }
+
+// NoRetry implements redis.Cmder.
+func (onceCmd) NoRetry() bool { return true }

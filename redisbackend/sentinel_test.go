@@ -42,13 +42,16 @@ func TestSentinelFailover(t *testing.T) {
 		t.Fatalf("token %d before the failover, want 3", last)
 	}
 
+	// A waiter subscribed on the old primary.
+	sub := mustNotify(t, b, "watched")
+
 	rs.Primary.Kill()
 
 	// Sentinel notices after a second, promotes the replica, and the
-	// failover client follows it. Until then grants fail with an unknown
-	// outcome (connection refused), or, once the new primary runs without
-	// a replica, with ErrReplication: either way the key's record shows
-	// whether a token was used.
+	// failover client follows it. Until then grants fail: a refused dial
+	// is known not to have been sent, anything else may have been; once the
+	// new primary runs without a replica, they fail with ErrReplication.
+	// Either way the key's record shows whether a token was used.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		lease, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "after", Timeout: time.Minute})
@@ -63,9 +66,19 @@ func TestSentinelFailover(t *testing.T) {
 			if tok <= last || (err == nil && lease.Token != tok) {
 				t.Fatalf("token %d after the failover, want more than %d", tok, last)
 			}
+			// The waiter was woken when its connection broke, and is
+			// subscribed again on the new primary: a release there wakes it.
+			wantWake(t, sub, "after the primary was killed")
+			waitNumSub(t, rs.Replica.Client(), false, channelOf(b, "watched"), 1)
+			drain(sub)
+			if _, err := b.Grant(ctx, backend.Request{Key: "watched", LeaseID: "w", Timeout: time.Minute}); err != nil && !errors.Is(err, redisbackend.ErrReplication) {
+				t.Fatalf("Grant on the new primary: %v", err)
+			}
+			mustRelease(t, b, "watched", "w")
+			wantWake(t, sub, "after a release on the new primary")
 			return
-		case !errors.Is(err, backend.ErrOutcomeUnknown):
-			t.Fatalf("Grant during failover: %v, want ErrOutcomeUnknown until the replica is promoted", err)
+		default:
+			wantClassified(t, "Grant during failover", err)
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("no failover within a minute; last error: %v", err)

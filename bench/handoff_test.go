@@ -1,0 +1,148 @@
+package bench
+
+import (
+	"context"
+	cryptorand "crypto/rand"
+	"errors"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/bsm/redislock"
+
+	"github.com/fencing-go/fencing"
+)
+
+// waiterSettle is how long a handoff round lets the waiter start waiting
+// (subscribe, try, be refused, sleep) before the holder releases.
+const waiterSettle = 5 * time.Millisecond
+
+// BenchmarkHandoff measures a lock's handoff: the time from the holder's
+// release returning to the waiting caller's lock call returning. Each
+// round runs, in a shuffled order on one redis-server:
+//
+//   - fencing: a waiter in Coordinator.Lock (woken by the release script's
+//     PUBLISH, then one grant) while another Coordinator holds the key;
+//   - redislock-1ms, redislock-10ms: a waiter in redislock's Obtain with
+//     LinearBackoff(1ms) and (10ms) while another client holds the lock;
+//   - ping: one PING, the store's round trip in the same conditions;
+//   - refused: one refused grant (a Coordinator.Grant on a held key), the
+//     one script round trip a handoff cannot avoid.
+//
+// It reports each one's median (µs) and fencing's handoff in PING round
+// trips (target: at most two) and in refused grants.
+func BenchmarkHandoff(b *testing.B) {
+	holderClient, waiterClient := newClient(b), newClient(b)
+	ctx := context.Background()
+	// Holder and waiter share a key space, each with its own client (and
+	// connections): two Coordinators over two backends with one prefix.
+	prefix := "bench:handoff:" + cryptorand.Text() + ":"
+	holder := newCoordinatorPrefix(b, holderClient, prefix)
+	waiter := newCoordinatorPrefix(b, waiterClient, prefix)
+	lockHolder, lockWaiter := redislock.New(holderClient), redislock.New(waiterClient)
+	lockKey := prefix + "redislock"
+	if _, err := holder.Grant(ctx, "held", leaseTTL); err != nil {
+		b.Fatal(err)
+	}
+
+	// handoff runs one round: hold, start the waiter, release, and return
+	// the time from the release returning to the waiter's lock returning.
+	type result struct {
+		at     time.Time
+		unlock func() error
+		err    error
+	}
+	handoff := func(hold func() (release func() error, err error), wait func() (unlock func() error, err error)) (time.Duration, error) {
+		release, err := hold()
+		if err != nil {
+			return 0, err
+		}
+		got := make(chan result, 1)
+		go func() {
+			unlock, err := wait()
+			got <- result{time.Now(), unlock, err}
+		}()
+		time.Sleep(waiterSettle)
+		if err := release(); err != nil {
+			return 0, err
+		}
+		released := time.Now()
+		r := <-got
+		if r.err != nil {
+			return 0, r.err
+		}
+		return r.at.Sub(released), r.unlock()
+	}
+	fencingRound := func() (time.Duration, error) {
+		return handoff(func() (func() error, error) {
+			l, err := holder.Grant(ctx, "key", leaseTTL)
+			return func() error { return holder.Release(ctx, "key", l.ID) }, err
+		}, func() (func() error, error) {
+			h, err := waiter.Lock(ctx, "key", leaseTTL)
+			if err != nil {
+				return nil, err
+			}
+			return func() error { return h.Release(ctx) }, nil
+		})
+	}
+	redislockRound := func(backoff time.Duration) func() (time.Duration, error) {
+		return func() (time.Duration, error) {
+			return handoff(func() (func() error, error) {
+				l, err := lockHolder.Obtain(ctx, lockKey, leaseTTL, nil)
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Release(ctx) }, nil
+			}, func() (func() error, error) {
+				opt := &redislock.Options{RetryStrategy: redislock.LinearBackoff(backoff)}
+				l, err := lockWaiter.Obtain(ctx, lockKey, leaseTTL, opt)
+				if err != nil {
+					return nil, err
+				}
+				return func() error { return l.Release(ctx) }, nil
+			})
+		}
+	}
+	ops := []struct {
+		name string
+		fn   func() (time.Duration, error)
+	}{
+		{"fencing", fencingRound},
+		{"redislock-1ms", redislockRound(time.Millisecond)},
+		{"redislock-10ms", redislockRound(10 * time.Millisecond)},
+		{"refused", func() (time.Duration, error) {
+			start := time.Now()
+			_, err := waiter.Grant(ctx, "held", leaseTTL)
+			d := time.Since(start)
+			if errors.Is(err, fencing.ErrLeaseHeld) {
+				err = nil
+			}
+			return d, err
+		}},
+		{"ping", func() (time.Duration, error) {
+			start := time.Now()
+			err := holderClient.Ping(ctx).Err()
+			return time.Since(start), err
+		}},
+	}
+	times := make([][]time.Duration, len(ops))
+	for b.Loop() {
+		for _, i := range rand.Perm(len(ops)) {
+			d, err := ops[i].fn()
+			if err != nil {
+				b.Fatalf("%s: %v", ops[i].name, err)
+			}
+			times[i] = append(times[i], d)
+		}
+	}
+	median := make(map[string]float64, len(ops))
+	for i, op := range ops {
+		median[op.name] = medianMicros(times[i])
+		b.ReportMetric(median[op.name], op.name+"-µs")
+	}
+	b.ReportMetric(median["fencing"]/median["ping"], "fencing/ping")
+	b.ReportMetric(median["fencing"]/median["refused"], "fencing/refused")
+	b.ReportMetric(median["fencing"]/median["redislock-1ms"], "fencing/redislock-1ms")
+	b.ReportMetric(median["fencing"]/median["redislock-10ms"], "fencing/redislock-10ms")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,78 @@
+// Package redisbackend is a fencing backend on Redis: a standalone server, a
+// Sentinel-managed primary (go-redis failover client) or a Redis Cluster.
+//
+// The Redis server's clock is the coordinator's clock. Every operation is one
+// Lua script in one round trip (EVALSHA, falling back to EVAL when the
+// server's script cache lacks it); the script reads the server's TIME and
+// decides expiry against it, so no time the client sends ever matters.
+//
+// # Records
+//
+// Each key is one Redis hash named
+//
+//	<prefix>{<base64url(key)>}:token
+//
+// that holds the key's highest token, the most recent lease's ID, its expiry
+// (server microseconds) and whether it was released (records.go has the
+// layout, lua/ the scripts). The hash has no TTL and
+// is never deleted: the highest token must outlive every lease, or a later
+// grant could reissue it. That costs about 200 bytes plus the key per key
+// ever leased. The base64url encoding lets any byte string be a key, keeps
+// braces and separators in the key from making two keys collide, and makes
+// the hash tag non-empty, so on a Cluster everything about one key lives in
+// one slot. A prefix that itself contains braces moves the hash tag into the
+// prefix and pins all keys to one slot; avoid that unless you want it.
+//
+// # Tokens
+//
+// Tokens are dense per key (1, 2, 3...; a failed grant uses none up) and are
+// Redis integers, signed 64-bit: the largest is MaxToken (math.MaxInt64).
+// Grant past it fails with backend.ErrTokenSpaceExhausted; tokens never
+// wrap. Tokens never pass through a Lua number (a double), so they stay
+// exact over the whole range.
+//
+// # Durability
+//
+// Tokens only grow as far as Redis keeps its data. With appendonly yes and
+// appendfsync always, an acknowledged grant survives kill -9 and power loss.
+// With appendfsync everysec, a crash of the machine can lose about the last
+// second or two of writes, and so can kill -9 while a slow disk makes Redis
+// postpone its AOF writes. Without
+// an append-only file (RDB snapshots only, or no persistence) a restart
+// loses tokens and they go back. An allkeys-* eviction policy can evict a
+// key's record at any time; volatile-* policies and noeviction never touch
+// it, since it has no TTL. New checks this configuration (WithConfigCheck).
+//
+// Replication is asynchronous: a failover can lose grants the old primary
+// acknowledged. WithMinReplicas makes the primary wait for replicas after
+// each grant and renewal, which narrows that window but is not consensus.
+// See docs/redis.md for each setup's guarantees.
+//
+// # Errors and resends
+//
+// go-redis never resends this backend's scripts by itself, whatever the
+// client's MaxRetries: each goes out once, so its error tells what happened
+// to that one request. A request that provably never left (a refused or
+// timed-out dial, a closed client, a pool without a free connection) and a
+// request the server refused with an error reply changed nothing, and their
+// errors do not wrap backend.ErrOutcomeUnknown. Every other failure (a lost
+// connection, a read timeout) may have come after the server ran the
+// script: the error wraps backend.ErrOutcomeUnknown with the cause, and the
+// caller resends with the same lease ID (fencing.Coordinator does). The
+// lease ID doubles as the request's nonce, so a resend is safe: a grant
+// whose ID is the key's most recent lease returns that lease unchanged, a
+// resent release of a released lease returns nil, and a resent renewal
+// just renews again.
+//
+// A verdict about the lease is the sentinel alone (a *backend.HeldError,
+// with the holder's time left on the server's clock, for a refused grant);
+// no error names the key, which package fencing does once.
+//
+// # Waiting and inspecting
+//
+// The backend implements backend.Notifier (a release publishes on the
+// key's channel, see NotifyFree), backend.Inspector, backend.ForceReleaser
+// and backend.Lister. Expiry publishes nothing: records have no TTL, so
+// Redis sees no event when a lease runs out; a waiter sleeps until the
+// time a refused grant reported (backend.HeldError).
+package redisbackend

@@ -1,0 +1,156 @@
+package redisbackend
+
+import (
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Storage layout. Each key is one Redis hash without a TTL,
+//
+//	<prefix>{<base64url(key)>}:token
+//
+// with the fields
+//
+//	token   highest token ever minted on the key (a decimal int64)
+//	id      the most recent lease's ID
+//	exp     when that lease ends: server TIME in microseconds since the epoch
+//	rel     "1" once that lease was released (by its holder or by force)
+//	ttl     its granted timeout in milliseconds (as sent)
+//	margin  its margin in nanoseconds (as sent)
+//
+// and a release publishes on the key's channel, in the same hash slot:
+//
+//	<prefix>{<base64url(key)>}:free
+
+const (
+	recordSuffix  = "}:token"
+	channelSuffix = "}:free"
+)
+
+var keyEncoding = base64.RawURLEncoding
+
+// RedisKey returns the name of the Redis hash that holds key's record, for
+// operators and tests. The hash's field "token" is the key's highest token.
+func (b *Backend) RedisKey(key string) string { return b.name(key, recordSuffix) }
+
+// channel returns the name of the channel a release of key publishes on.
+func (b *Backend) channel(key string) string { return b.name(key, channelSuffix) }
+
+func (b *Backend) name(key, suffix string) string {
+	var sb strings.Builder
+	sb.Grow(len(b.prefix) + 1 + keyEncoding.EncodedLen(len(key)) + len(suffix))
+	sb.WriteString(b.prefix)
+	sb.WriteByte('{')
+	sb.WriteString(keyEncoding.EncodeToString([]byte(key)))
+	sb.WriteString(suffix)
+	return sb.String()
+}
+
+// decodeKey returns the key whose record is the Redis key rk, or false
+// when rk is not a record of this backend.
+func (b *Backend) decodeKey(rk string) (string, bool) {
+	enc, ok := strings.CutPrefix(rk, b.prefix+"{")
+	if !ok {
+		return "", false
+	}
+	if enc, ok = strings.CutSuffix(enc, recordSuffix); !ok {
+		return "", false
+	}
+	key, err := keyEncoding.DecodeString(enc)
+	if err != nil || len(key) == 0 {
+		return "", false
+	}
+	return string(key), true
+}
+
+// errBadReply marks a script reply this package cannot read.
+var errBadReply = errors.New("redis: unexpected script reply")
+
+// statusError turns a script's status into the contract's verdict (nil for
+// "ok"): the sentinel alone, or a *backend.HeldError.
+func statusError(reply []string) error {
+	if len(reply) == 0 {
+		return fmt.Errorf("%w: %w: empty", backend.ErrOutcomeUnknown, errBadReply)
+	}
+	switch reply[0] {
+	case "ok":
+		return nil
+	case "held":
+		var left int64
+		if len(reply) == 2 {
+			left, _ = strconv.ParseInt(reply[1], 10, 64)
+		}
+		return &backend.HeldError{Remaining: time.Duration(max(left, 0)) * time.Microsecond}
+	case "expired":
+		return backend.ErrLeaseExpired
+	case "notfound", "released":
+		return backend.ErrLeaseNotFound
+	case "exhausted":
+		return backend.ErrTokenSpaceExhausted
+	default:
+		return fmt.Errorf("%w: %w: status %q", backend.ErrOutcomeUnknown, errBadReply, reply[0])
+	}
+}
+
+// parseLease reads {"ok", token, exp µs, ttl ms, margin ns}.
+func parseLease(reply []string, key, leaseID string) (backend.Lease, error) {
+	if len(reply) != 5 {
+		return backend.Lease{}, fmt.Errorf("%w: %d values, want 5", errBadReply, len(reply))
+	}
+	n, err := parseInts(reply[1:])
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	tok, exp, ttl, margin := n[0], n[1], n[2], n[3]
+	return backend.Lease{
+		Key:       key,
+		LeaseID:   leaseID,
+		Token:     uint64(tok),
+		TTL:       time.Duration(ttl) * time.Millisecond,
+		Margin:    time.Duration(margin),
+		ExpiresAt: time.UnixMicro(exp),
+	}, nil
+}
+
+// parseState reads the inspect script's reply: {} for a key never leased,
+// else {live, token, max token, exp µs, µs left}.
+func parseState(reply []string) (backend.KeyState, error) {
+	if len(reply) == 0 {
+		return backend.KeyState{}, nil
+	}
+	if len(reply) != 5 {
+		return backend.KeyState{}, fmt.Errorf("%w: %d values, want 5", errBadReply, len(reply))
+	}
+	n, err := parseInts(reply[1:])
+	if err != nil {
+		return backend.KeyState{}, err
+	}
+	tok, maxTok, exp, left := n[0], n[1], n[2], n[3]
+	st := backend.KeyState{MaxToken: uint64(maxTok)}
+	if reply[0] == "1" {
+		st.Live, st.Token = true, uint64(tok)
+		st.ExpiresAt = time.UnixMicro(exp)
+		st.Remaining = time.Duration(left) * time.Microsecond
+	}
+	return st, nil
+}
+
+// parseInts reads a reply's decimal fields: tokens, times, durations, all
+// non-negative Redis integers (so a token fits an int64 too).
+func parseInts(fields []string) ([]int64, error) {
+	n := make([]int64, len(fields))
+	for i, f := range fields {
+		v, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("%w %q: field %d is not a non-negative integer", errBadReply, fields, i+1)
+		}
+		n[i] = v
+	}
+	return n, nil
+}
