@@ -3,6 +3,7 @@ package etcdbackend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -86,8 +87,17 @@ func (b *Backend) ready(ctx context.Context) error {
 	if b.closed.Load() {
 		return backend.ErrClosed
 	}
+	if b.cli.Ctx().Err() != nil {
+		// Without this, the etcd client would resend to its closed
+		// connection for seconds before giving up.
+		return errClientClosed
+	}
 	return nil
 }
+
+// errClientClosed is returned after the etcd client was closed: the backend
+// cannot go on either.
+var errClientClosed = fmt.Errorf("%w: the etcd client is closed", backend.ErrClosed)
 
 // revoke revokes an etcd lease that the backend no longer needs. A failure
 // is not reported: the lease has no keys, or keys that are ours to lose, and

@@ -38,12 +38,16 @@ func newPrefix(what string) string {
 func newBackend(t testing.TB, cli *clientv3.Client) (*etcdbackend.Backend, string) {
 	t.Helper()
 	prefix := newPrefix("test")
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
+	b, err := newWithPrefix(cli, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
 	return b, prefix
+}
+
+func newWithPrefix(cli *clientv3.Client, prefix string) (*etcdbackend.Backend, error) {
+	return etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
 }
 
 func req(key, id string, timeout time.Duration) backend.Request {

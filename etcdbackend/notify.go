@@ -47,8 +47,14 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
+	// Watch blocks until the watch stream takes the request, which may
+	// wait for a connection: ctx bounds the set-up by ending the watch.
+	stop := context.AfterFunc(ctx, cancel)
 	wch := s.watch(wctx, 0, clientv3.WithCreatedNotify())
 	rev, err := s.created(ctx, wch)
+	if !stop() && err == nil {
+		err = ctx.Err() // the watch is being ended
+	}
 	if err != nil {
 		cancel()
 		close(s.done)
