@@ -32,32 +32,6 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// Errors returned by the Coordinator and every backend. Test them with
-// errors.Is; they are the same values as the ones in package backend.
-var (
-	// ErrLeaseHeld: another holder has a live lease on the key.
-	ErrLeaseHeld = backend.ErrLeaseHeld
-	// ErrLeaseNotFound: the lease ID is not the key's current lease (foreign,
-	// stale, superseded or released).
-	ErrLeaseNotFound = backend.ErrLeaseNotFound
-	// ErrLeaseExpired: the lease ID was the key's most recent lease, and its
-	// time ran out on the coordinator's clock. Nothing was changed.
-	ErrLeaseExpired = backend.ErrLeaseExpired
-	// ErrInvalidTimeout: the timeout is zero or negative, or timeout+margin
-	// exceeds backend.MaxDuration.
-	ErrInvalidTimeout = backend.ErrInvalidTimeout
-	// ErrInvalidMargin: the margin is negative, or more than one was given.
-	ErrInvalidMargin = backend.ErrInvalidMargin
-	// ErrInvalidKey: the key is empty or longer than backend.MaxKeyLength.
-	ErrInvalidKey = backend.ErrInvalidKey
-	// ErrTokenSpaceExhausted: the key has used its last token. Tokens never
-	// wrap around.
-	ErrTokenSpaceExhausted = backend.ErrTokenSpaceExhausted
-	// ErrOutcomeUnknown: the request may or may not have taken effect, and
-	// retries within the context did not settle it.
-	ErrOutcomeUnknown = backend.ErrOutcomeUnknown
-)
-
 // DefaultMargin is the margin used when neither the call nor WithDefaultMargin
 // gives one.
 const DefaultMargin = time.Second
@@ -134,12 +108,17 @@ func New(b backend.Backend, opts ...Option) *Coordinator {
 // Grant takes a new lease on key for timeout, with the coordinator keeping it
 // for a further margin (at most one; default the Coordinator's default
 // margin). It fails with ErrLeaseHeld while another lease on key is live.
+//
+// Grant takes the lease and leaves it to the caller; Hold also keeps it
+// renewed, Lock waits for the key, and Do runs a function under a held lease.
+// When the outcome stays unknown the error is an *OutcomeError with the lease
+// ID, so the caller can release or adopt the lease it may have taken.
 func (c *Coordinator) Grant(ctx context.Context, key string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	req, err := c.request(key, rand.Text(), timeout, margin)
+	req, err := c.request(key, newLeaseID(), timeout, margin)
 	if err != nil {
-		return Lease{}, fmt.Errorf("grant %q: %w", key, err)
+		return Lease{}, opError("grant", key, err)
 	}
-	return c.send(ctx, "grant", req, c.backend.Grant)
+	return c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
 }
 
 // Acquire is an alias of Grant.
@@ -154,9 +133,9 @@ func (c *Coordinator) Acquire(ctx context.Context, key string, timeout time.Dura
 func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
 	req, err := c.request(key, leaseID, timeout, margin)
 	if err != nil {
-		return Lease{}, fmt.Errorf("renew %q: %w", key, err)
+		return Lease{}, opError("renew", key, err)
 	}
-	return c.send(ctx, "renew", req, c.backend.Renew)
+	return c.send(ctx, "renew", req, time.Time{}, c.backend.Renew)
 }
 
 // Extend is an alias of Renew.
@@ -169,14 +148,11 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 // not an error; releasing an expired one returns ErrLeaseExpired and one
 // that is not the key's lease ErrLeaseNotFound.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
-	if err := backend.CheckRelease(key, leaseID); err != nil {
-		return fmt.Errorf("release %q: %w", key, err)
-	}
 	_, err := resend(c, ctx, func() (struct{}, error) {
 		return struct{}{}, c.backend.Release(ctx, key, leaseID)
 	})
 	if err != nil {
-		return fmt.Errorf("release %q: %w", key, err)
+		return requestError("release", key, leaseID, err)
 	}
 	return nil
 }
@@ -184,6 +160,10 @@ func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 // CheckToken reports whether token is the token of key's live lease. Tokens
 // of superseded, released and expired leases, and tokens never issued, check
 // false.
+//
+// Checking and then writing is a race: the lease can end between the two.
+// A resource that must refuse stale writers checks the token in the same
+// atomic step as the write; see package guard.
 func (c *Coordinator) CheckToken(ctx context.Context, key string, token uint64) (bool, error) {
 	current, live, err := c.Token(ctx, key)
 	if err != nil {
@@ -200,41 +180,19 @@ func (c *Coordinator) ValidateToken(ctx context.Context, key string, token uint6
 // Token returns the token of key's live lease, with live == true, or zero
 // and live == false when no lease on key is live.
 func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live bool, err error) {
-	if err := backend.CheckKey(key); err != nil {
-		return 0, false, fmt.Errorf("token %q: %w", key, err)
-	}
 	token, live, err = c.backend.Token(ctx, key)
 	if err != nil {
-		return 0, false, fmt.Errorf("token %q: %w", key, err)
+		return 0, false, opError("token", key, err)
 	}
 	return token, live, nil
 }
 
-// Do takes a lease on key for timeout, runs fn with a context that is
-// canceled at the lease's Deadline (or when ctx is), and releases the lease
-// when fn returns. fn must pass lease.Token to every write it makes to the
-// protected resource. Do returns fn's error, or the error of the grant; an
-// error from the release (ErrLeaseExpired when fn overran the lease on the
-// coordinator) is returned only when fn succeeded.
-func (c *Coordinator) Do(ctx context.Context, key string, timeout time.Duration, fn func(ctx context.Context, lease Lease) error) error {
-	lease, err := c.Grant(ctx, key, timeout)
-	if err != nil {
-		return err
-	}
-	leaseCtx, cancel := context.WithDeadline(ctx, lease.Deadline)
-	defer cancel()
-	fnErr := fn(leaseCtx, lease)
-	// Release even when ctx is done: the lease would otherwise block the key
-	// until it expires.
-	releaseCtx, cancelRelease := context.WithTimeout(context.WithoutCancel(ctx), timeout)
-	defer cancelRelease()
-	relErr := c.Release(releaseCtx, key, lease.ID)
-	if fnErr != nil {
-		return fnErr
-	}
-	return relErr
-}
+// newLeaseID returns a fresh lease ID: 128 random bits.
+func newLeaseID() string { return rand.Text() }
 
+// request builds a grant or renew request. Its arguments are checked by the
+// backend, which every backend must do (package conformance holds them to
+// it); the Coordinator checks only what it alone takes: the margins.
 func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margins []time.Duration) (backend.Request, error) {
 	margin := c.defaultMargin
 	switch len(margins) {
@@ -244,19 +202,22 @@ func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margin
 	default:
 		return backend.Request{}, fmt.Errorf("%w: %d margins given, at most one allowed", ErrInvalidMargin, len(margins))
 	}
-	req := backend.Request{Key: key, LeaseID: leaseID, Timeout: timeout, Margin: margin}
-	return req, backend.CheckRequest(req)
+	return backend.Request{Key: key, LeaseID: leaseID, Timeout: timeout, Margin: margin}, nil
 }
 
 // send runs a grant or renew, resending it with the same lease ID while its
-// outcome is unknown, and turns the backend's record into a Lease.
-func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, call func(context.Context, backend.Request) (backend.Lease, error)) (Lease, error) {
-	// Read just before the first attempt leaves: a resent request's lease
-	// began on the coordinator no earlier than this.
+// outcome is unknown, and turns the backend's record into a Lease. Its
+// Deadline counts from just before the first attempt left, or from
+// sentBefore when that is set (an earlier attempt with the same ID, whose
+// outcome was unknown, may be the one that took effect).
+func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, sentBefore time.Time, call func(context.Context, backend.Request) (backend.Lease, error)) (Lease, error) {
 	sent := time.Now()
+	if !sentBefore.IsZero() {
+		sent = sentBefore
+	}
 	rec, err := resend(c, ctx, func() (backend.Lease, error) { return call(ctx, req) })
 	if err != nil {
-		return Lease{}, fmt.Errorf("%s %q: %w", op, req.Key, err)
+		return Lease{}, requestError(op, req.Key, req.LeaseID, err)
 	}
 	return Lease{
 		Key:       rec.Key,
@@ -267,6 +228,19 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 		ExpiresAt: rec.ExpiresAt,
 		Deadline:  sent.Add(req.Timeout),
 	}, nil
+}
+
+// opError names the operation and the key, once and shortened.
+func opError(op, key string, err error) error {
+	return fmt.Errorf("%s %s: %w", op, backend.QuoteKey(key), err)
+}
+
+// requestError is opError, or an *OutcomeError when the outcome is unknown.
+func requestError(op, key, leaseID string, err error) error {
+	if errors.Is(err, ErrOutcomeUnknown) {
+		return &OutcomeError{Op: op, Key: key, LeaseID: leaseID, Err: err}
+	}
+	return opError(op, key, err)
 }
 
 // resend runs call, and runs it again (it carries the same lease ID) while
@@ -293,29 +267,23 @@ func resend[T any](c *Coordinator, ctx context.Context, call func() (T, error)) 
 	}
 }
 
-// isVerdict reports whether err is the backend's answer about the lease
-// itself, which settles what an earlier attempt with the same ID did.
-func isVerdict(err error) bool {
-	for _, v := range []error{ErrLeaseHeld, ErrLeaseNotFound, ErrLeaseExpired, ErrTokenSpaceExhausted} {
-		if errors.Is(err, v) {
-			return true
-		}
-	}
-	return false
-}
-
 // retry reports whether a request that failed with err on the given attempt
 // should be sent again, after a short pause.
 func (c *Coordinator) retry(ctx context.Context, err error, attempt int) bool {
 	if attempt >= c.retries || !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
 		return false
 	}
-	t := time.NewTimer(time.Duration(10<<attempt) * time.Millisecond)
+	return sleep(ctx, time.Duration(10<<attempt)*time.Millisecond) == nil
+}
+
+// sleep waits for d or until ctx is done, and returns ctx's error if it is.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
-		return false
+		return ctx.Err()
 	case <-t.C:
-		return true
+		return nil
 	}
 }

@@ -39,7 +39,15 @@
 //   - bad input and done contexts change nothing and get typed errors;
 //   - odd keys (separators, braces, bytes) are distinct keys;
 //   - a randomized concurrent history over a few keys has no reissued or
-//     decreasing token and no two live leases on one key at once.
+//     decreasing token and no two live leases on one key at once;
+//   - verdicts are the bare sentinels (a *backend.HeldError for a held key);
+//   - the optional capabilities, when implemented: NotifyFree wakes on
+//     release, Inspect reports state and the highest token, ForceRelease
+//     ends any holder's lease, List pages through every key once;
+//   - Hold renews past the TTL and reports a rejected renewal as
+//     ErrLeaseLost; Lock wakes on release and expiry, hands the key to many
+//     waiters one at a time in token order, and gives up with its context;
+//     Do holds its lease while fn runs.
 //
 // With a fake clock (Traits.Now set) the suite is exact and instant and runs
 // its cases one after another. On a real server it waits in real time, with
@@ -87,6 +95,20 @@ func Run(t *testing.T, h Harness) {
 		{"OddKeysAreDistinct", s.testOddKeys},
 		{"ClosedBackend", s.testClosed},
 		{"RandomizedConcurrentHistory", s.testRandomHistory},
+		{"VerdictsAreBare", s.testVerdictsAreBare},
+		{"HeldErrorTellsTimeLeft", s.testHeldRemaining},
+		{"NotifyFree", s.testNotifyFree},
+		{"Inspect", s.testInspect},
+		{"ForceRelease", s.testForceRelease},
+		{"List", s.testList},
+		{"HoldRenews", s.testHoldRenews},
+		{"HoldLostWhenRenewalRejected", s.testHoldLost},
+		{"HoldEndsWithParent", s.testHoldParentCanceled},
+		{"LockWaitsForRelease", s.testLockWaitsForRelease},
+		{"LockAfterExpiry", s.testLockAfterExpiry},
+		{"LockManyWaiters", s.testLockManyWaiters},
+		{"LockCanceled", s.testLockCanceled},
+		{"DoRenews", s.testDoRenews},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

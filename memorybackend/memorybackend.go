@@ -21,7 +21,6 @@ package memorybackend
 
 import (
 	"context"
-	"fmt"
 	"hash/maphash"
 	"math"
 	"sync"
@@ -45,7 +44,8 @@ type Backend struct {
 type shard struct {
 	mu   sync.Mutex
 	keys map[string]*record
-	_    [48]byte // keep neighbouring shards' locks off one cache line
+	subs map[string]map[*subscription]struct{} // NotifyFree waiters; nil until the first
+	_    [40]byte                              // keep neighbouring shards' locks off one cache line
 }
 
 // record is a key's state. It stays after its lease ends: token is the
@@ -127,13 +127,13 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 			case r.live(now):
 				return r.lease(req.Key), nil
 			case r.released:
-				return backend.Lease{}, fmt.Errorf("%w: lease was granted and then released", backend.ErrLeaseNotFound)
+				return backend.Lease{}, backend.ErrLeaseNotFound
 			default:
-				return backend.Lease{}, fmt.Errorf("%w: lease was granted and has expired", backend.ErrLeaseExpired)
+				return backend.Lease{}, backend.ErrLeaseExpired
 			}
 		}
 		if r.live(now) {
-			return backend.Lease{}, fmt.Errorf("%w: key %q", backend.ErrLeaseHeld, req.Key)
+			return backend.Lease{}, &backend.HeldError{Remaining: r.expiresAt.Sub(now)}
 		}
 	}
 	var last uint64
@@ -141,7 +141,7 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 		last = r.token
 	}
 	if last >= b.maxToken {
-		return backend.Lease{}, fmt.Errorf("%w: key %q reached token %d", backend.ErrTokenSpaceExhausted, req.Key, last)
+		return backend.Lease{}, backend.ErrTokenSpaceExhausted
 	}
 	if r == nil {
 		r = &record{}
@@ -183,10 +183,10 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 func holderRecord(s *shard, key, leaseID string, now time.Time) (*record, error) {
 	r := s.keys[key]
 	if r == nil || r.leaseID != leaseID || r.released {
-		return nil, fmt.Errorf("%w: key %q", backend.ErrLeaseNotFound, key)
+		return nil, backend.ErrLeaseNotFound
 	}
 	if !r.live(now) {
-		return nil, fmt.Errorf("%w: key %q", backend.ErrLeaseExpired, key)
+		return nil, backend.ErrLeaseExpired
 	}
 	return r, nil
 }
@@ -210,6 +210,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 		return err
 	}
 	r.released = true
+	s.notify(key)
 	return nil
 }
 

@@ -1,0 +1,290 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Cases for fencing.Coordinator's Hold, Lock and Do on the backend: the
+// renewer, the waiter and their wake-ups run against the real store.
+
+// holdTTL is the TTL of held leases: short, but honoured as asked.
+func (s suite) holdTTL() (ttl, margin time.Duration) {
+	ttl = max(s.traits.MinTTL, 400*time.Millisecond)
+	return ttl, ttl / 4
+}
+
+// pass lets d pass both in real time (the renewer's clock) and on the
+// coordinator's clock (which, faked, moves only when told).
+func (s suite) pass(t *testing.T, d time.Duration) {
+	t.Helper()
+	time.Sleep(d)
+	if s.traits.Now != nil {
+		s.wait(t, d)
+	}
+}
+
+func (s suite) hold(t *testing.T, c *fencing.Coordinator, key string, opts ...fencing.HoldOption) *fencing.Held {
+	t.Helper()
+	ttl, margin := s.holdTTL()
+	h, err := c.Hold(context.Background(), key, ttl, append([]fencing.HoldOption{fencing.WithMargin(margin)}, opts...)...)
+	if err != nil {
+		t.Fatalf("Hold(%q): %v", key, err)
+	}
+	t.Cleanup(func() { h.Release(context.Background()) })
+	return h
+}
+
+// testHoldRenews: a held lease outlives several TTLs, keeping its token.
+func (s suite) testHoldRenews(t *testing.T) {
+	c, _ := s.coordinator(t)
+	ttl, _ := s.holdTTL()
+	h := s.hold(t, c, "hold")
+	first := h.Lease()
+	for range 6 {
+		s.pass(t, ttl/2)
+	}
+	if err := h.Err(); err != nil {
+		t.Fatalf("Err after 3 TTLs of renewals: %v", err)
+	}
+	wantLive(t, c, "hold", first.Token)
+	if l := h.Lease(); l.Token != first.Token || !l.Deadline.After(first.Deadline) {
+		t.Fatalf("Lease after renewals = token %d, deadline %v; want token %d and a later deadline than %v",
+			l.Token, l.Deadline, first.Token, first.Deadline)
+	}
+	if dl, ok := h.Context().Deadline(); !ok || dl.After(h.Lease().Deadline) {
+		t.Fatalf("Context().Deadline() = %v, %v; want at most the lease's Deadline %v", dl, ok, h.Lease().Deadline)
+	}
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := h.Release(context.Background()); err != nil {
+		t.Fatalf("second Release: %v", err)
+	}
+	wantFree(t, c, "hold")
+	if h.Context().Err() == nil || h.Err() != nil {
+		t.Fatalf("after Release: Context().Err() = %v, Err() = %v; want done and nil", h.Context().Err(), h.Err())
+	}
+}
+
+// testHoldLost: a renewal the coordinator rejects ends the context with
+// ErrLeaseLost and the verdict.
+func (s suite) testHoldLost(t *testing.T) {
+	b := s.backend(t)
+	c := fencing.New(b)
+	ttl, margin := s.holdTTL()
+	h := s.hold(t, c, "lost")
+	switch f, ok := b.(backend.ForceReleaser); {
+	case ok:
+		if _, err := f.ForceRelease(context.Background(), "lost"); err != nil {
+			t.Fatalf("ForceRelease: %v", err)
+		}
+	case s.traits.Now != nil:
+		s.wait(t, ttl+margin) // the coordinator expires it; the next renewal is late
+	default:
+		t.Skip("cannot end a renewing holder's lease on this backend: no ForceReleaser and no fake clock")
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(ttl + 10*time.Second):
+		t.Fatalf("the held lease's context did not end after the coordinator ended the lease")
+	}
+	err := h.Err()
+	if !errors.Is(err, fencing.ErrLeaseLost) || !(errors.Is(err, fencing.ErrLeaseNotFound) || errors.Is(err, fencing.ErrLeaseExpired)) {
+		t.Fatalf("Err() = %v, want ErrLeaseLost with the coordinator's verdict", err)
+	}
+	if cause := context.Cause(h.Context()); !errors.Is(cause, fencing.ErrLeaseLost) {
+		t.Fatalf("context.Cause = %v, want ErrLeaseLost", cause)
+	}
+	if err := h.Release(context.Background()); !errors.Is(err, fencing.ErrLeaseLost) {
+		t.Fatalf("Release after the loss = %v, want the loss", err)
+	}
+}
+
+// testHoldParentCanceled: ending the parent context ends the lease's and
+// frees the key.
+func (s suite) testHoldParentCanceled(t *testing.T) {
+	c, _ := s.coordinator(t)
+	ttl, margin := s.holdTTL()
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := c.Hold(ctx, "parent", ttl, fencing.WithMargin(margin))
+	if err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	cancel()
+	<-h.Done()
+	if err := h.Err(); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Err() after the parent was canceled = %v, want context.Canceled", err)
+	}
+	h.Release(context.Background())
+	wantFree(t, c, "parent")
+}
+
+// testLockWaitsForRelease: Lock returns once the holder releases, not
+// before, with a larger token.
+func (s suite) testLockWaitsForRelease(t *testing.T) {
+	c, _ := s.coordinator(t)
+	ttl, margin := s.holdTTL()
+	holder := s.grant(t, c, "lock", long, time.Second)
+	got := make(chan *fencing.Held, 1)
+	errc := make(chan error, 1)
+	go func() {
+		h, err := c.Lock(context.Background(), "lock", ttl, fencing.WithMargin(margin))
+		if err != nil {
+			errc <- err
+			return
+		}
+		got <- h
+	}()
+	select {
+	case h := <-got:
+		h.Release(context.Background())
+		t.Fatalf("Lock returned token %d while the key was held", h.Token())
+	case err := <-errc:
+		t.Fatalf("Lock: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
+	if err := c.Release(context.Background(), "lock", holder.ID); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	select {
+	case h := <-got:
+		defer h.Release(context.Background())
+		s.wantNext(t, "Lock after release", holder.Token, h.Token())
+		wantLive(t, c, "lock", h.Token())
+	case err := <-errc:
+		t.Fatalf("Lock: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatalf("Lock did not return within 10s of the release")
+	}
+}
+
+// testLockAfterExpiry: a holder that vanishes without releasing hands the
+// key over when its lease expires.
+func (s suite) testLockAfterExpiry(t *testing.T) {
+	c, _ := s.coordinator(t)
+	ttl, margin := s.holdTTL()
+	gone, returned := s.grantShort(t, c, "abandoned")
+	done := make(chan error, 1)
+	var token atomic.Uint64
+	go func() {
+		h, err := c.Lock(context.Background(), "abandoned", ttl, fencing.WithMargin(margin), fencing.WithPollInterval(50*time.Millisecond))
+		if err == nil {
+			token.Store(h.Token())
+			err = h.Release(context.Background())
+		}
+		done <- err
+	}()
+	s.waitExpired(t, gone, returned)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Lock: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("Lock did not return within 15s of the holder's expiry")
+	}
+	s.wantNext(t, "Lock after expiry", gone.Token, token.Load())
+}
+
+// testLockManyWaiters: every waiter gets the key in turn, never two at
+// once, with tokens increasing in grant order.
+func (s suite) testLockManyWaiters(t *testing.T) {
+	c, _ := s.coordinator(t)
+	ttl, margin := s.holdTTL()
+	const waiters = 6
+	var (
+		inside  atomic.Int32
+		mu      sync.Mutex
+		order   []uint64
+		wg      sync.WaitGroup
+		errs    = make(chan error, waiters)
+		ctx, cn = context.WithTimeout(context.Background(), 60*time.Second)
+	)
+	defer cn()
+	for range waiters {
+		wg.Go(func() {
+			h, err := c.Lock(ctx, "many", ttl, fencing.WithMargin(margin))
+			if err != nil {
+				errs <- err
+				return
+			}
+			if n := inside.Add(1); n != 1 {
+				errs <- fmt.Errorf("%d holders at once", n)
+			}
+			mu.Lock()
+			order = append(order, h.Token())
+			mu.Unlock()
+			time.Sleep(5 * time.Millisecond)
+			inside.Add(-1)
+			if err := h.Release(ctx); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("waiter: %v", err)
+	}
+	if len(order) != waiters {
+		t.Fatalf("%d of %d waiters got the key", len(order), waiters)
+	}
+	for i := 1; i < len(order); i++ {
+		if order[i] <= order[i-1] {
+			t.Fatalf("tokens in grant order %v: not increasing", order)
+		}
+	}
+}
+
+// testLockCanceled: a waiter whose context ends gives up with its error,
+// takes nothing, and leaves the key to its holder.
+func (s suite) testLockCanceled(t *testing.T) {
+	c, _ := s.coordinator(t)
+	ttl, margin := s.holdTTL()
+	holder := s.grant(t, c, "canceled", long, time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	h, err := c.Lock(ctx, "canceled", ttl, fencing.WithMargin(margin))
+	if err == nil {
+		h.Release(context.Background())
+		t.Fatalf("Lock on a held key returned a lease")
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock with an ending context: %v, want context.DeadlineExceeded", err)
+	}
+	wantLive(t, c, "canceled", holder.Token)
+}
+
+// testDoRenews: Do keeps its lease for as long as fn runs.
+func (s suite) testDoRenews(t *testing.T) {
+	c, _ := s.coordinator(t)
+	ttl, margin := s.holdTTL()
+	var token uint64
+	err := c.Do(context.Background(), "do", ttl, func(ctx context.Context, lease fencing.Lease) error {
+		token = lease.Token
+		for range 6 {
+			s.pass(t, ttl/2)
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("fn's context ended after 3 TTLs: %w", context.Cause(ctx))
+		}
+		wantLive(t, c, "do", lease.Token)
+		return nil
+	}, fencing.WithMargin(margin))
+	if err != nil {
+		t.Fatalf("Do: %v", err)
+	}
+	if token == 0 {
+		t.Fatalf("fn did not run")
+	}
+	wantFree(t, c, "do")
+}

@@ -1,0 +1,91 @@
+package fencing
+
+import (
+	"errors"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Errors returned by the Coordinator and every backend. Test them with
+// errors.Is; they are the same values as the ones in package backend.
+var (
+	// ErrLeaseHeld: another holder has a live lease on the key. The error
+	// is a *backend.HeldError, which tells how long that lease has left
+	// when the backend knows.
+	ErrLeaseHeld = backend.ErrLeaseHeld
+	// ErrLeaseNotFound: the lease ID is not the key's current lease (foreign,
+	// stale, superseded or released).
+	ErrLeaseNotFound = backend.ErrLeaseNotFound
+	// ErrLeaseExpired: the lease ID was the key's most recent lease, and its
+	// time ran out on the coordinator's clock. Nothing was changed.
+	ErrLeaseExpired = backend.ErrLeaseExpired
+	// ErrInvalidTimeout: the timeout is zero or negative, or timeout+margin
+	// exceeds backend.MaxDuration.
+	ErrInvalidTimeout = backend.ErrInvalidTimeout
+	// ErrInvalidMargin: the margin is negative, or more than one was given.
+	ErrInvalidMargin = backend.ErrInvalidMargin
+	// ErrInvalidKey: the key is empty or longer than backend.MaxKeyLength.
+	ErrInvalidKey = backend.ErrInvalidKey
+	// ErrTokenSpaceExhausted: the key has used its last token. Tokens never
+	// wrap around.
+	ErrTokenSpaceExhausted = backend.ErrTokenSpaceExhausted
+	// ErrOutcomeUnknown: the request may or may not have taken effect, and
+	// retries within the context did not settle it. The error is an
+	// *OutcomeError carrying the lease ID.
+	ErrOutcomeUnknown = backend.ErrOutcomeUnknown
+	// ErrStaleToken: a resource-side guard refused a write whose token is
+	// lower than the highest it has admitted (see package guard).
+	ErrStaleToken = backend.ErrStaleToken
+
+	// ErrLeaseLost: a held lease (Hold, Lock, Do) ended before its holder
+	// released it: the coordinator rejected a renewal, or the Deadline of
+	// the last confirmed request passed without a newer confirmation. The
+	// error wraps the reason too.
+	ErrLeaseLost = errors.New("fencing: lease lost")
+	// ErrInvalidOption: a HoldOption is nil or out of range (a renewal
+	// interval not shorter than the TTL, a negative duration).
+	ErrInvalidOption = errors.New("fencing: invalid option")
+)
+
+// OutcomeError reports a request whose outcome stayed unknown: it may or may
+// not have taken effect on the coordinator. It carries the lease ID so the
+// caller can settle it: Release(ctx, e.Key, e.LeaseID) frees the key if the
+// grant took effect, and Renew with that ID tells whether it did.
+//
+// Find it with errors.As; errors.Is(err, ErrOutcomeUnknown) also holds. Its
+// message never shows the lease ID, which is a credential.
+type OutcomeError struct {
+	// Op is the request: "grant", "renew" or "release".
+	Op string
+	// Key is the request's key.
+	Key string
+	// LeaseID is the lease the request was for.
+	LeaseID string
+	// Settled is set by Hold, Lock and Do when they released the lease the
+	// request may have taken: nothing is left for the caller to settle.
+	Settled bool
+	// Err is the last attempt's error; it wraps ErrOutcomeUnknown.
+	Err error
+}
+
+func (e *OutcomeError) Error() string {
+	msg := e.Op + " " + backend.QuoteKey(e.Key) + ": " + e.Err.Error()
+	if e.Settled {
+		msg += " (the lease it may have taken was released)"
+	}
+	return msg
+}
+
+// Unwrap returns Err.
+func (e *OutcomeError) Unwrap() error { return e.Err }
+
+// isVerdict reports whether err is the backend's answer about the lease
+// itself, which settles what an earlier attempt with the same ID did.
+func isVerdict(err error) bool {
+	for _, v := range []error{ErrLeaseHeld, ErrLeaseNotFound, ErrLeaseExpired, ErrTokenSpaceExhausted} {
+		if errors.Is(err, v) {
+			return true
+		}
+	}
+	return false
+}

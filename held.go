@@ -1,0 +1,423 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// HoldOption configures Hold, Lock and Do.
+type HoldOption func(*holdConfig) error
+
+type holdConfig struct {
+	margin       time.Duration
+	marginSet    bool
+	interval     time.Duration // renew this long after each confirmed request was sent
+	warnBefore   time.Duration // 0: no warnings
+	pollInterval time.Duration // Lock's fallback poll; 0: the default
+}
+
+// WithMargin sets the coordinator's margin for the held lease (default the
+// Coordinator's default margin).
+func WithMargin(d time.Duration) HoldOption {
+	return func(c *holdConfig) error {
+		if d < 0 {
+			return fmt.Errorf("%w: %v is negative", ErrInvalidMargin, d)
+		}
+		c.margin, c.marginSet = d, true
+		return nil
+	}
+}
+
+// WithRenewInterval sets how long after each confirmed grant or renewal was
+// sent the next renewal starts (default a third of the TTL). It must be
+// positive and shorter than the TTL; the shorter it is, the more attempts a
+// renewal has before the Deadline.
+func WithRenewInterval(d time.Duration) HoldOption {
+	return func(c *holdConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: renew interval %v is not positive", ErrInvalidOption, d)
+		}
+		c.interval = d
+		return nil
+	}
+}
+
+// WithWarning makes Held.Warning receive the lease when less than d remains
+// before its Deadline without a newer confirmed renewal: a last chance for
+// work that would rather stop early than be cut off. d must not be negative,
+// and zero (the default) sends no warnings.
+func WithWarning(d time.Duration) HoldOption {
+	return func(c *holdConfig) error {
+		if d < 0 {
+			return fmt.Errorf("%w: warning duration %v is negative", ErrInvalidOption, d)
+		}
+		c.warnBefore = d
+		return nil
+	}
+}
+
+// WithPollInterval bounds how long Lock waits between grant attempts when
+// nothing wakes it: the fallback for a missed notification, and the poll of
+// a backend that cannot notify (see Lock). It must be at least
+// MinPollInterval.
+func WithPollInterval(d time.Duration) HoldOption {
+	return func(c *holdConfig) error {
+		if d < MinPollInterval {
+			return fmt.Errorf("%w: poll interval %v is below the minimum %v", ErrInvalidOption, d, MinPollInterval)
+		}
+		c.pollInterval = d
+		return nil
+	}
+}
+
+// holdConfig applies opts for a lease of ttl. An invalid ttl is left for
+// the backend to report.
+func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
+	cfg := holdConfig{margin: c.defaultMargin}
+	for i, o := range opts {
+		if o == nil {
+			return holdConfig{}, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
+		}
+		if err := o(&cfg); err != nil {
+			return holdConfig{}, err
+		}
+	}
+	if cfg.interval == 0 {
+		cfg.interval = ttl / 3
+	} else if ttl > 0 && cfg.interval >= ttl {
+		return holdConfig{}, fmt.Errorf("%w: renew interval %v is not shorter than the TTL %v", ErrInvalidOption, cfg.interval, ttl)
+	}
+	return cfg, nil
+}
+
+// Held is a lease kept alive in the background by Hold or Lock until its
+// holder releases it or it is lost. Its Context ends at the earliest of: a
+// renewal the coordinator rejects; the Deadline of the last confirmed grant
+// or renewal passing without a newer confirmation (counted, like
+// Lease.Deadline, from when that request was sent); the parent context
+// ending; Release. Work done under the lease runs under Context and stops by
+// itself.
+//
+// A Held is safe for concurrent use. Call Release when done, even after the
+// lease was lost: it stops the renewal and frees the key early.
+type Held struct {
+	c      *Coordinator
+	key    string
+	ttl    time.Duration
+	cfg    holdConfig
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	done   chan struct{} // closed when the renewer has returned
+	warn   chan Lease
+
+	mu       sync.Mutex
+	lease    Lease
+	err      error       // why the lease ended early; nil while held and after Release
+	ended    bool        // no renewal will be confirmed any more
+	lastErr  error       // the latest failed renewal attempt's error
+	expiry   *time.Timer // ends the lease at its Deadline
+	warning  *time.Timer // sends on warn before the Deadline; nil without WithWarning
+	released sync.Once
+	relErr   error
+}
+
+// errReleased is the Context's cause after Release.
+var errReleased = errors.New("fencing: lease released by its holder")
+
+// Hold takes a lease on key for ttl, as Grant does (ErrLeaseHeld when the
+// key is held), and keeps it renewed in the background until Release, the
+// parent context ending, or its loss. The renewal starts a third of the TTL
+// after the grant was sent (WithRenewInterval), retries transient errors with
+// jittered backoff while the Deadline allows, and resends an ambiguous
+// renewal with the same lease ID.
+//
+// When the grant's outcome stays unknown, Hold releases the lease it may
+// have taken before returning the *OutcomeError (with Settled set), so the
+// caller is never locked out by its own lease; if that release fails too,
+// the error carries the lease ID for the caller to settle.
+func (c *Coordinator) Hold(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (*Held, error) {
+	cfg, err := c.holdConfig(ttl, opts)
+	if err != nil {
+		return nil, opError("hold", key, err)
+	}
+	req, err := c.request(key, newLeaseID(), ttl, []time.Duration{cfg.margin})
+	if err != nil {
+		return nil, opError("hold", key, err)
+	}
+	lease, err := c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
+	if err != nil {
+		return nil, c.settle(ctx, err, ttl)
+	}
+	return c.startHeld(ctx, lease, ttl, cfg), nil
+}
+
+// settle releases the lease a grant with an unknown outcome may have taken,
+// and returns the error to report: the *OutcomeError, marked Settled when
+// the release came through. Any other error is returned as it is.
+func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) error {
+	var oe *OutcomeError
+	if !errors.As(err, &oe) || oe.Op != "grant" {
+		return err
+	}
+	// After ttl (plus the margin) the lease has expired anyway.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	defer cancel()
+	rerr := c.Release(rctx, oe.Key, oe.LeaseID)
+	oe.Settled = rerr == nil || errors.Is(rerr, ErrLeaseNotFound) || errors.Is(rerr, ErrLeaseExpired)
+	return oe
+}
+
+func (c *Coordinator) startHeld(parent context.Context, lease Lease, ttl time.Duration, cfg holdConfig) *Held {
+	ctx, cancel := context.WithCancelCause(parent)
+	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease}
+	h.ctx = heldContext{Context: ctx, h: h}
+	h.mu.Lock()
+	h.expiry = time.AfterFunc(time.Until(lease.Deadline), h.expire)
+	if cfg.warnBefore > 0 {
+		h.warn = make(chan Lease, 1)
+		h.warning = time.AfterFunc(time.Until(lease.Deadline.Add(-cfg.warnBefore)), h.sendWarning)
+	}
+	h.mu.Unlock()
+	go h.renew(parent)
+	return h
+}
+
+// Lease returns the lease as of the latest confirmed grant or renewal: its
+// Deadline moves on with each one.
+func (h *Held) Lease() Lease {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.lease
+}
+
+// Token returns the lease's fencing token; renewals keep it.
+func (h *Held) Token() uint64 { return h.Lease().Token }
+
+// Context returns a context that ends when the lease does (see Held). Its
+// cause (context.Cause) says why: an error wrapping ErrLeaseLost after a
+// loss, the parent's cause, or the holder's release.
+func (h *Held) Context() context.Context { return h.ctx }
+
+// heldContext is a held lease's context: its Deadline is the lease's
+// current Deadline, which moves on with each confirmed renewal (so a gRPC or
+// database call under it is bounded by the lease). Cancellation is the
+// embedded context's: the expiry timer, a rejected renewal, the parent, or
+// Release cancel it.
+type heldContext struct {
+	context.Context
+	h *Held
+}
+
+func (c heldContext) Deadline() (time.Time, bool) {
+	d := c.h.Lease().Deadline
+	if pd, ok := c.Context.Deadline(); ok && pd.Before(d) {
+		return pd, true
+	}
+	return d, true
+}
+
+// Done is Context().Done().
+func (h *Held) Done() <-chan struct{} { return h.ctx.Done() }
+
+// Err returns nil while the lease is held and after its holder's Release;
+// an error wrapping ErrLeaseLost and the reason after a loss; and the parent
+// context's cause when that ended first.
+func (h *Held) Err() error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.err == nil && !h.ended && h.ctx.Err() != nil {
+		return context.Cause(h.ctx) // the parent ended; the renewer has yet to see it
+	}
+	return h.err
+}
+
+// Warning receives the lease when less than the WithWarning duration
+// remains before its Deadline without a newer confirmed renewal. It is nil
+// (never ready) without WithWarning. It has room for one value; a warning
+// that finds it full is dropped.
+func (h *Held) Warning() <-chan Lease { return h.warn }
+
+// Release stops the renewal and releases exactly this lease. It returns nil
+// when the lease was held until now; after a loss it still releases (to free
+// the key early, if the coordinator still counts the lease) and returns
+// Err(). Calling it again returns the same result. No goroutine of the Held
+// outlives Release.
+func (h *Held) Release(ctx context.Context) error {
+	h.released.Do(func() {
+		h.mu.Lock()
+		h.ended = true
+		h.stopTimers()
+		lost, lease := h.err, h.lease
+		h.mu.Unlock()
+		h.cancel(errReleased)
+		<-h.done
+		err := h.c.Release(ctx, h.key, lease.ID)
+		if lost != nil {
+			err = lost
+		}
+		h.relErr = err
+	})
+	return h.relErr
+}
+
+// stopTimers stops the expiry and warning timers; h.mu is held.
+func (h *Held) stopTimers() {
+	h.expiry.Stop()
+	if h.warning != nil {
+		h.warning.Stop()
+	}
+}
+
+// lose ends the lease with err unless it has ended already.
+func (h *Held) lose(err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.loseLocked(err)
+}
+
+func (h *Held) loseLocked(err error) {
+	if h.ended {
+		return
+	}
+	h.ended = true
+	h.err = err
+	h.stopTimers()
+	h.cancel(err)
+}
+
+// expire runs when the Deadline of the last confirmed request passes.
+// A renewal confirmed while the timer fired has moved the Deadline on (and
+// reset the timer): then the lease goes on.
+func (h *Held) expire() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if time.Until(h.lease.Deadline) > 0 {
+		return
+	}
+	if h.lastErr != nil {
+		h.loseLocked(fmt.Errorf("%w: deadline passed without a confirmed renewal (last attempt: %w)", ErrLeaseLost, h.lastErr))
+		return
+	}
+	h.loseLocked(fmt.Errorf("%w: deadline passed without a confirmed renewal", ErrLeaseLost))
+}
+
+func (h *Held) sendWarning() {
+	select {
+	case h.warn <- h.Lease():
+	default:
+	}
+}
+
+// confirm records a confirmed renewal, unless the lease ended meanwhile (a
+// renewal confirmed after the Deadline passed cannot undo the loss).
+func (h *Held) confirm(l Lease) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.ended {
+		return false
+	}
+	h.lease, h.lastErr = l, nil
+	h.expiry.Reset(time.Until(l.Deadline))
+	if h.warning != nil {
+		h.warning.Reset(time.Until(l.Deadline.Add(-h.cfg.warnBefore)))
+	}
+	return true
+}
+
+// renew is the renewer goroutine.
+func (h *Held) renew(parent context.Context) {
+	defer close(h.done)
+	for {
+		lease := h.Lease()
+		sentAt := lease.Deadline.Add(-h.ttl)
+		if sleep(h.ctx, time.Until(sentAt.Add(h.cfg.interval))) != nil {
+			h.afterEnd(parent, lease)
+			return
+		}
+		if !h.renewOnce(lease) {
+			h.afterEnd(parent, lease)
+			return
+		}
+	}
+}
+
+// renewOnce renews lease, retrying transient errors with jittered backoff
+// while its Deadline allows. It reports whether the lease goes on.
+func (h *Held) renewOnce(lease Lease) bool {
+	backoff := min(h.cfg.interval/8, 100*time.Millisecond)
+	for {
+		if lease.Remaining() <= 0 {
+			<-h.ctx.Done() // the expiry timer ends the lease
+			return false
+		}
+		// No attempt outlives the Deadline it could save.
+		ctx, cancel := context.WithDeadline(h.ctx, lease.Deadline)
+		next, err := h.c.Renew(ctx, h.key, lease.ID, h.ttl, h.cfg.margin)
+		cancel()
+		switch {
+		case err == nil:
+			return h.confirm(next)
+		case h.ctx.Err() != nil:
+			return false
+		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
+			h.lose(fmt.Errorf("%w: %w", ErrLeaseLost, err))
+			return false
+		}
+		h.mu.Lock()
+		h.lastErr = err
+		h.mu.Unlock()
+		wait := backoff/2 + rand.N(backoff/2+1)
+		if sleep(h.ctx, min(wait, lease.Remaining())) != nil {
+			return false
+		}
+		backoff = min(backoff*2, max(h.cfg.interval/2, time.Millisecond))
+	}
+}
+
+// afterEnd runs when the lease's context has ended. When the parent context
+// ended it, the holder gave the lease up: release it so the key frees now,
+// and report the parent's cause from Err.
+func (h *Held) afterEnd(parent context.Context, lease Lease) {
+	if parent.Err() == nil {
+		return // released or lost
+	}
+	h.mu.Lock()
+	if h.ended {
+		h.mu.Unlock()
+		return
+	}
+	h.ended = true
+	h.err = context.Cause(parent)
+	h.stopTimers()
+	h.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), lease.Deadline)
+	defer cancel()
+	_ = h.c.Release(ctx, h.key, lease.ID) // best effort: the lease expires anyway
+}
+
+// Do runs fn under a lease on key held with Hold: fn's context is the held
+// lease's Context, which ends if the lease is lost. fn must pass
+// lease.Token to every write it makes to the protected resource. Do
+// releases the lease when fn returns, and returns fn's error, or the error
+// of the grant, or, when fn succeeded, the error of the release (one
+// wrapping ErrLeaseLost when the lease was lost while fn ran).
+func (c *Coordinator) Do(ctx context.Context, key string, timeout time.Duration, fn func(ctx context.Context, lease Lease) error, opts ...HoldOption) error {
+	h, err := c.Hold(ctx, key, timeout, opts...)
+	if err != nil {
+		return err
+	}
+	fnErr := fn(h.Context(), h.Lease())
+	// Release even when ctx is done: the lease would otherwise block the key
+	// until it expires.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	relErr := h.Release(rctx)
+	if fnErr != nil {
+		return fnErr
+	}
+	return relErr
+}

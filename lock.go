@@ -1,0 +1,176 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Lock's pacing. A waiter sends a grant at once when woken by a
+// notification, and otherwise never sooner than MinPollInterval after its
+// previous attempt.
+const (
+	// MinPollInterval is the shortest time Lock waits between two grant
+	// attempts that no notification prompted.
+	MinPollInterval = 10 * time.Millisecond
+	// DefaultPollInterval is Lock's fallback poll on a backend that can
+	// notify (backend.Notifier): it only covers a missed notification.
+	DefaultPollInterval = time.Second
+	// DefaultPollIntervalNoNotify is Lock's poll on a backend that cannot
+	// notify: it bounds how late a waiter sees a release.
+	DefaultPollIntervalNoNotify = 100 * time.Millisecond
+)
+
+// Lock waits until key can be granted or ctx ends, then holds the lease as
+// Hold does.
+//
+// It does not busy-poll. On a backend that implements backend.Notifier it
+// subscribes to the key before its first attempt, so no release is missed,
+// and tries again the moment a release (or, on etcd, an expiry) is
+// announced. A refused grant tells how long the holder's lease has left
+// (backend.HeldError); the waiter sleeps until then, at most the poll
+// interval (WithPollInterval; DefaultPollInterval, or
+// DefaultPollIntervalNoNotify on a backend that cannot notify), with jitter,
+// and never less than MinPollInterval. Many waiters on one key each get it in
+// turn; tokens increase in grant order.
+//
+// A grant whose outcome is unknown is resent with the same lease ID, so the
+// lease it may have taken is adopted; if ctx ends first, Lock releases that
+// lease and returns an *OutcomeError with Settled set. A canceled waiter
+// leaves no subscription or goroutine behind.
+func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (*Held, error) {
+	cfg, err := c.holdConfig(ttl, opts)
+	if err != nil {
+		return nil, opError("lock", key, err)
+	}
+	w := waiter{c: c, key: key, poll: cfg.pollInterval}
+	if err := w.subscribe(ctx); err != nil {
+		return nil, opError("lock", key, err)
+	}
+	defer w.close()
+
+	req, err := c.request(key, newLeaseID(), ttl, []time.Duration{cfg.margin})
+	if err != nil {
+		return nil, opError("lock", key, err)
+	}
+	var unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
+	for {
+		sent := time.Now()
+		lease, err := c.send(ctx, "grant", req, unknownSince, c.backend.Grant)
+		var held *backend.HeldError
+		var oe *OutcomeError
+		switch {
+		case err == nil:
+			return c.startHeld(ctx, lease, ttl, cfg), nil
+		case errors.As(err, &held):
+			// Another holder's lease is live, so no earlier attempt of ours
+			// holds the key (its ID would have been answered with its lease).
+			unknownSince, req.LeaseID = time.Time{}, newLeaseID()
+			if err := w.wait(ctx, held.Remaining); err != nil {
+				return nil, opError("lock", key, err)
+			}
+		case errors.As(err, &oe) && ctx.Err() == nil:
+			// Adopt: resend with the same ID. Should that attempt take
+			// the lease, its Deadline counts from this first send.
+			if unknownSince.IsZero() {
+				unknownSince = sent
+			}
+			if err := w.pause(ctx); err != nil {
+				return nil, c.lockEnded(ctx, opError("lock", key, err), req, unknownSince, ttl)
+			}
+		case !unknownSince.IsZero() && (errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound)):
+			// An earlier attempt took the lease, and it has ended since.
+			unknownSince, req.LeaseID = time.Time{}, newLeaseID()
+		default:
+			return nil, c.lockEnded(ctx, err, req, unknownSince, ttl)
+		}
+	}
+}
+
+// lockEnded returns Lock's error once it gives up, first releasing the lease
+// an attempt with an unknown outcome may have taken.
+func (c *Coordinator) lockEnded(ctx context.Context, err error, req backend.Request, unknownSince time.Time, ttl time.Duration) error {
+	if unknownSince.IsZero() {
+		return err
+	}
+	var oe *OutcomeError
+	if !errors.As(err, &oe) {
+		oe = &OutcomeError{Op: "grant", Key: req.Key, LeaseID: req.LeaseID, Err: errors.Join(ErrOutcomeUnknown, err)}
+	}
+	return c.settle(ctx, oe, ttl)
+}
+
+// waiter is one Lock call's way of waiting for its key.
+type waiter struct {
+	c     *Coordinator
+	key   string
+	poll  time.Duration
+	sub   backend.Subscription
+	freed <-chan struct{}
+	last  time.Time // when the previous grant attempt was let through
+}
+
+// subscribe sets up the notification, when the backend has one.
+func (w *waiter) subscribe(ctx context.Context) error {
+	n, ok := w.c.backend.(backend.Notifier)
+	if ok {
+		sub, err := n.NotifyFree(ctx, w.key)
+		if err != nil {
+			return err
+		}
+		w.sub, w.freed = sub, sub.Freed()
+	}
+	if w.poll == 0 {
+		w.poll = DefaultPollInterval
+		if w.sub == nil {
+			w.poll = DefaultPollIntervalNoNotify
+		}
+	}
+	w.last = time.Now()
+	return nil
+}
+
+func (w *waiter) close() {
+	if w.sub != nil {
+		w.sub.Close()
+	}
+}
+
+// wait blocks until a notification, or until the holder's lease should have
+// ended (remaining, when known), or the poll interval, whichever is first.
+func (w *waiter) wait(ctx context.Context, remaining time.Duration) error {
+	d := w.poll
+	if remaining > 0 && remaining < d {
+		d = remaining + rand.N(min(remaining/10, 10*time.Millisecond)+1)
+	} else {
+		d = d/2 + rand.N(d/2+1)
+	}
+	d = max(d, MinPollInterval-time.Since(w.last))
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case _, ok := <-w.freed:
+		if !ok { // the watch broke: poll from now on
+			w.freed = nil
+			w.poll = min(w.poll, DefaultPollIntervalNoNotify)
+		}
+	case <-t.C:
+	}
+	w.last = time.Now()
+	return nil
+}
+
+// pause waits a short jittered while before an ambiguous grant is resent.
+func (w *waiter) pause(ctx context.Context) error {
+	d := MinPollInterval + rand.N(MinPollInterval)
+	if err := sleep(ctx, d); err != nil {
+		return err
+	}
+	w.last = time.Now()
+	return nil
+}
