@@ -52,18 +52,25 @@ func wantWake(t testing.TB, s backend.Subscription, d time.Duration, what string
 // TestNotifyFreeNoSetUpRace: a release, forced release or expiry right
 // after NotifyFree returns is always seen: the watch is created first.
 func TestNotifyFreeNoSetUpRace(t *testing.T) {
-	cli := etcdtest.Client(t)
-	b, _ := newBackend(t, cli)
+	endpoints := etcdtest.Endpoints(t)
+	b, prefix := newBackend(t, etcdtest.NewClient(t, endpoints))
+	// The holder has a connection of its own, so its release does not
+	// queue behind the watch's creation.
+	other, err := newWithPrefix(etcdtest.NewClient(t, endpoints), prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
 	ctx := context.Background()
 	for i := range 30 {
 		key, id := fmt.Sprint("race", i), fmt.Sprint("A", i)
-		mustGrant(t, b, req(key, id, time.Minute))
+		mustGrant(t, other, req(key, id, time.Minute))
 		s := subscribe(t, b, key)
 		if i%2 == 0 {
-			if err := b.Release(ctx, key, id); err != nil {
+			if err := other.Release(ctx, key, id); err != nil {
 				t.Fatal(err)
 			}
-		} else if ended, err := b.ForceRelease(ctx, key); err != nil || !ended {
+		} else if ended, err := other.ForceRelease(ctx, key); err != nil || !ended {
 			t.Fatalf("ForceRelease = %v, %v", ended, err)
 		}
 		wantWake(t, s, 5*time.Second, fmt.Sprint("end ", i))
@@ -258,4 +265,30 @@ func TestNotifyFreeLeaderStopped(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	wantWake(t, s, 10*time.Second, "release under the new leader")
+}
+
+// TestNotifyFreeWaitsForCreated: NotifyFree does not return before etcd has
+// created the watch, even when that takes long (the subscriber's link is
+// held up), so a release right after it returns is seen. (clientv3's Watch
+// itself returns only after the server's created response; NotifyFree
+// waits for it explicitly, for the start revision.)
+func TestNotifyFreeWaitsForCreated(t *testing.T) {
+	m := etcdtest.Start(t)
+	p := etcdtest.StartProxy(t, m.ClientURL)
+	b, prefix := newBackend(t, etcdtest.NewClient(t, p.Endpoints()))
+	holder := backendOn(t, etcdtest.NewClient(t, m.Endpoints()), prefix)
+	ctx := context.Background()
+	mustToken(t, b, "k") // the subscriber's connection is up
+	for i := range 3 {
+		id := fmt.Sprint("A", i)
+		mustGrant(t, holder, req("k", id, time.Minute))
+		p.SetMode(etcdtest.Pause)
+		time.AfterFunc(300*time.Millisecond, func() { p.SetMode(etcdtest.Forward) })
+		s := subscribe(t, b, "k")
+		if err := holder.Release(ctx, "k", id); err != nil {
+			t.Fatal(err)
+		}
+		wantWake(t, s, 5*time.Second, fmt.Sprint("release ", i))
+		s.Close()
+	}
 }
