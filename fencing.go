@@ -24,9 +24,11 @@ package fencing
 
 import (
 	"context"
-	"crypto/rand"
+	cryptorand "crypto/rand"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"sync"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
@@ -75,6 +77,7 @@ type Coordinator struct {
 	backend       backend.Backend
 	defaultMargin time.Duration
 	retries       int
+	ids           *idSource
 }
 
 // Option configures a Coordinator.
@@ -98,7 +101,7 @@ func WithOutcomeRetries(n int) Option {
 
 // New returns a Coordinator over b.
 func New(b backend.Backend, opts ...Option) *Coordinator {
-	c := &Coordinator{backend: b, defaultMargin: DefaultMargin, retries: 3}
+	c := &Coordinator{backend: b, defaultMargin: DefaultMargin, retries: 3, ids: newIDSource()}
 	for _, o := range opts {
 		o(c)
 	}
@@ -114,7 +117,7 @@ func New(b backend.Backend, opts ...Option) *Coordinator {
 // When the outcome stays unknown the error is an *OutcomeError with the lease
 // ID, so the caller can release or adopt the lease it may have taken.
 func (c *Coordinator) Grant(ctx context.Context, key string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	req, err := c.request(key, newLeaseID(), timeout, margin)
+	req, err := c.request(key, c.newLeaseID(), timeout, margin)
 	if err != nil {
 		return Lease{}, opError("grant", key, err)
 	}
@@ -187,8 +190,38 @@ func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live
 	return token, live, nil
 }
 
-// newLeaseID returns a fresh lease ID: 128 random bits.
-func newLeaseID() string { return rand.Text() }
+// idSource makes lease IDs from ChaCha8 streams, a cryptographically strong
+// generator, each seeded with 256 bits from crypto/rand, so no ID tells
+// anything about another. A ChaCha8 is not safe for concurrent use: the pool
+// lends each to one goroutine at a time. Each Coordinator has its own.
+type idSource struct{ pool sync.Pool }
+
+func newIDSource() *idSource {
+	return &idSource{pool: sync.Pool{New: func() any {
+		var seed [32]byte
+		cryptorand.Read(seed[:]) // never fails: it crashes the program instead
+		return rand.NewChaCha8(seed)
+	}}}
+}
+
+// newLeaseID returns a fresh lease ID: 26 characters of the RFC 4648 base32
+// alphabet, as crypto/rand.Text makes, each 5 random bits (130 in all), at
+// a third of its cost.
+func (c *Coordinator) newLeaseID() string {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+	g := c.ids.pool.Get().(*rand.ChaCha8)
+	var id [26]byte
+	var bits uint64
+	for i := range id {
+		if i%12 == 0 { // 12 characters use 60 of a draw's 64 bits
+			bits = g.Uint64()
+		}
+		id[i] = alphabet[bits&31]
+		bits >>= 5
+	}
+	c.ids.pool.Put(g)
+	return string(id[:])
+}
 
 // request builds a grant or renew request. Its arguments are checked by the
 // backend, which every backend must do (package conformance holds them to

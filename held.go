@@ -144,7 +144,7 @@ func (c *Coordinator) Hold(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, opError("hold", key, err)
 	}
-	req, err := c.request(key, newLeaseID(), ttl, []time.Duration{cfg.margin})
+	req, err := c.request(key, c.newLeaseID(), ttl, []time.Duration{cfg.margin})
 	if err != nil {
 		return nil, opError("hold", key, err)
 	}

@@ -52,7 +52,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	}
 	defer w.close()
 
-	req, err := c.request(key, newLeaseID(), ttl, []time.Duration{cfg.margin})
+	req, err := c.request(key, c.newLeaseID(), ttl, []time.Duration{cfg.margin})
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
@@ -68,7 +68,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 		case errors.As(err, &held):
 			// Another holder's lease is live, so no earlier attempt of ours
 			// holds the key (its ID would have been answered with its lease).
-			unknownSince, req.LeaseID = time.Time{}, newLeaseID()
+			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
 			if err := w.wait(ctx, held.Remaining); err != nil {
 				return nil, opError("lock", key, err)
 			}
@@ -83,7 +83,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 			}
 		case !unknownSince.IsZero() && (errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound)):
 			// An earlier attempt took the lease, and it has ended since.
-			unknownSince, req.LeaseID = time.Time{}, newLeaseID()
+			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
 		default:
 			return nil, c.lockEnded(ctx, err, req, unknownSince, ttl)
 		}

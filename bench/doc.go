@@ -12,4 +12,10 @@
 // server must be one nobody else uses, as the benchmarks write keys under
 // the prefix "bench:". See docs/redis-bench.md in the fencing repository for
 // results.
+//
+// TestReport is the one-command report of every store against its peers
+// (the memory backend against the original single-mutex design so far); see
+// report_test.go and docs/benchmarks.md:
+//
+//	cd bench && BENCH_REPORT=all go test -run '^TestReport$' -v -count=1 .
 package bench

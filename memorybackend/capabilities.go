@@ -1,9 +1,9 @@
 package memorybackend
 
 import (
+	"bytes"
 	"context"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,7 +31,7 @@ func (s *subscription) Freed() <-chan struct{} { return s.freed }
 
 func (s *subscription) Close() error {
 	s.once.Do(func() {
-		sh := s.b.shard(s.key)
+		_, sh := s.b.locate(s.key)
 		sh.mu.Lock()
 		defer sh.mu.Unlock()
 		if set := sh.subs[s.key]; set != nil {
@@ -56,7 +56,7 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 		return nil, err
 	}
 	sub := &subscription{b: b, key: key, freed: make(chan struct{}, 1)}
-	sh := b.shard(key)
+	_, sh := b.locate(key)
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	if sh.subs == nil {
@@ -89,21 +89,25 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 	if err := backend.CheckKey(key); err != nil {
 		return backend.KeyState{}, err
 	}
-	s := b.shard(key)
+	h, s := b.locate(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.keys[key].state(b.clock.Now()), nil
+	return b.keyState(s, h, key), nil
 }
 
-// state returns the record's KeyState at now; a nil record is a key never
-// leased.
-func (r *record) state(now time.Time) backend.KeyState {
-	if r == nil {
+// keyState returns key's KeyState; the zero KeyState for a key never
+// leased. The caller holds s.mu.
+func (b *Backend) keyState(s *shard, h uint64, key string) backend.KeyState {
+	ref, found := s.find(h, key)
+	if !found {
 		return backend.KeyState{}
 	}
-	st := backend.KeyState{MaxToken: r.token}
-	if r.live(now) {
-		st.Live, st.Token, st.ExpiresAt, st.Remaining = true, r.token, r.expiresAt, r.expiresAt.Sub(now)
+	r := s.record(ref)
+	st := backend.KeyState{MaxToken: r.token()}
+	if l := s.lease(r.state()); l != nil {
+		if now := b.now(); now < l.expires {
+			st.Live, st.Token, st.ExpiresAt, st.Remaining = true, r.token(), b.instant(l.expires), time.Duration(l.expires-now)
+		}
 	}
 	return st
 }
@@ -118,14 +122,18 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backend.CheckKey(key); err != nil {
 		return false, err
 	}
-	s := b.shard(key)
+	h, s := b.locate(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	r := s.keys[key]
-	if r == nil || !r.live(b.clock.Now()) {
+	ref, found := s.find(h, key)
+	if !found {
 		return false, nil
 	}
-	r.released = true
+	l := s.lease(s.record(ref).state())
+	if l == nil || b.now() >= l.expires {
+		return false, nil
+	}
+	s.end(ref, stateReleased, b.idSeed)
 	s.notify(key)
 	return true, nil
 }
@@ -143,12 +151,16 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 		limit = DefaultListLimit
 	}
 	var keys []string
+	pre := []byte(prefix)
 	for i := range b.shards {
 		s := &b.shards[i]
 		s.mu.Lock()
-		for k := range s.keys {
-			if strings.HasPrefix(k, prefix) && k > cursor {
-				keys = append(keys, k)
+		for _, slot := range s.index {
+			if slot == 0 {
+				continue
+			}
+			if k := s.record(uint32(slot) - 1).key(); bytes.HasPrefix(k, pre) && string(k) > cursor {
+				keys = append(keys, string(k))
 			}
 		}
 		s.mu.Unlock()
@@ -161,9 +173,9 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 	}
 	page := make([]backend.KeyInfo, 0, len(keys))
 	for _, k := range keys {
-		s := b.shard(k)
+		h, s := b.locate(k)
 		s.mu.Lock()
-		page = append(page, backend.KeyInfo{Key: k, State: s.keys[k].state(b.clock.Now())})
+		page = append(page, backend.KeyInfo{Key: k, State: b.keyState(s, h, k)})
 		s.mu.Unlock()
 	}
 	return page, next, nil

@@ -7,16 +7,13 @@ import (
 
 // Clock is the coordinator's clock: the only clock the in-memory backend
 // reads to decide expiry.
+//
+// Without WithClock the backend reads the system's monotonic clock, anchored
+// at the wall time the backend was made: expiry never jumps when the wall
+// clock is stepped, and a reading costs one clock read instead of two.
 type Clock interface {
 	Now() time.Time
 }
-
-// systemClock reads the system's monotonic clock, anchored at the wall time
-// the backend was made: expiry never jumps when the wall clock is stepped,
-// and a reading costs one clock read instead of two.
-type systemClock struct{ base time.Time }
-
-func (c systemClock) Now() time.Time { return c.base.Add(time.Since(c.base)) }
 
 // FakeClock is a Clock that moves only when told to. Use it to test lease
 // expiry instantly, in this package's tests or your own. It is safe for

@@ -2,18 +2,32 @@
 // and the fast path. Its clock is injectable (WithClock, FakeClock), so tests
 // of code that holds leases can move time by hand.
 //
-// State lives in a fixed set of shards chosen by a hash of the key, each with
-// its own mutex, so operations on different keys rarely contend. Token checks
-// do not allocate.
+// State lives in shards chosen by a hash of the key, each with its own mutex,
+// so operations on different keys rarely contend. Token checks do not
+// allocate.
 //
 // # Memory
 //
 // A key's record is never deleted: the highest token must outlive every lease
-// on the key, or a later grant could reissue it. Each key that was ever
-// leased holds one record of about 100 bytes plus the key's bytes and the
-// last lease ID (26 bytes from package fencing). A process that leases an
+// on the key, or a later grant could reissue it. So a process that leases an
 // unbounded number of distinct keys grows without bound; use a persistent
-// backend for that, or keys from a bounded set.
+// backend for that, or keys from a bounded set. What stays is small: a key
+// whose lease has ended holds its token, its state, a fingerprint of its last
+// lease's ID and a copy of its bytes in a record with no pointers in it (the
+// garbage collector does not trace it), plus an index slot: with 15-byte keys,
+// about 40 to 60 bytes beyond the key's own bytes (docs/benchmarks.md has the
+// measurement). A live lease holds a further 48 bytes and keeps its lease ID
+// string, until it is released, or until it has expired and the key is next
+// touched or a later grant in its shard sweeps it.
+//
+// The fingerprint is a 64-bit hash of the ended lease's ID, keyed by a seed
+// drawn for each Backend. It answers a resent request with that ID as the
+// contract says (a grant gets ErrLeaseNotFound after a release and
+// ErrLeaseExpired after expiry, a release nil or ErrLeaseExpired). Another
+// ID that hashes alike, one chance in 2^64 for a random ID, gets the same
+// answers, so a collision can refuse a grant or excuse a release that
+// changes nothing; it never grants a lease, extends one or reissues a token.
+// A live lease's ID is compared in full.
 //
 // State is lost when the process exits, so tokens restart at 1: this backend
 // fences goroutines and tests within one process, not processes.
@@ -23,48 +37,24 @@ import (
 	"context"
 	"hash/maphash"
 	"math"
-	"sync"
+	"math/bits"
+	"runtime"
 	"sync/atomic"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
 )
 
-const shardCount = 256 // a power of two
-
 // Backend is the in-memory backend. The zero value is not usable; call New.
 type Backend struct {
-	clock    Clock
-	maxToken uint64
-	seed     maphash.Seed
-	closed   atomic.Bool
-	shards   [shardCount]shard
-}
-
-type shard struct {
-	mu   sync.Mutex
-	keys map[string]*record
-	subs map[string]map[*subscription]struct{} // NotifyFree waiters; nil until the first
-	_    [40]byte                              // keep neighbouring shards' locks off one cache line
-}
-
-// record is a key's state. It stays after its lease ends: token is the
-// highest token ever minted for the key.
-type record struct {
-	token     uint64
-	leaseID   string // most recent lease's ID
-	ttl       time.Duration
-	margin    time.Duration
-	expiresAt time.Time
-	released  bool
-}
-
-func (r *record) live(now time.Time) bool {
-	return !r.released && now.Before(r.expiresAt)
-}
-
-func (r *record) lease(key string) backend.Lease {
-	return backend.Lease{Key: key, LeaseID: r.leaseID, Token: r.token, TTL: r.ttl, Margin: r.margin, ExpiresAt: r.expiresAt}
+	clock      Clock     // nil: the system's monotonic clock
+	base       time.Time // the clock's reading at New: instants are nanoseconds since then
+	maxToken   uint64
+	keySeed    maphash.Seed // chooses a key's shard and index slot
+	idSeed     maphash.Seed // fingerprints ended leases' IDs
+	shardShift uint         // a key's shard is its hash >> shardShift
+	closed     atomic.Bool
+	shards     []shard
 }
 
 // Option configures a Backend.
@@ -82,21 +72,44 @@ func WithMaxToken(max uint64) Option {
 	return func(b *Backend) { b.maxToken = max }
 }
 
-// New returns an empty in-memory backend.
+// New returns an empty in-memory backend. It has 16 shards per
+// runtime.GOMAXPROCS at the time of the call, rounded up to a power of two,
+// from 32 to 1024.
 func New(opts ...Option) *Backend {
-	b := &Backend{clock: systemClock{base: time.Now()}, maxToken: math.MaxUint64, seed: maphash.MakeSeed()}
+	b := &Backend{maxToken: math.MaxUint64, keySeed: maphash.MakeSeed(), idSeed: maphash.MakeSeed()}
 	for _, o := range opts {
 		o(b)
 	}
-	for i := range b.shards {
-		b.shards[i].keys = make(map[string]*record)
+	if b.clock == nil {
+		b.base = time.Now()
+	} else {
+		b.base = b.clock.Now()
 	}
+	n := min(max(16*runtime.GOMAXPROCS(0), 32), 1024)
+	shift := bits.Len(uint(n - 1)) // log2 of n rounded up to a power of two
+	b.shards = make([]shard, 1<<shift)
+	b.shardShift = uint(64 - shift)
 	return b
 }
 
-func (b *Backend) shard(key string) *shard {
-	return &b.shards[maphash.String(b.seed, key)&(shardCount-1)]
+// now reads the backend's clock: nanoseconds since New.
+func (b *Backend) now() int64 {
+	if b.clock == nil {
+		return int64(time.Since(b.base)) // the monotonic clock alone
+	}
+	return int64(b.clock.Now().Sub(b.base))
 }
+
+// instant turns a reading of now into a time.
+func (b *Backend) instant(ns int64) time.Time { return b.base.Add(time.Duration(ns)) }
+
+// locate returns key's hash and shard.
+func (b *Backend) locate(key string) (uint64, *shard) {
+	h := maphash.String(b.keySeed, key)
+	return h, &b.shards[h>>b.shardShift]
+}
+
+func (b *Backend) fingerprint(leaseID string) uint64 { return maphash.String(b.idSeed, leaseID) }
 
 func (b *Backend) ready(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
@@ -108,6 +121,10 @@ func (b *Backend) ready(ctx context.Context) error {
 	return nil
 }
 
+func (b *Backend) leaseOf(key string, token uint64, l *liveLease) backend.Lease {
+	return backend.Lease{Key: key, LeaseID: l.id, Token: token, TTL: l.ttl, Margin: l.margin, ExpiresAt: b.instant(l.expires)}
+}
+
 // Grant implements backend.Backend.
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	if err := b.ready(ctx); err != nil {
@@ -116,45 +133,50 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	if err := backend.CheckRequest(req); err != nil {
 		return backend.Lease{}, err
 	}
-	s := b.shard(req.Key)
+	h, s := b.locate(req.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := b.clock.Now()
-	r := s.keys[req.Key]
-	if r != nil {
-		if r.leaseID == req.LeaseID { // a retry of the grant that made this lease
-			switch {
-			case r.live(now):
-				return r.lease(req.Key), nil
-			case r.released:
-				return backend.Lease{}, backend.ErrLeaseNotFound
-			default:
+	now := b.now()
+	ref, found := s.find(h, req.Key)
+	var last uint64
+	if found {
+		r := s.record(ref)
+		last = r.token()
+		if l := s.lease(r.state()); l != nil {
+			if l.id == req.LeaseID { // a retry of the grant that made this lease
+				if now < l.expires {
+					return b.leaseOf(req.Key, last, l), nil
+				}
 				return backend.Lease{}, backend.ErrLeaseExpired
 			}
+			if now < l.expires {
+				return backend.Lease{}, &backend.HeldError{Remaining: time.Duration(l.expires - now)}
+			}
+			s.end(ref, stateExpired, b.idSeed) // reads as before: expired
+		} else if r.fingerprint() == b.fingerprint(req.LeaseID) { // a retry, after the lease ended
+			if r.state() == stateReleased {
+				return backend.Lease{}, backend.ErrLeaseNotFound
+			}
+			return backend.Lease{}, backend.ErrLeaseExpired
 		}
-		if r.live(now) {
-			return backend.Lease{}, &backend.HeldError{Remaining: r.expiresAt.Sub(now)}
-		}
-	}
-	var last uint64
-	if r != nil {
-		last = r.token
 	}
 	if last >= b.maxToken {
 		return backend.Lease{}, backend.ErrTokenSpaceExhausted
 	}
-	if r == nil {
-		r = &record{}
-		s.keys[req.Key] = r
+	if !found {
+		ref = s.insert(h, req.Key, 0, stateReleased)
 	}
-	*r = record{
-		token:     last + 1,
-		leaseID:   req.LeaseID,
-		ttl:       req.Timeout,
-		margin:    req.Margin,
-		expiresAt: now.Add(req.Timeout + req.Margin),
-	}
-	return r.lease(req.Key), nil
+	state := s.addLive(liveLease{
+		id:      req.LeaseID,
+		expires: now + int64(req.Timeout+req.Margin),
+		ttl:     req.Timeout,
+		margin:  req.Margin,
+		ref:     ref,
+	}, now, b.idSeed)
+	r := s.record(ref)
+	r.setToken(last + 1)
+	r.setState(state)
+	return b.leaseOf(req.Key, last+1, s.lease(state)), nil
 }
 
 // Renew implements backend.Backend.
@@ -165,30 +187,31 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 	if err := backend.CheckRequest(req); err != nil {
 		return backend.Lease{}, err
 	}
-	s := b.shard(req.Key)
+	h, s := b.locate(req.Key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	now := b.clock.Now()
-	r, err := holderRecord(s, req.Key, req.LeaseID, now)
-	if err != nil {
-		return backend.Lease{}, err
+	ref, found := s.find(h, req.Key)
+	if !found {
+		return backend.Lease{}, backend.ErrLeaseNotFound
 	}
-	r.ttl, r.margin = req.Timeout, req.Margin
-	r.expiresAt = now.Add(req.Timeout + req.Margin)
-	return r.lease(req.Key), nil
-}
-
-// holderRecord returns key's record when leaseID holds its live lease, and
-// otherwise the error that Renew and Release report.
-func holderRecord(s *shard, key, leaseID string, now time.Time) (*record, error) {
-	r := s.keys[key]
-	if r == nil || r.leaseID != leaseID || r.released {
-		return nil, backend.ErrLeaseNotFound
+	r := s.record(ref)
+	l := s.lease(r.state())
+	if l == nil {
+		if r.state() == stateExpired && r.fingerprint() == b.fingerprint(req.LeaseID) {
+			return backend.Lease{}, backend.ErrLeaseExpired
+		}
+		return backend.Lease{}, backend.ErrLeaseNotFound
 	}
-	if !r.live(now) {
-		return nil, backend.ErrLeaseExpired
+	if l.id != req.LeaseID {
+		return backend.Lease{}, backend.ErrLeaseNotFound
 	}
-	return r, nil
+	now := b.now()
+	if now >= l.expires {
+		return backend.Lease{}, backend.ErrLeaseExpired
+	}
+	l.ttl, l.margin = req.Timeout, req.Margin
+	l.expires = now + int64(req.Timeout+req.Margin)
+	return b.leaseOf(req.Key, r.token(), l), nil
 }
 
 // Release implements backend.Backend.
@@ -199,17 +222,32 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	if err := backend.CheckRelease(key, leaseID); err != nil {
 		return err
 	}
-	s := b.shard(key)
+	h, s := b.locate(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.keys[key]; r != nil && r.leaseID == leaseID && r.released {
-		return nil // released already: a resent release is harmless
+	ref, found := s.find(h, key)
+	if !found {
+		return backend.ErrLeaseNotFound
 	}
-	r, err := holderRecord(s, key, leaseID, b.clock.Now())
-	if err != nil {
-		return err
+	r := s.record(ref)
+	l := s.lease(r.state())
+	if l == nil {
+		if r.fingerprint() != b.fingerprint(leaseID) {
+			return backend.ErrLeaseNotFound
+		}
+		if r.state() == stateReleased {
+			return nil // released already: a resent release is harmless
+		}
+		return backend.ErrLeaseExpired
 	}
-	r.released = true
+	if l.id != leaseID {
+		return backend.ErrLeaseNotFound
+	}
+	if b.now() >= l.expires {
+		s.end(ref, stateExpired, b.idSeed) // reads as before: expired
+		return backend.ErrLeaseExpired
+	}
+	s.end(ref, stateReleased, b.idSeed)
 	s.notify(key)
 	return nil
 }
@@ -222,11 +260,14 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 	if err := backend.CheckKey(key); err != nil {
 		return 0, false, err
 	}
-	s := b.shard(key)
+	h, s := b.locate(key)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if r := s.keys[key]; r != nil && r.live(b.clock.Now()) {
-		return r.token, true, nil
+	if ref, found := s.find(h, key); found {
+		r := s.record(ref)
+		if l := s.lease(r.state()); l != nil && b.now() < l.expires {
+			return r.token(), true, nil
+		}
 	}
 	return 0, false, nil
 }

@@ -1,0 +1,235 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/memorybackend"
+)
+
+// memoryTTL is long enough that no lease expires during the report.
+const memoryTTL = time.Hour
+
+// memorySection compares the in-memory backend, called through
+// fencing.Coordinator as users call it, with the original single-mutex
+// design (see original), each at its user-facing call.
+func memorySection(t *testing.T, r *report) {
+	ctx := context.Background()
+
+	// Memory first, on a heap that holds nothing else of the report's.
+	for _, n := range []int{1_000, 100_000, 1_000_000} {
+		r.memory = append(r.memory, memoryPerKey(t, n))
+	}
+
+	for _, g := range []int{1, 2, 32} {
+		coord := fencing.New(memorybackend.New())
+		orig := newOriginal()
+		sets := disjointKeys(g, 64)
+		c := &comparison{
+			store: "memory", op: "Grant+Release, disjoint keys", goroutines: g,
+			contenders: []contender{
+				{name: "ours", worker: func(w int) func(int) error {
+					keys := sets[w]
+					return func(i int) error {
+						key := keys[i%len(keys)]
+						l, err := coord.Grant(ctx, key, memoryTTL)
+						if err != nil {
+							return err
+						}
+						return coord.Release(ctx, key, l.ID)
+					}
+				}},
+				{name: "original", worker: func(w int) func(int) error {
+					keys := sets[w]
+					return func(i int) error {
+						key := keys[i%len(keys)]
+						l, err := orig.Grant(ctx, key, memoryTTL)
+						if err != nil {
+							return err
+						}
+						return orig.Release(ctx, key, l.ID)
+					}
+				}},
+			},
+		}
+		switch g {
+		case 1:
+			c.target, c.check = "≥ 1.00x", atLeast(1)
+		case 2:
+			c.target, c.check = "≥ 2.00x", atLeast(2)
+		}
+		r.compare(t, c)
+	}
+
+	r.compare(t, randomKeysComparison(t, ctx, 1_000_000))
+
+	coord := fencing.New(memorybackend.New())
+	orig := newOriginal()
+	const key = "orders/checked"
+	ours, err := coord.Grant(ctx, key, memoryTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	theirs, err := orig.Grant(ctx, key, memoryTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.compare(t, &comparison{
+		store: "memory", op: "CheckToken, held key", goroutines: 1,
+		target: "0 allocs/op", check: func(c *comparison) bool { return c.allocsPerOp(0) == 0 },
+		contenders: []contender{
+			{name: "ours", worker: func(int) func(int) error {
+				return func(int) error {
+					if ok, err := coord.CheckToken(ctx, key, ours.Token); err != nil || !ok {
+						return fmt.Errorf("CheckToken = %v, %v", ok, err)
+					}
+					return nil
+				}
+			}},
+			{name: "original", worker: func(int) func(int) error {
+				return func(int) error {
+					if ok, err := orig.CheckToken(ctx, key, theirs.Token); err != nil || !ok {
+						return fmt.Errorf("CheckToken = %v, %v", ok, err)
+					}
+					return nil
+				}
+			}},
+		},
+	})
+}
+
+// atLeast checks that the first peer's median ratio is at least x.
+func atLeast(x float64) func(*comparison) bool {
+	return func(c *comparison) bool { return median(c.ratios(1)) >= x }
+}
+
+// disjointKeys returns g sets of n keys each, no key in two sets.
+func disjointKeys(g, n int) [][]string {
+	sets := make([][]string, g)
+	for w := range sets {
+		sets[w] = make([]string, n)
+		for i := range sets[w] {
+			sets[w][i] = fmt.Sprintf("orders/w%02d/%04d", w, i)
+		}
+	}
+	return sets
+}
+
+// randomKeysComparison makes both stores hold n keys whose leases have
+// ended, then grants and releases keys drawn at random among them.
+func randomKeysComparison(t *testing.T, ctx context.Context, n int) *comparison {
+	coord := fencing.New(memorybackend.New())
+	orig := newOriginal()
+	keys := make([]string, n)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("orders/%08d", i)
+		l, err := coord.Grant(ctx, keys[i], memoryTTL)
+		if err == nil {
+			err = coord.Release(ctx, keys[i], l.ID)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		ol, err := orig.Grant(ctx, keys[i], memoryTTL)
+		if err == nil {
+			err = orig.Release(ctx, keys[i], ol.ID)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One random sequence, walked by each contender from where its last
+	// batch stopped.
+	seq := make([]int32, 1<<20)
+	for i := range seq {
+		seq[i] = int32(rand.IntN(n))
+	}
+	var oursAt, origAt int
+	return &comparison{
+		store: "memory", op: fmt.Sprintf("Grant+Release, random keys among %.0e", float64(n)), goroutines: 1,
+		target: "≥ 1.00x", check: atLeast(1),
+		contenders: []contender{
+			{name: "ours", worker: func(int) func(int) error {
+				return func(int) error {
+					key := keys[seq[oursAt&(len(seq)-1)]]
+					oursAt++
+					l, err := coord.Grant(ctx, key, memoryTTL)
+					if err != nil {
+						return err
+					}
+					return coord.Release(ctx, key, l.ID)
+				}
+			}},
+			{name: "original", worker: func(int) func(int) error {
+				return func(int) error {
+					key := keys[seq[origAt&(len(seq)-1)]]
+					origAt++
+					l, err := orig.Grant(ctx, key, memoryTTL)
+					if err != nil {
+						return err
+					}
+					return orig.Release(ctx, key, l.ID)
+				}
+			}},
+		},
+	}
+}
+
+// memoryPerKey measures the heap that n keys whose leases have ended hold
+// in each store: HeapAlloc after a GC, after minus before granting and
+// releasing every key once, divided by n. The store itself is made before
+// the first reading (its fixed cost is not per key). Each key is a fresh
+// string that the caller drops, as a process that keeps only the store
+// would: a store that keeps the caller's string holds its bytes as much as
+// one that copies them.
+func memoryPerKey(t *testing.T, n int) memoryRow {
+	ctx := context.Background()
+	row := memoryRow{store: "memory", keys: n, keyLen: len(memoryKey(0)), target: 64}
+	measure := func(name string, grantRelease func(key string) error) {
+		h0 := heapAlloc()
+		for i := range n {
+			if err := grantRelease(memoryKey(i)); err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		}
+		row.perKey = append(row.perKey, namedValue{name, float64(heapAlloc()-h0) / float64(n)})
+	}
+
+	coord := fencing.New(memorybackend.New())
+	measure("ours", func(key string) error {
+		l, err := coord.Grant(ctx, key, memoryTTL)
+		if err != nil {
+			return err
+		}
+		return coord.Release(ctx, key, l.ID)
+	})
+	runtime.KeepAlive(coord)
+	coord = nil
+
+	orig := newOriginal()
+	measure("original", func(key string) error {
+		l, err := orig.Grant(ctx, key, memoryTTL)
+		if err != nil {
+			return err
+		}
+		return orig.Release(ctx, key, l.ID)
+	})
+	runtime.KeepAlive(orig)
+	return row
+}
+
+// memoryKey is the i-th key of memoryPerKey: 15 bytes, a fresh string.
+func memoryKey(i int) string { return fmt.Sprintf("orders/%08d", i) }
+
+func heapAlloc() uint64 {
+	runtime.GC()
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}

@@ -1,0 +1,214 @@
+package memorybackend
+
+import (
+	"encoding/binary"
+	"hash/maphash"
+	"sync"
+	"time"
+)
+
+// A shard holds the keys whose hash chooses it, in a layout made for many
+// keys whose leases have ended: such a key is one small record in an arena
+// of bytes, with no pointer for the garbage collector to trace, and a slot
+// in an open-addressing index. Only a live lease has more: a liveLease,
+// which holds its ID.
+//
+// # Records
+//
+// A record is 8-byte aligned in an arena chunk and never moves within it:
+//
+//	offset  size  field
+//	0       8     token: the highest token ever minted for the key
+//	8       8     fingerprint of the ID of the key's most recent lease,
+//	              once that lease has ended (see the package doc)
+//	16      4     state: stateReleased, stateExpired, or stateLive + the
+//	              index of the key's liveLease
+//	20      2     key length
+//	22      n     key bytes
+//
+// A record is named by a ref: its byte offset in the shard's arena divided
+// by 8, the arena being chunks of chunkSize bytes that no record straddles.
+//
+// # Index
+//
+// The index is a power-of-two array of uint64 slots, linear probing, never
+// a deletion (records are never deleted). A slot is 0 when empty, and
+// otherwise hash<<32 | (ref+1), where hash is the low 32 bits of the key's
+// hash: the slot's home is hash & mask, and a probe compares the key's
+// bytes only when all 32 bits match. The index doubles when it is 7/8 full.
+type shard struct {
+	mu    sync.Mutex
+	index []uint64
+	count int      // records
+	arena [][]byte // chunks; only the last one grows
+	live  []liveLease
+	free  uint32                                // 1 + the first free liveLease, 0 when none
+	sweep uint32                                // the liveLease the next sweep looks at
+	subs  map[string]map[*subscription]struct{} // NotifyFree waiters; nil until the first
+	_     [24]byte                              // keep neighbouring shards' locks off one cache line
+}
+
+// A liveLease is the part of a live lease that an ended one does not need.
+// A free one has an empty id, and next holds the free list.
+type liveLease struct {
+	id      string
+	expires int64 // on the backend's clock (see Backend.now)
+	ttl     time.Duration
+	margin  time.Duration
+	ref     uint32 // the key's record; when free, 1 + the next free one
+}
+
+const (
+	stateReleased = 0 // the most recent lease was released
+	stateExpired  = 1 // the most recent lease expired
+	stateLive     = 2 // stateLive + i: the lease in live[i], live until it expires
+
+	recordHeader = 22
+	chunkBits    = 16
+	chunkSize    = 1 << chunkBits
+	refChunk     = chunkBits - 3 // a ref's bits below this are the offset/8 in a chunk
+	minArena     = 128
+	minIndex     = 8
+)
+
+// record is a record's bytes, from its start.
+type record []byte
+
+func (r record) token() uint64           { return binary.LittleEndian.Uint64(r[0:]) }
+func (r record) setToken(t uint64)       { binary.LittleEndian.PutUint64(r[0:], t) }
+func (r record) fingerprint() uint64     { return binary.LittleEndian.Uint64(r[8:]) }
+func (r record) setFingerprint(f uint64) { binary.LittleEndian.PutUint64(r[8:], f) }
+func (r record) state() uint32           { return binary.LittleEndian.Uint32(r[16:]) }
+func (r record) setState(s uint32)       { binary.LittleEndian.PutUint32(r[16:], s) }
+func (r record) key() []byte {
+	n := int(binary.LittleEndian.Uint16(r[20:]))
+	return r[recordHeader : recordHeader+n]
+}
+
+func (s *shard) record(ref uint32) record {
+	return s.arena[ref>>refChunk][(ref&(1<<refChunk-1))<<3:]
+}
+
+// find returns the ref of key's record, whose hash is h, if there is one.
+func (s *shard) find(h uint64, key string) (uint32, bool) {
+	if len(s.index) == 0 {
+		return 0, false
+	}
+	mask := uint32(len(s.index) - 1)
+	for i := uint32(h) & mask; ; i = (i + 1) & mask {
+		slot := s.index[i]
+		if slot == 0 {
+			return 0, false
+		}
+		if uint32(slot>>32) == uint32(h) {
+			ref := uint32(slot) - 1
+			if string(s.record(ref).key()) == key {
+				return ref, true
+			}
+		}
+	}
+}
+
+// insert adds a record for key, whose hash is h and which has none, with
+// the given token and state, and returns its ref.
+func (s *shard) insert(h uint64, key string, token uint64, state uint32) uint32 {
+	if (s.count+1)*8 > len(s.index)*7 {
+		s.growIndex()
+	}
+	ref := s.allocRecord(recordHeader + len(key))
+	r := s.record(ref)
+	r.setToken(token)
+	r.setFingerprint(0)
+	r.setState(state)
+	binary.LittleEndian.PutUint16(r[20:], uint16(len(key)))
+	copy(r[recordHeader:], key)
+	s.place(s.index, uint32(h), ref)
+	s.count++
+	return ref
+}
+
+// place puts a slot for ref, whose key's hash is h, in its home in index or
+// the first free slot after it.
+func (s *shard) place(index []uint64, h uint32, ref uint32) {
+	mask := uint32(len(index) - 1)
+	i := h & mask
+	for index[i] != 0 {
+		i = (i + 1) & mask
+	}
+	index[i] = uint64(h)<<32 | uint64(ref+1)
+}
+
+func (s *shard) growIndex() {
+	old := s.index
+	s.index = make([]uint64, max(2*len(old), minIndex))
+	for _, slot := range old {
+		if slot != 0 {
+			s.place(s.index, uint32(slot>>32), uint32(slot)-1)
+		}
+	}
+}
+
+// allocRecord returns the ref of n new bytes (rounded up to 8) at the end
+// of the arena. The last chunk grows by a quarter at a time, up to
+// chunkSize, so the arena wastes little memory beyond its records.
+func (s *shard) allocRecord(n int) uint32 {
+	n = (n + 7) &^ 7
+	last := len(s.arena) - 1
+	if last < 0 || len(s.arena[last])+n > chunkSize {
+		s.arena = append(s.arena, make([]byte, 0, max(minArena, n)))
+		last++
+	}
+	c := s.arena[last]
+	if len(c)+n > cap(c) {
+		grown := make([]byte, len(c), min(chunkSize, max(len(c)+n, cap(c)+cap(c)/4)))
+		copy(grown, c)
+		c = grown
+	}
+	ref := uint32(last)<<refChunk | uint32(len(c)>>3)
+	s.arena[last] = c[:len(c)+n]
+	return ref
+}
+
+// addLive stores a live lease for the record ref and returns the record
+// state that names it. Before that it sweeps: it looks at one other live
+// lease and ends it if it has expired, so that expired leases on keys
+// nobody touches again give their memory back as new leases are made.
+func (s *shard) addLive(l liveLease, now int64, idSeed maphash.Seed) uint32 {
+	if n := uint32(len(s.live)); n > 0 {
+		s.sweep = (s.sweep + 1) % n
+		if v := &s.live[s.sweep]; v.id != "" && now >= v.expires {
+			s.end(v.ref, stateExpired, idSeed)
+		}
+	}
+	var i uint32
+	if s.free != 0 {
+		i = s.free - 1
+		s.free = s.live[i].ref
+	} else {
+		i = uint32(len(s.live))
+		s.live = append(s.live, liveLease{})
+	}
+	s.live[i] = l
+	return stateLive + i
+}
+
+// end turns the live lease of the record ref into an ended one (state is
+// stateReleased or stateExpired) that keeps only its ID's fingerprint, and
+// frees the liveLease.
+func (s *shard) end(ref uint32, state uint32, idSeed maphash.Seed) {
+	r := s.record(ref)
+	i := r.state() - stateLive
+	r.setFingerprint(maphash.String(idSeed, s.live[i].id))
+	r.setState(state)
+	s.live[i] = liveLease{ref: s.free}
+	s.free = i + 1
+}
+
+// lease returns the live lease named by a record state, or nil when the
+// state is not a live one. The lease may have expired.
+func (s *shard) lease(state uint32) *liveLease {
+	if state < stateLive {
+		return nil
+	}
+	return &s.live[state-stateLive]
+}
