@@ -38,12 +38,16 @@ func newPrefix(what string) string {
 func newBackend(t testing.TB, cli *clientv3.Client) (*etcdbackend.Backend, string) {
 	t.Helper()
 	prefix := newPrefix("test")
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
+	b, err := newWithPrefix(cli, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.Close() })
 	return b, prefix
+}
+
+func newWithPrefix(cli *clientv3.Client, prefix string) (*etcdbackend.Backend, error) {
+	return etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
 }
 
 func req(key, id string, timeout time.Duration) backend.Request {
@@ -199,11 +203,13 @@ func TestLateRenewalInRevokeWindow(t *testing.T) {
 		key := fmt.Sprint("window", i)
 		r := backend.Request{Key: key, LeaseID: "L", Timeout: 500 * time.Millisecond, Margin: 500 * time.Millisecond}
 		l := mustGrant(t, b, r)
-		time.Sleep(time.Until(l.ExpiresAt) + time.Duration(i)*150*time.Millisecond + 20*time.Millisecond)
+		// ExpiresAt is the local send time + TTL; the leader's timer
+		// started up to a round trip later (more on a loaded machine).
+		time.Sleep(time.Until(l.ExpiresAt) + time.Duration(i)*150*time.Millisecond + 100*time.Millisecond)
 		for _, timeout := range []time.Duration{r.Timeout, time.Minute} { // keep-alive path, re-lease path
 			r.Timeout = timeout
 			if _, err := b.Renew(ctx, r); !errors.Is(err, backend.ErrLeaseExpired) {
-				t.Fatalf("renewal %d after TTL: %v, want ErrLeaseExpired", i, err)
+				t.Fatalf("renewal %d (timeout %v) after TTL: %v, want ErrLeaseExpired", i, timeout, err)
 			}
 		}
 		wantToken(t, b, key, 0, false)

@@ -1,0 +1,99 @@
+// Package etcdbackend is a fencing backend on etcd v3. The etcd cluster is
+// the coordinator: its leader's lease timers decide expiry and its revision
+// counter mints tokens; the client's clock decides nothing.
+//
+// Besides backend.Backend it implements the optional backend.Notifier (an
+// etcd watch), backend.Inspector, backend.ForceReleaser and backend.Lister.
+//
+// # Records
+//
+// Each user key k has three etcd keys under the prefix (default "fencing/"),
+// named by the unpadded base64url encoding of k, which contains no '/', so no
+// two user keys can share or split records whatever bytes they hold:
+//
+//	<prefix><base64url(k)>/l   the lease key: exists while a lease is live,
+//	                           attached to that lease's own etcd lease
+//	<prefix><base64url(k)>/i   the ID of the most recent lease (no etcd lease),
+//	                           written only when a lease key is created
+//	<prefix><base64url(k)>/r   the ID of the most recent released lease
+//
+// The two lease-less records let the backend tell the holder of the most
+// recent lease "expired" from "released" from "never held". They stay after
+// the lease ends, like the memory backend's per-key record: about 2 × (key
+// length + 60) bytes per key ever leased.
+//
+// # Tokens
+//
+// A lease's token is the CreateRevision of its lease key: the etcd revision
+// of the transaction that created it (etcd's own documentation calls it a
+// fencing token). Revisions are global to the cluster, strictly increase,
+// survive restarts and are never reset by compaction, so each grant's token is
+// larger than every earlier token on the key. Tokens are not dense: they skip
+// by every write to the cluster in between, and they are shared by no two
+// keys. A renewal that moves the lease key to a new etcd lease overwrites the
+// key, which keeps its CreateRevision, so the token stays. The ID record is
+// written in the same transaction as the lease key's creation and never
+// again, so its ModRevision is the most recent token (KeyState.MaxToken).
+//
+// # Time
+//
+// etcd lease TTLs are whole seconds, the server raises a TTL below its minimum
+// (ceil(1.5 × election timeout), 1s at the least) and refreshes every lease
+// when a new leader takes over. So the backend asks for
+// ceil(timeout + margin) seconds, and the TTL it reports in backend.Lease is
+// the granted TTL minus the margin: never less than the timeout asked for, and
+// a lower bound of the lease's real length. Lease.ExpiresAt is an estimate:
+// the local time just before the request was sent plus the granted TTL. The
+// leader's timer started later, so the real expiry is no earlier, up to clock
+// rate differences.
+//
+// When a lease's TTL runs out, the leader revokes it (checking about every
+// 500ms), and the revoke deletes the lease key. Until then the key still
+// exists and etcd counts the lease as live: Token and Inspect report it live
+// and no one else can be granted the key, but Renew rejects it with
+// ErrLeaseExpired (etcd refuses to renew an expired lease) and changes
+// nothing.
+//
+// # Round trips
+//
+// Grant costs two RPCs when the key is free (LeaseGrant, then one Txn that
+// creates the lease key only if it does not exist). When it is held, the
+// unused etcd lease is revoked while the holder's time left is read for
+// backend.HeldError (two more RPCs, one more round trip). Should the fresh
+// etcd lease run out before the Txn arrives (a stall longer than its TTL),
+// the Txn fails as a whole and Grant tries again with another, up to three
+// times. Token is one linearizable read.
+// Renew is a read and a keep-alive; a renewal that asks for a different
+// number of seconds moves the key to a new etcd lease (four more RPCs).
+// Release is one Txn guarded by the lease's identity plus the revoke of its
+// etcd lease.
+//
+// # Ambiguity
+//
+// A mutating request whose response is lost (a context ending mid-call, an
+// unavailable or timed-out server, a connection cut) returns an error
+// wrapping both backend.ErrOutcomeUnknown and the original error. The lease
+// ID is stored in the records, so a Grant retried with the same ID returns
+// the lease if the first one created it and grants it otherwise; retried
+// Renews and Releases are equally safe. An etcd lease granted for a request
+// whose outcome was lost is never reused and expires on its own after its
+// TTL.
+//
+// A request that provably never left the client is not ambiguous: one that
+// waited for a connection that never became ready (a refused dial, a server
+// down, a handshake that never finished) until its context ended, or that
+// was made on a closed client. The etcd client reports these with the same
+// errors as a lost response (the context's error, codes.Canceled), so the
+// backend asks gRPC instead: a call's grpc.Peer is filled only once the call
+// got a stream on a connection, the step before its request is written.
+// Once it has, any failure but a refusal by the server counts as ambiguous,
+// including etcd's "no leader", "leader changed" and "request timed out"
+// answers. This assumes the gRPC connection has no retry policy of its own
+// in its service config (etcd's client sets none; gRPC's transparent
+// retries resend only requests the server provably did not process).
+//
+// The backend therefore calls etcd's KV, Lease and Watch services on the
+// client's connection itself, and does not go through wrappers a caller may
+// have set on the client's KV, Lease or Watcher fields (such as
+// clientv3/namespace); WithPrefix places its keys.
+package etcdbackend

@@ -1,0 +1,228 @@
+package etcdbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Token implements backend.Backend with one linearizable read. A lease whose
+// TTL ran out but which etcd has not yet revoked is reported live.
+func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
+	if err := b.ready(ctx); err != nil {
+		return 0, false, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return 0, false, err
+	}
+	resp, err := b.kv.Get(ctx, b.keys(key).lease, clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, false, fmt.Errorf("etcd get: %w", err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, false, nil
+	}
+	return uint64(resp.Kvs[0].CreateRevision), true, nil
+}
+
+// Inspect implements backend.Inspector. It is one linearizable read of the
+// key's records when no lease is live, and that read plus a LeaseTimeToLive
+// of the live lease's etcd lease (two round trips) when one is: etcd reports
+// a lease's time left only there, and the etcd lease's ID comes from the
+// read. Remaining is in whole seconds, rounded down by etcd; ExpiresAt is the
+// local time before the second request plus Remaining. A lease in the window
+// after its TTL ran out and before etcd revoked it is live, as for Token,
+// with zero Remaining.
+//
+// MaxToken is the ModRevision of the key's ID record: the record is written
+// only by the grant Txn that creates a lease key, so its ModRevision is the
+// token of the most recent lease, live or ended.
+func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
+	if err := b.ready(ctx); err != nil {
+		return backend.KeyState{}, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return backend.KeyState{}, err
+	}
+	k := b.keys(key)
+	resp, err := b.kv.Txn(ctx).Then(clientv3.OpGet(k.lease), clientv3.OpGet(k.id)).Commit()
+	if err != nil {
+		return backend.KeyState{}, fmt.Errorf("etcd read: %w", err)
+	}
+	var lease, id *mvccpb.KeyValue
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		lease = kvs[0]
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
+		id = kvs[0]
+	}
+	st := keyState(lease, id)
+	if st.Live {
+		b.fillTime(ctx, &st, lease.Lease)
+	}
+	return st, nil
+}
+
+// keyState returns the state that a key's lease and ID records show,
+// without the time left.
+func keyState(lease, id *mvccpb.KeyValue) backend.KeyState {
+	var st backend.KeyState
+	if id != nil {
+		st.MaxToken = uint64(id.ModRevision)
+	}
+	if lease != nil {
+		st.Live = true
+		st.Token = uint64(lease.CreateRevision)
+		st.MaxToken = max(st.MaxToken, st.Token)
+	}
+	return st
+}
+
+// fillTime sets st's Remaining and ExpiresAt from etcd lease id's time left.
+// A lease that ran out (or is gone) keeps zero Remaining and ExpiresAt is
+// the time of asking.
+func (b *Backend) fillTime(ctx context.Context, st *backend.KeyState, id int64) {
+	left, at, _ := b.timeToLive(ctx, clientv3.LeaseID(id))
+	st.Remaining = left
+	st.ExpiresAt = at.Add(left)
+}
+
+// DefaultPageSize is the page size of List when its limit is not positive.
+const DefaultPageSize = 100
+
+// errCursor is returned by List for a cursor it did not hand out.
+var errCursor = errors.New("etcdbackend: invalid list cursor")
+
+// List implements backend.Lister. User keys are stored base64url-encoded,
+// so a user prefix maps to the encoded prefix its whole bytes fix (see
+// encodedPrefix), and the keys in that etcd range are decoded and filtered.
+// Keys are listed in the order of their encodings; the cursor is the
+// encoding of the next key. Each page is one linearizable range read, plus
+// one round of LeaseTimeToLive requests, run at once, for the page's live
+// leases (Remaining and ExpiresAt as for Inspect). Listing does not see
+// keys whose only record is gone (never: the ID record is kept).
+func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	if strings.ContainsRune(cursor, '/') {
+		return nil, "", errCursor
+	}
+	from := b.prefix + encodedPrefix(prefix)
+	end := clientv3.GetPrefixRangeEnd(from)
+	start := from
+	if cursor != "" {
+		// After "<prefix><cursor>" come the keys whose encodings extend the
+		// cursor's with '-', which sorts before '/' and so was listed
+		// already: start at the cursor's own records.
+		start = max(from, b.prefix+cursor+"/")
+	}
+	var page []backend.KeyInfo
+	var live []int64            // etcd leases of page's live keys, by index in page
+	fetch := 3*int64(limit) + 3 // records: a key has two or three
+	for {
+		resp, err := b.kv.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(fetch))
+		if err != nil {
+			return nil, "", fmt.Errorf("etcd range: %w", err)
+		}
+		groups := group(b.prefix, resp.Kvs)
+		if resp.More {
+			if len(groups) < 2 {
+				fetch *= 2 // one key's records fill the page: not ours
+				continue
+			}
+			// The last key's records may go on past the page.
+			start = b.prefix + groups[len(groups)-1].encoded + "/"
+			groups = groups[:len(groups)-1]
+		}
+		for _, g := range groups {
+			if len(page) == limit {
+				b.fillTimes(ctx, page, live)
+				return page, g.encoded, nil
+			}
+			info, leaseID, ok := g.info(prefix)
+			if !ok {
+				continue
+			}
+			page = append(page, info)
+			live = append(live, leaseID)
+		}
+		if !resp.More {
+			b.fillTimes(ctx, page, live)
+			return page, "", nil
+		}
+	}
+}
+
+// fillTimes fills the time left of page's live keys, leases[i] being page[i]'s
+// etcd lease (0 when none is live), a few requests at a time.
+func (b *Backend) fillTimes(ctx context.Context, page []backend.KeyInfo, leases []int64) {
+	const inFlight = 8
+	sem := make(chan struct{}, inFlight)
+	var wg sync.WaitGroup
+	for i := range page {
+		if !page[i].State.Live {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			b.fillTime(ctx, &page[i].State, leases[i])
+		})
+	}
+	wg.Wait()
+}
+
+// records are one user key's records in a range read.
+type records struct {
+	encoded   string // the key's encoding
+	lease, id *mvccpb.KeyValue
+}
+
+// group gathers a sorted range's records by user key. A key's records are
+// adjacent: any etcd key between two of them begins with the same
+// "<prefix><encoding>/".
+func group(prefix string, kvs []*mvccpb.KeyValue) []records {
+	var gs []records
+	for _, kv := range kvs {
+		enc, rec, ok := splitRecord(prefix, string(kv.Key))
+		if !ok {
+			continue
+		}
+		if len(gs) == 0 || gs[len(gs)-1].encoded != enc {
+			gs = append(gs, records{encoded: enc})
+		}
+		g := &gs[len(gs)-1]
+		switch rec {
+		case leaseRecord:
+			g.lease = kv
+		case idRecord:
+			g.id = kv
+		}
+	}
+	return gs
+}
+
+// info returns the listing of g's key and its live lease's etcd lease, if
+// the key begins with prefix and g is a leased key's records.
+func (g records) info(prefix string) (backend.KeyInfo, int64, bool) {
+	raw, err := encoding.DecodeString(g.encoded)
+	if err != nil || g.id == nil || !strings.HasPrefix(string(raw), prefix) {
+		return backend.KeyInfo{}, 0, false
+	}
+	var leaseID int64
+	if g.lease != nil {
+		leaseID = g.lease.Lease
+	}
+	return backend.KeyInfo{Key: string(raw), State: keyState(g.lease, g.id)}, leaseID, true
+}

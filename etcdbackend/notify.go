@@ -1,0 +1,182 @@
+package etcdbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// NotifyFree implements backend.Notifier with an etcd watch on the key's
+// lease record that reports its deletions: a release, a forced release and
+// the revoke of an expired lease all delete it. It returns once etcd has
+// created the watch, so every deletion after that is reported.
+//
+// Every subscription of a backend shares the backend's one watch stream (a
+// gRPC stream that multiplexes etcd watches), so a subscription costs one
+// server-side watcher, not a connection. The watches require a leader: a
+// member that loses its leader ends them, and the subscription sends a
+// wake-up and watches again from the revision after the last one it saw,
+// missing nothing, with a growing pause while that fails. After a
+// compaction past that revision it wakes the waiter and watches from now.
+// The channel is closed when the backend or the etcd client is closed.
+func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	if b.closed.Load() {
+		b.mu.Unlock()
+		return nil, backend.ErrClosed
+	}
+	b.subs.Add(1)
+	b.mu.Unlock()
+
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))
+	s := &subscription{
+		b:      b,
+		key:    b.keys(key).lease,
+		freed:  make(chan struct{}, 1),
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	// Watch blocks until the watch stream takes the request, which may
+	// wait for a connection: ctx bounds the set-up by ending the watch.
+	stop := context.AfterFunc(ctx, cancel)
+	wch := s.watch(wctx, 0, clientv3.WithCreatedNotify())
+	rev, err := s.created(ctx, wch)
+	if !stop() && err == nil {
+		err = ctx.Err() // the watch is being ended
+	}
+	if err != nil {
+		cancel()
+		close(s.done)
+		b.subs.Done()
+		return nil, err
+	}
+	go s.run(wctx, wch, rev)
+	return s, nil
+}
+
+// subscription is a watch set up by NotifyFree.
+type subscription struct {
+	b      *Backend
+	key    string // the etcd key of the lease record
+	freed  chan struct{}
+	cancel context.CancelFunc
+	done   chan struct{} // closed when run returns
+}
+
+// Freed implements backend.Subscription.
+func (s *subscription) Freed() <-chan struct{} { return s.freed }
+
+// Close implements backend.Subscription: it ends the watch and waits for its
+// goroutine.
+func (s *subscription) Close() error {
+	s.cancel()
+	<-s.done
+	return nil
+}
+
+// watch watches the lease record's deletions from revision rev (0: from
+// now).
+func (s *subscription) watch(ctx context.Context, rev int64, opts ...clientv3.OpOption) clientv3.WatchChan {
+	opts = append(opts, clientv3.WithFilterPut())
+	if rev > 0 {
+		opts = append(opts, clientv3.WithRev(rev))
+	}
+	return s.b.watcher.Watch(ctx, s.key, opts...)
+}
+
+// created waits for the watch's created response and returns its revision.
+func (s *subscription) created(ctx context.Context, wch clientv3.WatchChan) (int64, error) {
+	select {
+	case resp, ok := <-wch:
+		switch {
+		case !ok:
+			if err := s.b.ready(ctx); err != nil {
+				return 0, err
+			}
+			return 0, errors.New("etcd watch: closed before it was created")
+		case resp.Err() != nil:
+			return 0, fmt.Errorf("etcd watch: %w", resp.Err())
+		case !resp.Created:
+			return 0, errors.New("etcd watch: no created response")
+		}
+		return resp.Header.Revision, nil
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// Pauses between attempts to watch again while watches keep breaking.
+const (
+	minRewatchPause = 10 * time.Millisecond
+	maxRewatchPause = time.Second
+)
+
+// run reports the watch's deletions on freed until ctx ends or the client
+// closes, watching again whenever the watch breaks. rev is the revision up
+// to which the watch has reported every deletion.
+func (s *subscription) run(ctx context.Context, wch clientv3.WatchChan, rev int64) {
+	defer s.b.subs.Done()
+	defer close(s.done)
+	defer close(s.freed)
+	pause := minRewatchPause
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case resp, ok := <-wch:
+			if ok && resp.Err() == nil {
+				pause = minRewatchPause
+				// Resume after the last event, not after the header's
+				// revision: a response's header may run ahead of events
+				// still to come.
+				for _, ev := range resp.Events {
+					rev = max(rev, ev.Kv.ModRevision)
+				}
+				if resp.IsProgressNotify() {
+					rev = max(rev, resp.Header.Revision)
+				}
+				if len(resp.Events) > 0 {
+					s.wake()
+				}
+				continue
+			}
+			// Broken: by a compaction (resume from now: deletions may
+			// have been missed), a lost leader or a closed stream
+			// (resume after rev: none missed). Wake the waiter either way.
+			s.wake()
+			next := rev + 1
+			if ok && resp.CompactRevision > 0 {
+				next = 0
+			}
+			if s.b.cli.Ctx().Err() != nil {
+				return // the client is closed: no watch can go on
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(pause):
+			}
+			pause = min(2*pause, maxRewatchPause)
+			wch = s.watch(ctx, next)
+		}
+	}
+}
+
+// wake sends a wake-up unless one is pending.
+func (s *subscription) wake() {
+	select {
+	case s.freed <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,189 @@
+package etcdbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// state is what a linearizable read of a key's records shows.
+type state struct {
+	lease    *mvccpb.KeyValue // nil when no lease key
+	meta     meta             // decoded lease key value
+	id       *mvccpb.KeyValue // the ID record; nil if never leased
+	released string           // most recent released lease ID ("" if none)
+}
+
+// recentID returns the most recent lease ID ("" if none).
+func (st state) recentID() string {
+	if st.id == nil {
+		return ""
+	}
+	return string(st.id.Value)
+}
+
+// read reads a key's three records in one linearizable request.
+func (b *Backend) read(ctx context.Context, k keys) (state, error) {
+	resp, err := b.kv.Txn(ctx).Then(clientv3.OpGet(k.lease), clientv3.OpGet(k.id), clientv3.OpGet(k.released)).Commit()
+	if err != nil {
+		return state{}, fmt.Errorf("etcd read: %w", err)
+	}
+	var st state
+	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
+		st.lease = kvs[0]
+		if st.meta, err = decodeMeta(kvs[0].Value); err != nil {
+			return state{}, err
+		}
+	}
+	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
+		st.id = kvs[0]
+	}
+	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
+		st.released = string(kvs[0].Value)
+	}
+	return st, nil
+}
+
+// holderError returns the error Renew and Release report for leaseID when
+// st shows no lease key of leaseID's.
+func holderError(leaseID string, st state) error {
+	if st.lease == nil && st.recentID() == leaseID && st.released != leaseID {
+		return backend.ErrLeaseExpired
+	}
+	return backend.ErrLeaseNotFound
+}
+
+// Renew implements backend.Backend.
+func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if err := b.ready(ctx); err != nil {
+		return backend.Lease{}, err
+	}
+	if err := backend.CheckRequest(req); err != nil {
+		return backend.Lease{}, err
+	}
+	ctx = clientv3.WithRequireLeader(ctx)
+	k := b.keys(req.Key)
+	want := seconds(req.Timeout, req.Margin)
+	// A concurrent renewal of the same lease may move the key to another
+	// etcd lease under us; then look again, a few times.
+	const attempts = 3
+	for range attempts {
+		st, err := b.read(ctx, k)
+		if err != nil {
+			return backend.Lease{}, err
+		}
+		if st.lease == nil || st.meta.leaseID != req.LeaseID {
+			return backend.Lease{}, holderError(req.LeaseID, st)
+		}
+		var l backend.Lease
+		if want == st.meta.asked {
+			l, err = b.keepAlive(ctx, req, st)
+		} else {
+			l, err = b.relet(ctx, req, k, st, want)
+		}
+		if !errors.Is(err, errMoved) {
+			return l, err
+		}
+	}
+	return backend.Lease{}, fmt.Errorf("%w: etcd renew: lease moved by concurrent renewals", backend.ErrOutcomeUnknown)
+}
+
+// errMoved means the lease key left the etcd lease a renewal read.
+var errMoved = errors.New("etcdbackend: lease key moved")
+
+// keepAlive renews st's etcd lease as it is.
+func (b *Backend) keepAlive(ctx context.Context, req backend.Request, st state) (backend.Lease, error) {
+	sent := time.Now()
+	ttl, reachedServer, err := b.keepAliveOnce(ctx, clientv3.LeaseID(st.lease.Lease))
+	if err == nil {
+		m := st.meta
+		m.granted, m.margin = ttl, req.Margin
+		return lease(req.Key, m, st.lease.CreateRevision, sent), nil
+	}
+	if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+		return backend.Lease{}, mutationError("keep-alive", err, reachedServer)
+	}
+	// The etcd lease ran out: etcd answers only once its revoke (which
+	// deleted the lease key) is applied. Unless a concurrent renewal moved
+	// the key, or a release took it, the lease expired.
+	return backend.Lease{}, b.afterLost(ctx, req, st)
+}
+
+// afterLost tells why the etcd lease st read is gone.
+func (b *Backend) afterLost(ctx context.Context, req backend.Request, st state) error {
+	now, err := b.read(ctx, b.keys(req.Key))
+	if err != nil {
+		return err
+	}
+	if now.lease != nil && now.meta.leaseID == req.LeaseID && now.lease.CreateRevision == st.lease.CreateRevision &&
+		now.lease.Lease != st.lease.Lease {
+		return errMoved
+	}
+	if now.lease != nil && now.meta.leaseID == req.LeaseID {
+		return backend.ErrLeaseExpired
+	}
+	return holderError(req.LeaseID, now)
+}
+
+// relet moves st's lease key to a new etcd lease of want seconds, keeping its
+// token, and then revokes the old etcd lease. It never writes the ID record.
+func (b *Backend) relet(ctx context.Context, req backend.Request, k keys, st state, want int64) (backend.Lease, error) {
+	sent := time.Now()
+	lg, err := b.cli.Grant(ctx, want)
+	if err != nil {
+		return backend.Lease{}, fmt.Errorf("etcd lease grant: %w", err)
+	}
+	old := clientv3.LeaseID(st.lease.Lease)
+	m := meta{asked: want, granted: lg.TTL, margin: req.Margin, leaseID: req.LeaseID}
+	tctx, p := track(ctx)
+	resp, err := b.kv.Txn(tctx).
+		If(
+			clientv3.Compare(clientv3.CreateRevision(k.lease), "=", st.lease.CreateRevision),
+			clientv3.Compare(clientv3.LeaseValue(k.lease), "=", old),
+		).
+		Then(clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(lg.ID))).
+		Commit()
+	if err != nil {
+		err = mutationError("renew txn", err, reached(p))
+		if !errors.Is(err, backend.ErrOutcomeUnknown) {
+			b.revoke(ctx, lg.ID)
+		}
+		return backend.Lease{}, err
+	}
+	if !resp.Succeeded {
+		b.revoke(ctx, lg.ID)
+		return backend.Lease{}, b.afterLost(ctx, req, st)
+	}
+	// The key now lives on the new etcd lease. That renewal is valid only if
+	// the old etcd lease had not run out: etcd never renews an expired lease,
+	// and leases never come back, so a successful keep-alive now proves the
+	// old lease was live when the Txn moved the key.
+	if _, _, err := b.keepAliveOnce(ctx, old); err != nil {
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The move happened; whether it counts is unknown.
+			return backend.Lease{}, mutationError("keep-alive", err, true)
+		}
+		// The old lease ran out, perhaps before the Txn: undo by ending the
+		// lease as if it had expired, and report that.
+		_, derr := b.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.LeaseValue(k.lease), "=", lg.ID)).
+			Then(clientv3.OpDelete(k.lease)).
+			Commit()
+		b.revoke(ctx, lg.ID)
+		if derr != nil {
+			// The move happened and stands: whatever the undo's error,
+			// the renewal's outcome is unknown.
+			return backend.Lease{}, mutationError("renew undo txn", derr, true)
+		}
+		return backend.Lease{}, backend.ErrLeaseExpired
+	}
+	b.revoke(ctx, old)
+	return lease(req.Key, m, st.lease.CreateRevision, sent), nil
+}
