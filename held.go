@@ -283,6 +283,7 @@ func (h *Held) lose(err error) {
 	h.err = err
 	h.stopTimers()
 	h.cancel(err)
+	h.c.obs.leaseLost(h.key, h.lease.Token, err)
 }
 
 // expire runs when the Deadline of the last confirmed request passes.
