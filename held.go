@@ -276,6 +276,10 @@ func (h *Held) stopTimers() {
 func (h *Held) lose(err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.loseLocked(err)
+}
+
+func (h *Held) loseLocked(err error) {
 	if h.ended {
 		return
 	}
@@ -287,15 +291,19 @@ func (h *Held) lose(err error) {
 }
 
 // expire runs when the Deadline of the last confirmed request passes.
+// A renewal confirmed while the timer fired has moved the Deadline on (and
+// reset the timer): then the lease goes on.
 func (h *Held) expire() {
 	h.mu.Lock()
-	last := h.lastErr
-	h.mu.Unlock()
-	if last != nil {
-		h.lose(fmt.Errorf("%w: deadline passed without a confirmed renewal (last attempt: %w)", ErrLeaseLost, last))
+	defer h.mu.Unlock()
+	if time.Until(h.lease.Deadline) > 0 {
 		return
 	}
-	h.lose(fmt.Errorf("%w: deadline passed without a confirmed renewal", ErrLeaseLost))
+	if h.lastErr != nil {
+		h.loseLocked(fmt.Errorf("%w: deadline passed without a confirmed renewal (last attempt: %w)", ErrLeaseLost, h.lastErr))
+		return
+	}
+	h.loseLocked(fmt.Errorf("%w: deadline passed without a confirmed renewal", ErrLeaseLost))
 }
 
 func (h *Held) sendWarning() {

@@ -72,7 +72,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 			// holds the key (its ID would have been answered with its lease).
 			unknownSince, req.LeaseID = time.Time{}, newLeaseID()
 			if err := w.wait(ctx, held.Remaining); err != nil {
-				return nil, c.lockEnded(ctx, err, req, unknownSince, ttl)
+				return nil, opError("lock", key, err)
 			}
 		case errors.As(err, &oe) && ctx.Err() == nil:
 			// Adopt: resend with the same ID. Should that attempt take
@@ -81,7 +81,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 				unknownSince = sent
 			}
 			if err := w.pause(ctx); err != nil {
-				return nil, c.lockEnded(ctx, err, req, unknownSince, ttl)
+				return nil, c.lockEnded(ctx, opError("lock", key, err), req, unknownSince, ttl)
 			}
 		case !unknownSince.IsZero() && (errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound)):
 			// An earlier attempt took the lease, and it has ended since.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 
@@ -41,38 +42,38 @@ func demoFlags(fs *flag.FlagSet) func(context.Context, io.Writer, []string) erro
 	}
 }
 
-// errStaleToken is returned by store.Write for a write whose token is lower
-// than a token the store has already accepted for the same record.
-var errStaleToken = errors.New("stale fencing token")
-
 // store stands for the protected resource: a key-value store that, when
-// fenced, remembers the highest token it has accepted per record and
-// rejects writes carrying a lower one. The check and the write happen
-// under one lock, as they must in a real store (a conditional update, a
-// compare-and-set, a transaction).
+// fenced, admits each write through an in-memory guard (guard.Memory),
+// which refuses a token lower than the highest it has admitted for the
+// record, in one step with the write.
 type store struct {
-	fenced bool
+	guard *guard.Memory // nil: the store ignores tokens
 
-	mu      sync.Mutex
-	highest map[string]uint64
-	values  map[string]string
+	mu     sync.Mutex
+	values map[string]string
 }
 
 func newStore(fenced bool) *store {
-	return &store{fenced: fenced, highest: make(map[string]uint64), values: make(map[string]string)}
+	s := &store{values: make(map[string]string)}
+	if fenced {
+		s.guard = guard.NewMemory()
+	}
+	return s
 }
 
-// Write stores value under record if token is at least the highest token
-// the store has seen for record (or if the store is not fenced).
-func (s *store) Write(record string, token uint64, value string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.fenced && token < s.highest[record] {
-		return fmt.Errorf("%w: token %d is below %d, the highest this store has seen for %q", errStaleToken, token, s.highest[record], record)
+// Write stores value under record, through the guard when the store is
+// fenced: a token below the record's fence gets guard.ErrStaleToken.
+func (s *store) Write(ctx context.Context, record string, token uint64, value string) error {
+	set := func() error {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		s.values[record] = value
+		return nil
 	}
-	s.highest[record] = max(s.highest[record], token)
-	s.values[record] = value
-	return nil
+	if s.guard == nil {
+		return set()
+	}
+	return s.guard.Write(ctx, record, token, set)
 }
 
 // Read returns the value stored under record.
@@ -148,13 +149,13 @@ pause, which a process cannot notice until after it has acted.
 		return fmt.Errorf("worker B: %w", err)
 	}
 	tl.at("B", "grant %q for %v -> token %d", key, cfg.timeout, b.Token)
-	if err := fenced.Write(key, b.Token, "B's value"); err != nil {
+	if err := fenced.Write(ctx, key, b.Token, "B's value"); err != nil {
 		return fmt.Errorf("worker B's write: %w", err)
 	}
 	tl.at("B", "write %q with token %d -> accepted", "B's value", b.Token)
 
 	tl.at("A", "wakes up and sends the write it prepared, with token %d", a.Token)
-	staleErr := fenced.Write(key, a.Token, "A's value")
+	staleErr := fenced.Write(ctx, key, a.Token, "A's value")
 	if staleErr == nil {
 		tl.at("store", "ACCEPTED: the stale write clobbered B's; value is now %q", fenced.Read(key))
 		return fmt.Errorf("the store accepted the stale write with token %d after token %d", a.Token, b.Token)
@@ -170,10 +171,10 @@ pause, which a process cannot notice until after it has acted.
 
 	// The same two writes, in the same order, on a store that does not check.
 	plain := newStore(false)
-	if err := plain.Write(key, b.Token, "B's value"); err != nil {
+	if err := plain.Write(ctx, key, b.Token, "B's value"); err != nil {
 		return err
 	}
-	if err := plain.Write(key, a.Token, "A's value"); err != nil {
+	if err := plain.Write(ctx, key, a.Token, "A's value"); err != nil {
 		return err
 	}
 	fmt.Fprintf(w, "\nWithout fencing (the same writes, in the same order, on a store that ignores tokens):\n")

@@ -19,7 +19,7 @@ func TestDemoRejectsStaleWrite(t *testing.T) {
 		"-> token 1",
 		"-> token 2",
 		`write "B's value" with token 2 -> accepted`,
-		"REJECTED: stale fencing token: token 1 is below 2",
+		`REJECTED: fencing: stale token: token 1 is below 2, the fence of resource "orders/42"`,
 		`"orders/42" = "B's value"`,
 		`both accepted, "orders/42" = "A's value"`,
 	} {
@@ -65,29 +65,15 @@ func TestDemoFlags(t *testing.T) {
 	}
 }
 
-func TestStore(t *testing.T) {
-	s := newStore(true)
-	steps := []struct {
-		token uint64
-		value string
-		ok    bool
-	}{{5, "a", true}, {5, "b", true}, {7, "c", true}, {6, "d", false}, {1, "e", false}, {8, "f", true}}
-	for _, st := range steps {
-		err := s.Write("r", st.token, st.value)
-		if st.ok != (err == nil) || (err != nil && !errors.Is(err, errStaleToken)) {
-			t.Fatalf("Write(token %d): err = %v, want ok = %v", st.token, err, st.ok)
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"help"}, {"-h"}, {"help", "demo"}, {"demo", "-h"}} {
+		var stdout, stderr bytes.Buffer
+		if err := run(context.Background(), args, nil, &stdout, &stderr); err != nil {
+			t.Errorf("run(%q): %v", args, err)
 		}
-	}
-	if got := s.Read("r"); got != "f" {
-		t.Errorf("value = %q, want f", got)
-	}
-	if err := s.Write("other", 1, "x"); err != nil {
-		t.Errorf("tokens leaked across records: %v", err)
-	}
-	plain := newStore(false)
-	plain.Write("r", 9, "new")
-	if err := plain.Write("r", 1, "old"); err != nil || plain.Read("r") != "old" {
-		t.Errorf("unfenced store: %v, value %q; want the old write to clobber", err, plain.Read("r"))
+		if !strings.Contains(stdout.String()+stderr.String(), "demo") {
+			t.Errorf("run(%q) does not mention demo:\n%s%s", args, stdout.String(), stderr.String())
+		}
 	}
 }
 

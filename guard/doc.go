@@ -1,0 +1,64 @@
+// Package guard is the resource side of fencing: it makes the store that a
+// lease protects refuse writes from a holder whose lease has been taken
+// over.
+//
+// A fencing token protects nothing until the resource checks it. The rule
+// (Kleppmann's) is that the resource remembers the highest token it has
+// admitted for each resource, its fence, and refuses a lower one in the same
+// atomic step as the write. Asking the coordinator "is my token still
+// current?" (fencing.Coordinator.CheckToken) and then writing is a race: the
+// holder can stall between the answer and the write, its lease can expire
+// and a new holder can write in that gap, and the stale write then lands on
+// top. Only the store can close that gap, because only the store sees both
+// writes in order.
+//
+// # Rules
+//
+// Every guard keeps a fence per resource, starting below every token, and
+// for a write carrying token t:
+//
+//   - if t is lower than the fence, the write is refused with an error
+//     wrapping ErrStaleToken and nothing of it is applied;
+//   - otherwise the fence becomes t and the write is applied, both or
+//     neither: a write that fails (a transaction that rolls back) leaves the
+//     fence where it was.
+//
+// Equal tokens are admitted: one holder writes many times with its one
+// token. A lower token is never admitted after a higher one.
+//
+// Token 0 is refused with ErrInvalidToken: no backend mints it (fencing
+// tokens start at 1), so it can only be the token of a Lease that was never
+// granted. A resource name is 1 to backend.MaxKeyLength bytes, any bytes,
+// like a lease key; usually it is the lease key itself.
+//
+// # Fence at takeover
+//
+// A new holder can admit its token before its first write, with Admit and
+// no write. From that moment the previous holder's writes are refused, even
+// if the new holder has not written anything yet:
+//
+//	lease, err := coord.Grant(ctx, "orders/42", 10*time.Second)
+//	...
+//	if err := g.Admit(ctx, "orders/42", lease.Token); err != nil {
+//		return err // a later holder has already fenced this one out
+//	}
+//	// ... prepare, then write through the guard with lease.Token
+//
+// # Guards
+//
+// Memory (this package) keeps fences in process memory and runs the
+// caller's write under the resource's lock. The store guards do the check
+// and the write in the store's own atomic step:
+//
+//   - guard/etcdguard: one etcd Txn with the caller's clientv3.Ops;
+//   - guard/redisguard: one Lua script that performs SET, HSET, DEL or the
+//     caller's own script after the check;
+//   - guard/sqlguard: one statement inside the caller's own database/sql
+//     transaction (PostgreSQL, SQLite), committed or rolled back with the
+//     caller's write.
+//
+// Memory, etcdguard and redisguard implement Guard. sqlguard's Admit takes
+// the caller's transaction as well, since the fence must move in it.
+//
+// The conformance package holds guards to these rules (conformance.RunGuard).
+package guard

@@ -1,0 +1,150 @@
+package etcdguard
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/fencing-go/fencing/guard"
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// DefaultPrefix is the prefix of the fence keys unless WithPrefix gives
+// another.
+const DefaultPrefix = "fencing-fence/"
+
+// Guard fences resources whose data is in etcd. It is safe for concurrent
+// use.
+type Guard struct {
+	cli    *clientv3.Client
+	prefix string
+}
+
+// Option configures a Guard.
+type Option func(*Guard)
+
+// WithPrefix sets the prefix of the fence keys (default DefaultPrefix).
+// Keep it apart from the keys your operations write: writes under it are
+// refused (with an empty prefix, every write is).
+func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
+
+// New returns a Guard on cli. The Guard never closes cli.
+func New(cli *clientv3.Client, opts ...Option) *Guard {
+	g := &Guard{cli: cli, prefix: DefaultPrefix}
+	for _, opt := range opts {
+		opt(g)
+	}
+	return g
+}
+
+var _ guard.Guard = (*Guard)(nil)
+
+// FenceKey returns the etcd key that holds resource's fence.
+func (g *Guard) FenceKey(resource string) string { return g.prefix + resource }
+
+// Admit raises resource's fence to token with no other write, or returns an
+// error wrapping guard.ErrStaleToken.
+func (g *Guard) Admit(ctx context.Context, resource string, token uint64) error {
+	_, err := g.Write(ctx, resource, token)
+	return err
+}
+
+// Write applies ops in one Txn with raising resource's fence to token. When
+// token is below the fence it returns an error wrapping guard.ErrStaleToken
+// and applies nothing. When ops write under the fence prefix it returns an
+// error wrapping guard.ErrInvalidWrite and sends nothing.
+//
+// The response has the Txn's header and, in Responses, the responses to ops
+// alone, in order, as if ops had been the whole Txn.
+func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+	if err := guard.CheckAdmit(resource, token); err != nil {
+		return nil, err
+	}
+	if err := g.checkOps(ops); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	key, val := g.FenceKey(resource), encode(token)
+	admit := append([]clientv3.Op{clientv3.OpPut(key, val)}, ops...)
+	resp, err := g.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Version(key), "=", 0)).
+		Then(admit...).
+		Else(clientv3.OpTxn(
+			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(key), ">", val)},
+			[]clientv3.Op{clientv3.OpGet(key)},
+			admit,
+		)).
+		Commit()
+	if err != nil {
+		return nil, fmt.Errorf("etcdguard: txn: %w", err)
+	}
+	responses := resp.Responses
+	if !resp.Succeeded {
+		inner := resp.Responses[0].GetResponseTxn()
+		if inner.Succeeded {
+			return nil, stale(resource, token, inner)
+		}
+		responses = inner.Responses
+	}
+	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: true, Responses: responses[1:]}, nil
+}
+
+// stale returns the error for token refused, reading the fence from the Get
+// in the stale branch.
+func stale(resource string, token uint64, inner *etcdserverpb.TxnResponse) error {
+	if kvs := inner.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		if fence, err := strconv.ParseUint(string(kvs[0].Value), 10, 64); err == nil {
+			return guard.StaleError(resource, token, fence)
+		}
+	}
+	return fmt.Errorf("%w: token %d", guard.ErrStaleToken, token)
+}
+
+// encode writes token as 20 zero-padded decimal digits, so that byte order
+// is numeric order.
+func encode(token uint64) string { return fmt.Sprintf("%020d", token) }
+
+var errFenceWrite = errors.New("an operation writes under the fence prefix")
+
+// checkOps refuses puts and deletes (at any depth of nested Txns) whose keys
+// meet the fence prefix.
+func (g *Guard) checkOps(ops []clientv3.Op) error {
+	for _, op := range ops {
+		switch {
+		case op.IsTxn():
+			_, then, els := op.Txn()
+			if err := g.checkOps(then); err != nil {
+				return err
+			}
+			if err := g.checkOps(els); err != nil {
+				return err
+			}
+		case op.IsPut() || op.IsDelete():
+			if g.meetsPrefix(op.KeyBytes(), op.RangeBytes()) {
+				return fmt.Errorf("%w: %w %q", guard.ErrInvalidWrite, errFenceWrite, g.prefix)
+			}
+		}
+	}
+	return nil
+}
+
+// meetsPrefix reports whether the key range [key, end) (a single key when
+// end is empty, every key from key on when end is "\x00") holds a key that
+// starts with the prefix.
+func (g *Guard) meetsPrefix(key, end []byte) bool {
+	p := []byte(g.prefix)
+	pEnd := []byte(clientv3.GetPrefixRangeEnd(g.prefix)) // "\x00": no end
+	beforeEnd := func(k []byte) bool { return bytes.Equal(pEnd, []byte{0}) || bytes.Compare(k, pEnd) < 0 }
+	if len(end) == 0 {
+		return bytes.HasPrefix(key, p)
+	}
+	if bytes.Equal(end, []byte{0}) { // from key on
+		return beforeEnd(key)
+	}
+	return bytes.Compare(key, end) < 0 && beforeEnd(key) && bytes.Compare(end, p) > 0
+}

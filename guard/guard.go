@@ -1,0 +1,60 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Guard admits fencing tokens for resources.
+//
+// Admit records token as the resource's fence (its high-water mark) if token
+// is at least the current fence, and otherwise returns an error wrapping
+// ErrStaleToken and changes nothing. Admitting the current fence again
+// succeeds. An Admit with no write is how a new holder fences out the
+// previous one before its first write; writes go through the store guard's
+// own method, which admits and writes in one atomic step.
+//
+// Implementations are safe for concurrent use. A done context returns the
+// context's error and changes nothing.
+type Guard interface {
+	Admit(ctx context.Context, resource string, token uint64) error
+}
+
+// Errors. Test with errors.Is.
+var (
+	// ErrStaleToken is returned for a write or Admit whose token is lower
+	// than the fence: the highest token the resource has admitted. Nothing
+	// of that write was applied. It is fencing.ErrStaleToken.
+	ErrStaleToken = backend.ErrStaleToken
+	// ErrInvalidToken is returned for token 0 (never minted) and, by a
+	// guard whose store cannot hold it, for a token out of the store's
+	// range (see sqlguard.TokenRangeError). Nothing was changed.
+	ErrInvalidToken = errors.New("fencing: invalid token")
+	// ErrInvalidWrite is returned for a write the guard refuses to send:
+	// one that touches the guard's own fence records, or one that could
+	// not run in one atomic step (Redis Cluster keys in different slots).
+	// Nothing was changed.
+	ErrInvalidWrite = errors.New("fencing: invalid guarded write")
+)
+
+// CheckAdmit returns an error unless resource is a valid resource name (1 to
+// backend.MaxKeyLength bytes, wrapping backend.ErrInvalidKey) and token is
+// not 0 (wrapping ErrInvalidToken). Store guards call it before any I/O.
+func CheckAdmit(resource string, token uint64) error {
+	if err := backend.CheckKey(resource); err != nil {
+		return err
+	}
+	if token == 0 {
+		return fmt.Errorf("%w: token 0 is never minted (a Lease that was not granted?)", ErrInvalidToken)
+	}
+	return nil
+}
+
+// StaleError returns the error for token refused below fence on resource:
+// it wraps ErrStaleToken and names the resource once.
+func StaleError(resource string, token, fence uint64) error {
+	return fmt.Errorf("%w: token %d is below %d, the fence of resource %s", ErrStaleToken, token, fence, backend.QuoteKey(resource))
+}

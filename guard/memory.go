@@ -1,0 +1,96 @@
+package guard
+
+import (
+	"context"
+	"sync"
+)
+
+// Memory is a Guard that keeps fences in process memory: for a resource
+// that lives in the same process (a map, a file the process alone writes),
+// for tests, and as the reference the store guards are held to.
+//
+// It keeps one small record per resource ever admitted, for as long as the
+// Memory lives. Fences are lost when the process exits: a resource that
+// outlives the process needs a store guard, whose fence is kept with the
+// data.
+type Memory struct {
+	mu        sync.Mutex
+	resources map[string]*fence
+}
+
+// fence is one resource's high-water mark and the lock that makes its check
+// and its write one step.
+type fence struct {
+	mu    sync.Mutex
+	token uint64
+}
+
+// NewMemory returns a Memory with no fences.
+func NewMemory() *Memory {
+	return &Memory{resources: make(map[string]*fence)}
+}
+
+var _ Guard = (*Memory)(nil)
+
+// Admit raises resource's fence to token, or returns an error wrapping
+// ErrStaleToken if token is below it. It waits for a Write on the same
+// resource that is under way.
+func (m *Memory) Admit(ctx context.Context, resource string, token uint64) error {
+	return m.Write(ctx, resource, token, nil)
+}
+
+// Write runs write as one step with admitting token for resource: it holds
+// the resource's lock, refuses a token below the fence with an error
+// wrapping ErrStaleToken (write is not called), calls write, and raises the
+// fence to token only if write returns nil. An error from write is returned
+// as it is, and the fence stays where it was.
+//
+// write must not call the Memory for the same resource (it would deadlock),
+// and on error it must leave the resource as it found it: the guard can keep
+// the fence from moving, not undo what write did. A nil write is an Admit.
+func (m *Memory) Write(ctx context.Context, resource string, token uint64, write func() error) error {
+	if err := CheckAdmit(resource, token); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f := m.fence(resource)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if token < f.token {
+		return StaleError(resource, token, f.token)
+	}
+	if write != nil {
+		if err := write(); err != nil {
+			return err
+		}
+	}
+	f.token = token
+	return nil
+}
+
+// Fence returns resource's fence: the highest token admitted for it, or 0
+// if none was.
+func (m *Memory) Fence(resource string) uint64 {
+	m.mu.Lock()
+	f, ok := m.resources[resource]
+	m.mu.Unlock()
+	if !ok {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.token
+}
+
+func (m *Memory) fence(resource string) *fence {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f, ok := m.resources[resource]
+	if !ok {
+		f = &fence{}
+		m.resources[resource] = f
+	}
+	return f
+}

@@ -1,0 +1,206 @@
+package redisguard
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/guard"
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed fence.lua
+	fenceLua string
+	//go:embed write.lua
+	writeLua string
+	//go:embed run.lua
+	runLua string
+
+	writeScript = redis.NewScript(fenceLua + writeLua)
+)
+
+// DefaultPrefix is the prefix of the fence keys unless WithPrefix gives
+// another.
+const DefaultPrefix = "fencing-fence:"
+
+// staleReply starts the error reply of a script that refused a stale token.
+const staleReply = "FENCING_STALE"
+
+// Guard fences resources whose data is in Redis. It is safe for concurrent
+// use.
+type Guard struct {
+	client  redis.Scripter
+	cluster bool
+	prefix  string
+}
+
+// Option configures a Guard.
+type Option func(*Guard)
+
+// WithPrefix sets the prefix of the fence keys (default DefaultPrefix). It
+// should hold no braces, which would move the hash tag into the prefix.
+func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
+
+// New returns a Guard on client: a *redis.Client, a *redis.ClusterClient, or
+// any client that runs scripts. On a *redis.ClusterClient every written key
+// must be in the fence's hash slot (see Tag). The Guard never closes client.
+func New(client redis.Scripter, opts ...Option) *Guard {
+	_, cluster := client.(*redis.ClusterClient)
+	g := &Guard{client: client, cluster: cluster, prefix: DefaultPrefix}
+	for _, opt := range opts {
+		opt(g)
+	}
+	return g
+}
+
+var _ guard.Guard = (*Guard)(nil)
+
+// Tag returns resource as a hash tag, "{" + resource + "}". Keys that start
+// with it are in the hash slot of resource's fence on a Redis Cluster.
+//
+// A resource that starts with '}' has no tag ("{}" is none: Redis then
+// hashes the whole key), so on a Cluster nothing can share its fence's
+// slot; writes with it get a *CrossSlotError. Name resources otherwise.
+func Tag(resource string) string { return "{" + resource + "}" }
+
+// FenceKey returns the Redis key that holds resource's fence: the prefix
+// followed by Tag(resource).
+func (g *Guard) FenceKey(resource string) string { return g.prefix + Tag(resource) }
+
+// Op is one write of Write: Set, HSet or Del.
+type Op struct {
+	name string
+	key  string
+	args []any
+}
+
+// Set is SET key value.
+func Set(key string, value any) Op { return Op{name: "SET", key: key, args: []any{value}} }
+
+// HSet is HSET key field value [field value ...].
+func HSet(key string, fieldValues ...any) Op {
+	return Op{name: "HSET", key: key, args: fieldValues}
+}
+
+// Del is DEL key.
+func Del(key string) Op { return Op{name: "DEL", key: key} }
+
+// Admit raises resource's fence to token with no other write, or returns an
+// error wrapping guard.ErrStaleToken.
+func (g *Guard) Admit(ctx context.Context, resource string, token uint64) error {
+	return g.Write(ctx, resource, token)
+}
+
+// Write applies ops, in order, in one script with raising resource's fence
+// to token. A token below the fence gets an error wrapping
+// guard.ErrStaleToken and nothing is written. The script checks every
+// operation before it applies the first (an HSET on a key that holds
+// another type fails with WRONGTYPE), so a failed Write writes nothing and
+// leaves the fence where it was.
+//
+// Keys under the fence prefix, an HSET without field-value pairs and, on a
+// Cluster, keys outside the fence's hash slot (*CrossSlotError) are refused
+// with an error wrapping guard.ErrInvalidWrite, and nothing is sent.
+func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ...Op) error {
+	keys := make([]string, 0, 1+len(ops))
+	args := []any{strconv.FormatUint(token, 10)}
+	keys = append(keys, g.FenceKey(resource))
+	for _, op := range ops {
+		if op.name == "HSET" && (len(op.args) == 0 || len(op.args)%2 != 0) {
+			return fmt.Errorf("%w: HSET needs field-value pairs, got %d arguments", guard.ErrInvalidWrite, len(op.args))
+		}
+		keys = append(keys, op.key)
+		args = append(append(args, op.name, len(op.args)), op.args...)
+	}
+	if err := g.check(ctx, resource, token, keys[1:]); err != nil {
+		return err
+	}
+	_, err := g.run(ctx, writeScript, resource, token, keys, args)
+	return err
+}
+
+// check applies the checks every script shares before it is sent.
+func (g *Guard) check(ctx context.Context, resource string, token uint64, keys []string) error {
+	if err := guard.CheckAdmit(resource, token); err != nil {
+		return err
+	}
+	fenceSlot := slot(g.FenceKey(resource))
+	for _, k := range keys {
+		if strings.HasPrefix(k, g.prefix) {
+			return fmt.Errorf("%w: key %s is under the fence prefix %q", guard.ErrInvalidWrite, backend.QuoteKey(k), g.prefix)
+		}
+		if g.cluster {
+			if s := slot(k); s != fenceSlot {
+				return &CrossSlotError{Key: k, Slot: s, FenceSlot: fenceSlot}
+			}
+		}
+	}
+	return ctx.Err()
+}
+
+// run runs script and turns a stale reply into guard.ErrStaleToken.
+func (g *Guard) run(ctx context.Context, script *redis.Script, resource string, token uint64, keys []string, args []any) (any, error) {
+	reply, err := script.Run(ctx, g.client, keys, args...).Result()
+	if err == nil {
+		return reply, nil
+	}
+	if redis.HasErrorPrefix(err, staleReply) {
+		fence, perr := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(err.Error(), staleReply)), 10, 64)
+		if perr == nil {
+			return nil, guard.StaleError(resource, token, fence)
+		}
+		return nil, fmt.Errorf("%w: token %d", guard.ErrStaleToken, token)
+	}
+	return nil, fmt.Errorf("redisguard: %w", err)
+}
+
+// CrossSlotError is returned on a Redis Cluster for a key that is not in
+// the hash slot of the resource's fence, so one script could not write both.
+// Start the key with Tag(resource). It wraps guard.ErrInvalidWrite.
+type CrossSlotError struct {
+	Key             string
+	Slot, FenceSlot int
+}
+
+func (e *CrossSlotError) Error() string {
+	return fmt.Sprintf("%v: key %s is in hash slot %d, the fence in %d: start the key with the resource's hash tag, redisguard.Tag(resource)",
+		guard.ErrInvalidWrite, backend.QuoteKey(e.Key), e.Slot, e.FenceSlot)
+}
+
+// Unwrap returns guard.ErrInvalidWrite.
+func (e *CrossSlotError) Unwrap() error { return guard.ErrInvalidWrite }
+
+// Script is a caller's Lua script that Run runs after the fence check.
+type Script struct {
+	script *redis.Script
+}
+
+// NewScript makes a Script from the body of a Lua script. The body sees its
+// own KEYS and ARGV (the ones passed to Run; the fence and the token are
+// taken off) and may return a reply, as a script's top level does; it is
+// the body of a Lua function, so its locals are its own.
+//
+// The guard raises the fence after the body returns, and not if it raises
+// an error or returns an error reply (redis.error_reply). Redis does not undo what a script wrote before an error, so a
+// body should check everything before its first write, as the guard's own
+// script does.
+func NewScript(body string) *Script {
+	return &Script{script: redis.NewScript(fenceLua + strings.Replace(runLua, "--[[BODY]]", body, 1))}
+}
+
+// Run runs s with keys and args in one script after the fence check, and
+// raises resource's fence to token if s succeeds; it returns s's reply. A
+// stale token gets an error wrapping guard.ErrStaleToken and s does not run.
+// keys are checked as Write checks its keys. The body must touch only keys
+// in keys, as on any Redis Cluster.
+func (g *Guard) Run(ctx context.Context, resource string, token uint64, s *Script, keys []string, args ...any) (any, error) {
+	if err := g.check(ctx, resource, token, keys); err != nil {
+		return nil, err
+	}
+	all := append([]string{g.FenceKey(resource)}, keys...)
+	return g.run(ctx, s.script, resource, token, all, append([]any{strconv.FormatUint(token, 10)}, args...))
+}

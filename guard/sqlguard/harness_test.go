@@ -1,0 +1,111 @@
+package sqlguard_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/guard/sqlguard"
+)
+
+// sqlHarness makes guarded stores on one database: each gets its own
+// fences table and values table.
+type sqlHarness struct {
+	db      *sql.DB
+	dialect sqlguard.Dialect
+	n       atomic.Int64
+}
+
+func (h *sqlHarness) NewGuardStore(ctx context.Context, t testing.TB) (conformance.GuardStore, error) {
+	n := h.n.Add(1)
+	g, err := sqlguard.New(h.dialect, sqlguard.WithTable(fmt.Sprintf("fences_%d", n)))
+	if err != nil {
+		return nil, err
+	}
+	if err := g.CreateTable(ctx, h.db); err != nil {
+		return nil, err
+	}
+	s := &sqlStore{db: h.db, g: g, table: fmt.Sprintf("values_%d", n)}
+	blob := "BLOB"
+	if h.dialect == sqlguard.Postgres {
+		blob = "BYTEA"
+	}
+	create := fmt.Sprintf("CREATE TABLE %s (resource %s PRIMARY KEY, value %[2]s NOT NULL)", s.table, blob)
+	if _, err := h.db.ExecContext(ctx, create); err != nil {
+		return nil, err
+	}
+	s.upsert = fmt.Sprintf("INSERT INTO %s (resource, value) VALUES (?, ?) ON CONFLICT (resource) DO UPDATE SET value = excluded.value", s.table)
+	s.read = fmt.Sprintf("SELECT value FROM %s WHERE resource = ?", s.table)
+	if h.dialect == sqlguard.Postgres {
+		s.upsert = numbered(s.upsert)
+		s.read = numbered(s.read)
+	}
+	return s, nil
+}
+
+// numbered turns ? placeholders into $1, $2...
+func numbered(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			fmt.Fprintf(&b, "$%d", n)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// sqlStore keeps one value per resource in a table, written in the same
+// transaction that admits the token.
+type sqlStore struct {
+	db                  *sql.DB
+	g                   *sqlguard.Guard
+	table, upsert, read string
+}
+
+var errWriteFailed = errors.New("the write failed")
+
+func (s *sqlStore) Admit(ctx context.Context, resource string, token uint64) error {
+	return s.g.Admit(ctx, s.db, resource, token)
+}
+
+func (s *sqlStore) Write(ctx context.Context, resource string, token uint64, value string) error {
+	return s.g.Write(ctx, s.db, nil, resource, token, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.upsert, []byte(resource), []byte(value))
+		return err
+	})
+}
+
+// FailedWrite is the caller's own transaction: Admit, the write, and a
+// rollback instead of a commit.
+func (s *sqlStore) FailedWrite(ctx context.Context, resource string, token uint64, value string) error {
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if err := s.g.Admit(ctx, tx, resource, token); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, s.upsert, []byte(resource), []byte(value)); err != nil {
+		return err
+	}
+	return errWriteFailed // and roll back
+}
+
+func (s *sqlStore) Read(ctx context.Context, resource string) (string, error) {
+	var v []byte
+	err := s.db.QueryRowContext(ctx, s.read, []byte(resource)).Scan(&v)
+	if errors.Is(err, sql.ErrNoRows) {
+		return "", nil
+	}
+	return string(v), err
+}

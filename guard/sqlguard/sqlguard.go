@@ -1,0 +1,202 @@
+package sqlguard
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+	"strconv"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/guard"
+)
+
+// Dialect is the SQL spoken by one kind of database: Postgres or SQLite.
+type Dialect struct {
+	name   string
+	create string // CREATE TABLE, %[1]s is the table
+	admit  string // the upsert: args resource, token
+	fence  string // SELECT the token: arg resource
+}
+
+// Dialects.
+var (
+	// Postgres is PostgreSQL 9.5 or later (ON CONFLICT), with any driver
+	// (pgx's stdlib adapter, lib/pq), or a database that speaks its SQL.
+	Postgres = Dialect{
+		name:   "postgres",
+		create: `CREATE TABLE IF NOT EXISTS %[1]s (resource BYTEA PRIMARY KEY, token BIGINT NOT NULL)`,
+		admit: `INSERT INTO %[1]s AS f (resource, token) VALUES ($1, $2) ` +
+			`ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token`,
+		fence: `SELECT token FROM %[1]s WHERE resource = $1`,
+	}
+	// SQLite is SQLite 3.24 or later (upsert), with any driver
+	// (modernc.org/sqlite, mattn/go-sqlite3).
+	SQLite = Dialect{
+		name:   "sqlite",
+		create: `CREATE TABLE IF NOT EXISTS %[1]s (resource BLOB PRIMARY KEY, token INTEGER NOT NULL)`,
+		admit: `INSERT INTO %[1]s (resource, token) VALUES (?, ?) ` +
+			`ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE token <= excluded.token`,
+		fence: `SELECT token FROM %[1]s WHERE resource = ?`,
+	}
+)
+
+// String returns the dialect's name: "postgres" or "sqlite".
+func (d Dialect) String() string { return d.name }
+
+// DefaultTable is the fences table's name unless WithTable gives another.
+const DefaultTable = "fencing_fences"
+
+// ErrInvalidConfig is returned by New for a zero Dialect or a bad table name.
+var ErrInvalidConfig = errors.New("sqlguard: invalid configuration")
+
+// TokenRangeError is returned for a token that a SQL integer (signed 64-bit)
+// cannot hold. It wraps guard.ErrInvalidToken; nothing was sent.
+type TokenRangeError struct {
+	Token uint64
+}
+
+func (e *TokenRangeError) Error() string {
+	return "sqlguard: token " + strconv.FormatUint(e.Token, 10) + " exceeds the largest SQL integer, " + strconv.FormatInt(math.MaxInt64, 10)
+}
+
+// Unwrap returns guard.ErrInvalidToken.
+func (e *TokenRangeError) Unwrap() error { return guard.ErrInvalidToken }
+
+// Execer runs a statement: a *sql.Tx, a *sql.DB or a *sql.Conn.
+type Execer interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// Guard admits tokens in the fences table of one database. It holds no
+// connection and is safe for concurrent use.
+type Guard struct {
+	dialect                Dialect
+	table                  string
+	create, admit, fenceQL string
+}
+
+// Option configures a Guard.
+type Option func(*Guard)
+
+// WithTable names the fences table (default DefaultTable): an unquoted SQL
+// identifier, optionally qualified by a schema ("app.fences").
+func WithTable(name string) Option { return func(g *Guard) { g.table = name } }
+
+var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
+
+// New returns a Guard for a database of dialect d.
+func New(d Dialect, opts ...Option) (*Guard, error) {
+	g := &Guard{dialect: d, table: DefaultTable}
+	for _, opt := range opts {
+		opt(g)
+	}
+	if d.name == "" {
+		return nil, fmt.Errorf("%w: no dialect (use sqlguard.Postgres or sqlguard.SQLite)", ErrInvalidConfig)
+	}
+	if !tableName.MatchString(g.table) {
+		return nil, fmt.Errorf("%w: table name %q is not an unquoted identifier, optionally schema-qualified", ErrInvalidConfig, g.table)
+	}
+	g.create = fmt.Sprintf(d.create, g.table)
+	g.admit = fmt.Sprintf(d.admit, g.table)
+	g.fenceQL = fmt.Sprintf(d.fence, g.table)
+	return g, nil
+}
+
+// DDL returns the statement that creates the fences table if it does not
+// exist, for a migration tool.
+func (g *Guard) DDL() string { return g.create }
+
+// CreateTable runs DDL on ex.
+func (g *Guard) CreateTable(ctx context.Context, ex Execer) error {
+	if _, err := ex.ExecContext(ctx, g.create); err != nil {
+		return fmt.Errorf("sqlguard: create table %s: %w", g.table, err)
+	}
+	return nil
+}
+
+// Admit raises resource's fence to token with one statement on ex, or
+// returns an error wrapping guard.ErrStaleToken when the fence is higher. On
+// a transaction, the fence moves only if the transaction commits; on
+// ErrStaleToken nothing was written and the transaction should be rolled
+// back. On a *sql.DB the statement is a transaction of its own: an Admit
+// with no write.
+//
+// Token 0 and bad resource names get the errors of guard.CheckAdmit, and a
+// token above math.MaxInt64 a *TokenRangeError; nothing is sent for them.
+func (g *Guard) Admit(ctx context.Context, ex Execer, resource string, token uint64) error {
+	if err := check(ctx, resource, token); err != nil {
+		return err
+	}
+	res, err := ex.ExecContext(ctx, g.admit, []byte(resource), int64(token))
+	if err != nil {
+		return fmt.Errorf("sqlguard: admit: %w", err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("sqlguard: admit: rows affected: %w", err)
+	}
+	if n == 0 {
+		return g.stale(ctx, ex, resource, token)
+	}
+	return nil
+}
+
+func check(ctx context.Context, resource string, token uint64) error {
+	if err := guard.CheckAdmit(resource, token); err != nil {
+		return err
+	}
+	if token > math.MaxInt64 {
+		return &TokenRangeError{Token: token}
+	}
+	return ctx.Err()
+}
+
+// stale returns the error for a refused token, naming the fence when it
+// can read it.
+func (g *Guard) stale(ctx context.Context, ex Execer, resource string, token uint64) error {
+	if q, ok := ex.(interface {
+		QueryRowContext(context.Context, string, ...any) *sql.Row
+	}); ok {
+		var fence int64
+		if err := q.QueryRowContext(ctx, g.fenceQL, []byte(resource)).Scan(&fence); err == nil && fence > 0 {
+			return guard.StaleError(resource, token, uint64(fence))
+		}
+	}
+	return fmt.Errorf("%w: token %d is below the fence of resource %s", guard.ErrStaleToken, token, backend.QuoteKey(resource))
+}
+
+// Write runs write in a new transaction on db after admitting token for
+// resource in it, and commits if write returns nil; otherwise, or when the
+// token is stale, it rolls back, so the fence and the write move together.
+// opts are the transaction's options (nil for the driver's default). A nil write
+// is an Admit with no write. The error of write, of Admit or of the commit
+// is returned.
+func (g *Guard) Write(ctx context.Context, db *sql.DB, opts *sql.TxOptions, resource string, token uint64, write func(*sql.Tx) error) (err error) {
+	if err := check(ctx, resource, token); err != nil {
+		return err
+	}
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return fmt.Errorf("sqlguard: begin: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			_ = tx.Rollback()
+		}
+	}()
+	if err := g.Admit(ctx, tx, resource, token); err != nil {
+		return err
+	}
+	if write != nil {
+		if err := write(tx); err != nil {
+			return err
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("sqlguard: commit: %w", err)
+	}
+	return nil
+}

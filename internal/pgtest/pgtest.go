@@ -1,0 +1,270 @@
+// Package pgtest runs real PostgreSQL servers for tests.
+//
+// Start runs initdb in a new temporary directory and then postgres as a
+// child process on a free loopback port, waits until it accepts
+// connections, and stops it in the test's cleanup by its PID. The server
+// keeps nothing safe (fsync off): it is for tests only.
+//
+// The binaries are found in $PG_BIN, else in the newest
+// /usr/lib/postgresql/*/bin (Debian's postgresql package), else on PATH.
+// initdb and postgres refuse to run as root, so when the test runs as root
+// both run as the postgres system user (or $PGTEST_USER), in a directory
+// that user owns.
+//
+// When no PostgreSQL is found, Start skips the test, except in CI (the CI
+// environment variable is set), where a missing server is a failure.
+package pgtest
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+)
+
+const (
+	startTimeout = 30 * time.Second
+	stopTimeout  = 15 * time.Second
+)
+
+// Server is a running PostgreSQL server, a child process of the test.
+type Server struct {
+	dir  string // owned by the server's user: data/, the socket, the log
+	port int
+
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has been waited for
+}
+
+// missing skips t, or fails it in CI.
+func missing(t testing.TB, format string, args ...any) {
+	t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if os.Getenv("CI") != "" {
+		t.Fatalf("pgtest: PostgreSQL is required in CI: %s", msg)
+	}
+	t.Skipf("pgtest: %s (install Debian's postgresql package or set PG_BIN)", msg)
+}
+
+// BinDir returns the directory holding initdb and postgres, or skips t (fails
+// it in CI) when there is none.
+func BinDir(t testing.TB) string {
+	t.Helper()
+	var dirs []string
+	if d := os.Getenv("PG_BIN"); d != "" {
+		dirs = []string{d}
+	} else {
+		found, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+		sort.Slice(found, func(i, j int) bool { return version(found[i]) > version(found[j]) })
+		dirs = found
+		if p, err := exec.LookPath("initdb"); err == nil {
+			dirs = append(dirs, filepath.Dir(p))
+		}
+	}
+	for _, d := range dirs {
+		if isExec(filepath.Join(d, "initdb")) && isExec(filepath.Join(d, "postgres")) {
+			return d
+		}
+	}
+	missing(t, "no initdb and postgres found in %v", dirs)
+	return ""
+}
+
+// version reads the major version from /usr/lib/postgresql/<v>/bin.
+func version(bin string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(bin)))
+	return v
+}
+
+func isExec(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0
+}
+
+// runAs returns the credential to run the server with (nil: as we are) and
+// the user's uid and gid.
+func runAs(t testing.TB) *syscall.Credential {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		return nil
+	}
+	name := os.Getenv("PGTEST_USER")
+	if name == "" {
+		name = "postgres"
+	}
+	u, err := user.Lookup(name)
+	if err != nil {
+		missing(t, "running as root, and PostgreSQL refuses root, but there is no user %q to run it as: %v", name, err)
+	}
+	uid, err1 := strconv.ParseUint(u.Uid, 10, 32)
+	gid, err2 := strconv.ParseUint(u.Gid, 10, 32)
+	if err1 != nil || err2 != nil || uid == 0 {
+		t.Fatalf("pgtest: user %q has uid %q, gid %q: not a non-root user", name, u.Uid, u.Gid)
+	}
+	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), Groups: []uint32{}}
+}
+
+// Start initialises a database cluster in a new temporary directory, runs
+// postgres on a free loopback port and stops it (and removes the directory)
+// when t ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := BinDir(t)
+	cred := runAs(t)
+	dir, err := os.MkdirTemp("", "pgtest-")
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	if cred != nil {
+		if err := os.Chown(dir, int(cred.Uid), int(cred.Gid)); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+	s := &Server{dir: dir}
+	initdb := exec.Command(filepath.Join(bin, "initdb"),
+		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	if out, err := run(initdb, dir, cred); err != nil {
+		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	t.Cleanup(s.Stop)
+	for attempt := 0; ; attempt++ {
+		if s.port, err = freePort(); err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
+		err = s.start(bin, cred)
+		if err == nil {
+			return s
+		}
+		if attempt == 2 { // a port taken in the meantime is retried; more is not that
+			t.Fatalf("pgtest: %v", err)
+		}
+	}
+}
+
+func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
+
+func run(cmd *exec.Cmd, dir string, cred *syscall.Credential) ([]byte, error) {
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	return cmd.CombinedOutput()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start(bin string, cred *syscall.Credential) error {
+	cmd := exec.Command(filepath.Join(bin, "postgres"),
+		"-D", s.dataDir(),
+		"-p", strconv.Itoa(s.port),
+		"-k", s.dir, // the Unix socket, in our own directory
+		"-c", "listen_addresses=127.0.0.1",
+		"-c", "fsync=off",
+		"-c", "synchronous_commit=off",
+		"-c", "full_page_writes=off",
+	)
+	cmd.Dir = s.dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	var log bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &log, &log
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start postgres: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	s.cmd, s.done = cmd, done
+
+	db, err := sql.Open("pgx", s.DSN())
+	if err != nil {
+		s.Stop()
+		return err
+	}
+	defer db.Close()
+	deadline := time.Now().Add(startTimeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		err := db.PingContext(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-done:
+			s.cmd, s.done = nil, nil
+			return fmt.Errorf("postgres exited during start-up (%s):\n%s", cmd.ProcessState, log.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			s.Stop()
+			return fmt.Errorf("postgres on port %d not ready within %v: %v\n%s", s.port, startTimeout, err, log.String())
+		}
+	}
+}
+
+// DSN returns a connection URL for the server's postgres database, as the
+// postgres superuser (trust authentication, no TLS).
+func (s *Server) DSN() string {
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", s.port)
+}
+
+// Port returns the server's TCP port on 127.0.0.1.
+func (s *Server) Port() int { return s.port }
+
+// PID returns the postmaster's process ID, or 0 once stopped.
+func (s *Server) PID() int {
+	if s.cmd == nil {
+		return 0
+	}
+	return s.cmd.Process.Pid
+}
+
+// DB opens the server's postgres database with pgx's database/sql adapter
+// and closes it when t ends.
+func (s *Server) DB(t testing.TB) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", s.DSN())
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// Stop shuts the server down by its PID (SIGINT, PostgreSQL's fast
+// shutdown: it ends open sessions) and waits for it to exit, killing it if
+// it takes longer than 15 seconds. Stopping a stopped server does nothing.
+func (s *Server) Stop() {
+	cmd, done := s.cmd, s.done
+	s.cmd, s.done = nil, nil
+	if cmd == nil {
+		return
+	}
+	_ = cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-done:
+	case <-time.After(stopTimeout):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
