@@ -200,7 +200,11 @@ func servers(t *testing.T) []server {
 	return out
 }
 
-func (s server) args(args ...string) []string { return append(args, s.flags...) }
+// args puts the server's flags right after the command's name, before any
+// "--".
+func (s server) args(args ...string) []string {
+	return append(append([]string{args[0]}, s.flags...), args[1:]...)
+}
 
 // onServers runs f against each real server.
 func onServers(t *testing.T, f func(t *testing.T, s server)) {

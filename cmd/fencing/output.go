@@ -60,14 +60,10 @@ func short(d time.Duration) string {
 // quote quotes a key for text output.
 func quote(key string) string { return strconv.Quote(key) }
 
-// isTerminal reports whether w (a reader or writer) is a terminal (a character device).
+// isTerminal reports whether w (a reader or writer) is a terminal.
 func isTerminal(w any) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && fileIsTerminal(f)
 }
 
 // spinner shows a progress line on w while something waits, only when w is

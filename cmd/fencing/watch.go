@@ -63,10 +63,12 @@ The backends have no event stream, so watch reads the key's state every
 two reads; on a backend that announces releases (all of this module's), a watched
 key is also read the moment its lease ends. Hence its limits: changes that come
 and go between two reads are folded together (a grant and release in between is
-reported as "ended" with its token; two renewals as one), a renewal that moves
-the expiry by less than max(--interval, 500ms) is reported with the next one,
-and each read costs one request (a prefix: one per page), so keep --interval
-modest on a busy server.`,
+reported as "ended" with its token; two renewals as one); a renewal that moves
+the expiry by less than 250ms (on etcd, whose time left is in whole seconds: 1s)
+is reported with a later one; "released" and "expired" are told apart by the
+time the lease had left, so a lease released just before its expiry is reported
+as "ended"; and each read costs one request (a prefix: one per page), so keep
+--interval modest on a busy server.`,
 		Example: `  fencing watch jobs/nightly --etcd-endpoints http://127.0.0.1:2379
   fencing watch --prefix jobs/ --json --redis-addr localhost:6379`,
 		Args: cobra.ExactArgs(1),
@@ -79,7 +81,13 @@ modest on a busy server.`,
 				return err
 			}
 			defer s.Close()
-			wt := &watcher{w: cmd.OutOrStdout(), jsonOut: conn.jsonOut, tol: max(interval, 500*time.Millisecond), seen: map[string]*observed{}}
+			// The time left is read to the millisecond, except on etcd,
+			// which reports whole seconds rounded down.
+			tol := 250 * time.Millisecond
+			if s.name == "etcd" {
+				tol = time.Second
+			}
+			wt := &watcher{w: cmd.OutOrStdout(), jsonOut: conn.jsonOut, tol: tol, seen: map[string]*observed{}}
 			return wt.run(cmd.Context(), s, args[0], prefix, interval, cmd.ErrOrStderr())
 		}),
 	}
@@ -212,7 +220,7 @@ func (wt *watcher) transition(key string, prev *observed, now observed) {
 	case !prev.st.Live && now.st.Live:
 		wt.emit(key, "granted", now)
 		base = now.expires
-	case now.st.Live && now.expires.After(base.Add(wt.tol)):
+	case now.st.Live && now.st.Remaining > 0 && now.expires.After(base.Add(wt.tol)):
 		wt.emit(key, "renewed", now)
 		base = now.expires
 	}
