@@ -78,6 +78,7 @@ type Coordinator struct {
 	defaultMargin time.Duration
 	retries       int
 	ids           *idSource
+	obs           observer // metrics and logs (metrics.go)
 }
 
 // Option configures a Coordinator.
@@ -105,6 +106,7 @@ func New(b backend.Backend, opts ...Option) *Coordinator {
 	for _, o := range opts {
 		o(c)
 	}
+	c.obs.init(b)
 	return c
 }
 
@@ -151,9 +153,11 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 // not an error; releasing an expired one returns ErrLeaseExpired and one
 // that is not the key's lease ErrLeaseNotFound.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
+	start := c.obs.now(ctx)
 	_, err := resend(c, ctx, func() (struct{}, error) {
 		return struct{}{}, c.backend.Release(ctx, key, leaseID)
 	})
+	c.obs.done(ctx, opRelease, key, start, 0, err)
 	if err != nil {
 		return requestError("release", key, leaseID, err)
 	}
@@ -183,7 +187,9 @@ func (c *Coordinator) ValidateToken(ctx context.Context, key string, token uint6
 // Token returns the token of key's live lease, with live == true, or zero
 // and live == false when no lease on key is live.
 func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live bool, err error) {
+	start := c.obs.now(ctx)
 	token, live, err = c.backend.Token(ctx, key)
+	c.obs.done(ctx, opToken, key, start, token, err)
 	if err != nil {
 		return 0, false, opError("token", key, err)
 	}
@@ -249,6 +255,7 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 		sent = sentBefore
 	}
 	rec, err := resend(c, ctx, func() (backend.Lease, error) { return call(ctx, req) })
+	c.obs.request(ctx, op, req.Key, sent, rec.Token, err)
 	if err != nil {
 		return Lease{}, requestError(op, req.Key, req.LeaseID, err)
 	}

@@ -287,6 +287,7 @@ func (h *Held) loseLocked(err error) {
 	h.err = err
 	h.stopTimers()
 	h.cancel(err)
+	h.c.obs.leaseLost(h.key, h.lease.Token, err)
 }
 
 // expire runs when the Deadline of the last confirmed request passes.

@@ -25,7 +25,9 @@ func (c *Coordinator) Inspect(ctx context.Context, key string) (KeyState, error)
 	if !ok {
 		return KeyState{}, opError("inspect", key, unsupported("backend.Inspector"))
 	}
+	start := c.obs.now(ctx)
 	st, err := i.Inspect(ctx, key)
+	c.obs.done(ctx, opInspect, key, start, st.Token, err)
 	if err != nil {
 		return KeyState{}, opError("inspect", key, err)
 	}
@@ -43,7 +45,9 @@ func (c *Coordinator) ForceRelease(ctx context.Context, key string) (bool, error
 	if !ok {
 		return false, opError("force release", key, unsupported("backend.ForceReleaser"))
 	}
+	start := c.obs.now(ctx)
 	ended, err := f.ForceRelease(ctx, key)
+	c.obs.forced(ctx, key, start, ended, err)
 	if err != nil {
 		return false, opError("force release", key, err)
 	}
@@ -59,7 +63,9 @@ func (c *Coordinator) List(ctx context.Context, prefix, cursor string, limit int
 	if !ok {
 		return nil, "", fmt.Errorf("list: %w", unsupported("backend.Lister"))
 	}
+	start := c.obs.now(ctx)
 	page, next, err := l.List(ctx, prefix, cursor, limit)
+	c.obs.done(ctx, opList, prefix, start, 0, err)
 	if err != nil {
 		return nil, "", fmt.Errorf("list: %w", err)
 	}

@@ -42,6 +42,7 @@ const (
 // lease and returns an *OutcomeError with Settled set. A canceled waiter
 // leaves no subscription or goroutine behind.
 func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (*Held, error) {
+	start := c.obs.lockStart(ctx)
 	cfg, err := c.holdConfig(ttl, opts)
 	if err != nil {
 		return nil, opError("lock", key, err)
@@ -64,6 +65,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 		var oe *OutcomeError
 		switch {
 		case err == nil:
+			c.obs.locked(ctx, start)
 			return c.startHeld(ctx, lease, ttl, cfg), nil
 		case errors.As(err, &held):
 			// Another holder's lease is live, so no earlier attempt of ours

@@ -1,4 +1,5 @@
-// Command fencing is a small tool around the fencing library.
+// Command fencing runs and inspects leases with fencing tokens from the
+// shell: on the in-memory backend (to try things), etcd or Redis.
 //
 // Usage:
 //
@@ -6,141 +7,155 @@
 //
 // The commands are:
 //
-//	demo    show a stale writer being stopped by its fencing token
-//	help    print this help, or a command's help: fencing help demo
+//	demo     show a stale writer being stopped by its fencing token
+//	get      show a key's state: live or not, token, expiry
+//	list     list keys with their state
+//	grant    take a lease, for scripts
+//	renew    extend a lease, for scripts
+//	release  end a lease (or, with --force, whoever holds it)
+//	hold     run a command while holding a lease
+//	watch    stream a key's (or a prefix's) grants, renewals and ends
 //
-// Run "fencing help <command>" for a command's flags.
+// Run "fencing <command> --help" for a command's flags, and see docs/cli.md
+// for backends, exit codes and examples.
 package main
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fencing-go/fencing"
 )
 
-// command is one subcommand of the tool.
-type command struct {
-	name    string
-	summary string // one line for the command list
-	doc     string // a paragraph for the command's help
-	// flags declares the command's flags on fs and returns the function
-	// that runs the command once fs has parsed its arguments.
-	flags func(fs *flag.FlagSet) func(ctx context.Context, stdout io.Writer, args []string) error
-}
-
-// commands lists the subcommands in the order help prints them.
-func commands() []command {
-	return []command{
-		{
-			name:    "demo",
-			summary: "show a stale writer being stopped by its fencing token",
-			doc: `Demo plays the classic failure of leases without fencing on the in-memory
-backend: worker A takes a lease, stalls past it, worker B takes the key with a
-larger token and writes, and A's late write is rejected by the store's token
-check. It exits with status 0 when the stale write was rejected.`,
-			flags: demoFlags,
-		},
-	}
-}
+// Exit codes. A command run by hold exits with its own code; these are the
+// tool's own (see docs/cli.md).
+const (
+	exitOK          = 0
+	exitError       = 1 // anything else
+	exitUsage       = 2 // bad flags or arguments
+	exitHeld        = 3 // the key is held by another holder
+	exitLost        = 4 // the lease ended: expired, released, lost while holding
+	exitUnreachable = 5 // the server did not answer, or the outcome is unknown
+)
 
 // errUsage marks a command line that could not be understood; the tool
-// exits with status 2 for it, as package flag does.
+// exits with status 2 for it.
 var errUsage = errors.New("usage error")
 
+// errUnreachable marks a server that could not be reached.
+var errUnreachable = errors.New("server unreachable")
+
+// exitError carries an exit code chosen by a command (hold passes on its
+// child's) with nothing to print.
+type exitCode int
+
+func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
+
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
-	if err == nil {
-		return
-	}
-	if err != errUsage { // a bare errUsage has been explained already
-		fmt.Fprintln(os.Stderr, "fencing:", err)
-	}
-	if errors.Is(err, errUsage) {
-		os.Exit(2)
-	}
-	os.Exit(1)
+	os.Exit(report(os.Stderr, err))
 }
 
 // run executes the command line args (without the program name).
-func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	if len(args) == 0 {
-		usage(stderr)
-		return errUsage
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	root := rootCommand()
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	cmd, err := root.ExecuteContextC(ctx)
+	if err != nil && !isCommandError(err) {
+		// cobra's own parse errors (unknown flag or command, bad value)
+		// are plain errors: show the usage line and mark them.
+		if cmd != nil {
+			fmt.Fprintf(stderr, "Run '%s --help' for usage.\n", cmd.CommandPath())
+		}
+		return fmt.Errorf("%w: %w", errUsage, err)
 	}
-	name, args := args[0], args[1:]
-	switch name {
-	case "help", "-h", "-help", "--help":
-		if len(args) == 0 {
-			usage(stdout)
-			return nil
+	return err
+}
+
+// commandError wraps the errors the commands return, so that run can tell
+// them from cobra's flag errors.
+type commandError struct{ err error }
+
+func (e commandError) Error() string { return e.err.Error() }
+func (e commandError) Unwrap() error { return e.err }
+
+func isCommandError(err error) bool {
+	var ce commandError
+	return errors.As(err, &ce)
+}
+
+// runE adapts a command's function: its errors are marked as the command's.
+func runE(f func(cmd *cobra.Command, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		if err := f(cmd, args); err != nil {
+			return commandError{err}
 		}
-		cmd, ok := lookup(args[0])
-		if !ok {
-			fmt.Fprintf(stderr, "fencing help: unknown command %q\n", args[0])
-			usage(stderr)
-			return errUsage
-		}
-		fs, _ := newFlagSet(cmd, stdout)
-		fs.Usage()
 		return nil
 	}
-	cmd, ok := lookup(name)
-	if !ok {
-		fmt.Fprintf(stderr, "fencing: unknown command %q\n", name)
-		usage(stderr)
-		return errUsage
-	}
-	fs, runCmd := newFlagSet(cmd, stderr)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return errUsage // fs has printed the problem and the usage
-	}
-	return runCmd(ctx, stdout, fs.Args())
 }
 
-func lookup(name string) (command, bool) {
-	for _, c := range commands() {
-		if c.name == name {
-			return c, true
-		}
+func rootCommand() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "fencing",
+		Short: "Leases with fencing tokens, from the shell",
+		Long: `fencing takes, inspects and breaks leases with fencing tokens on the in-memory
+backend (to try things), etcd or Redis, and runs commands under a lease.
+
+Choose the backend with --backend or FENCING_BACKEND (memory, etcd, redis); with
+neither, --etcd-endpoints or --redis-addr (or their environment variables) pick it.
+Every flag of the backend has an environment variable: FENCING_ and the flag's name
+in capitals with '-' as '_' (FENCING_ETCD_ENDPOINTS, FENCING_REDIS_PASSWORD...).
+
+Exit codes: 0 done, 1 error, 2 bad flags or arguments, 3 held by another holder,
+4 lease ended or lost, 5 server unreachable or outcome unknown; hold passes on
+its command's own code.`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
 	}
-	return command{}, false
+	root.AddCommand(demoCommand(), getCommand(), listCommand(), grantCommand(), renewCommand(), releaseCommand(), holdCommand(), watchCommand())
+	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return err })
+	return root
 }
 
-// newFlagSet returns cmd's flag set, printing errors and usage to w, and the
-// function that runs cmd.
-func newFlagSet(cmd command, w io.Writer) (*flag.FlagSet, func(context.Context, io.Writer, []string) error) {
-	fs := flag.NewFlagSet("fencing "+cmd.name, flag.ContinueOnError)
-	fs.SetOutput(w)
-	runCmd := cmd.flags(fs)
-	fs.Usage = func() {
-		fmt.Fprintf(w, "usage: fencing %s [flags]\n\n%s\n", cmd.name, cmd.doc)
-		if hasFlags(fs) {
-			fmt.Fprintln(w, "\nFlags:")
-			fs.PrintDefaults()
-		}
+// report prints err (unless it has been explained already) and returns the
+// exit code for it.
+func report(stderr io.Writer, err error) int {
+	if err == nil {
+		return exitOK
 	}
-	return fs, runCmd
+	var code exitCode
+	if errors.As(err, &code) {
+		return int(code)
+	}
+	fmt.Fprintln(stderr, "fencing:", err)
+	return exitCodeOf(err)
 }
 
-func hasFlags(fs *flag.FlagSet) bool {
-	n := 0
-	fs.VisitAll(func(*flag.Flag) { n++ })
-	return n > 0
-}
-
-func usage(w io.Writer) {
-	fmt.Fprint(w, "usage: fencing <command> [flags]\n\nCommands:\n")
-	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.summary)
+func exitCodeOf(err error) int {
+	var oe *fencing.OutcomeError
+	switch {
+	case errors.Is(err, errUsage), errors.Is(err, fencing.ErrInvalidKey), errors.Is(err, fencing.ErrInvalidTimeout),
+		errors.Is(err, fencing.ErrInvalidMargin), errors.Is(err, fencing.ErrInvalidOption):
+		return exitUsage
+	case errors.Is(err, fencing.ErrLeaseHeld):
+		return exitHeld
+	case errors.Is(err, fencing.ErrLeaseLost), errors.Is(err, fencing.ErrLeaseExpired), errors.Is(err, fencing.ErrLeaseNotFound):
+		return exitLost
+	case errors.Is(err, errUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
+		errors.Is(err, context.DeadlineExceeded):
+		return exitUnreachable
 	}
-	fmt.Fprintf(w, "  %-8s %s\n", "help", "print this help, or a command's: fencing help <command>")
+	return exitError
 }

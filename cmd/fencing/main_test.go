@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -47,23 +45,21 @@ func TestDemoWithoutFencingFails(t *testing.T) {
 func TestDemoFlags(t *testing.T) {
 	ctx := context.Background()
 	var stdout, stderr bytes.Buffer
-	if err := run(ctx, []string{"demo", "-key", "k", "-timeout", "3s", "-margin", "0s", "-pause", "4s"}, &stdout, &stderr); err != nil {
+	if err := run(ctx, []string{"demo", "--key", "k", "--timeout", "3s", "--margin", "0s", "--pause", "4s"}, nil, &stdout, &stderr); err != nil {
 		t.Fatalf("run demo: %v\n%s%s", err, stdout.String(), stderr.String())
 	}
 	if !strings.Contains(stdout.String(), `grant "k" for 3s -> token 1 (the coordinator keeps it until t=+3s`) {
 		t.Errorf("flags not applied:\n%s", stdout.String())
 	}
 	for _, args := range [][]string{
-		{"demo", "-pause", "11s"}, // not past timeout + margin
+		{"demo", "--pause", "11s"}, // not past timeout + margin
 		{"demo", "extra"},
-		{"demo", "-nosuchflag"},
+		{"demo", "--nosuchflag"},
 		{"nosuchcommand"},
-		{"help", "nosuchcommand"},
-		{},
 	} {
 		stdout.Reset()
 		stderr.Reset()
-		if err := run(ctx, args, &stdout, &stderr); !errors.Is(err, errUsage) {
+		if err := run(ctx, args, nil, &stdout, &stderr); !errors.Is(err, errUsage) {
 			t.Errorf("run(%q): err = %v, want a usage error", args, err)
 		}
 	}
@@ -72,7 +68,7 @@ func TestDemoFlags(t *testing.T) {
 func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"help"}, {"-h"}, {"help", "demo"}, {"demo", "-h"}} {
 		var stdout, stderr bytes.Buffer
-		if err := run(context.Background(), args, &stdout, &stderr); err != nil {
+		if err := run(context.Background(), args, nil, &stdout, &stderr); err != nil {
 			t.Errorf("run(%q): %v", args, err)
 		}
 		if !strings.Contains(stdout.String()+stderr.String(), "demo") {
@@ -88,54 +84,5 @@ func TestDemoLongLeases(t *testing.T) {
 	var out bytes.Buffer
 	if err := demo(context.Background(), &out, cfg); err != nil {
 		t.Fatalf("demo with day-long leases: %v", err)
-	}
-}
-
-// TestMain lets TestExitStatus run the real main in a child process: the
-// test binary re-executes itself with FENCING_TEST_MAIN set and the
-// command line after "--".
-func TestMain(m *testing.M) {
-	if os.Getenv("FENCING_TEST_MAIN") == "1" {
-		for i, a := range os.Args {
-			if a == "--" {
-				os.Args = append([]string{"fencing"}, os.Args[i+1:]...)
-				break
-			}
-		}
-		main()
-		os.Exit(0)
-	}
-	os.Exit(m.Run())
-}
-
-func TestExitStatus(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs child processes")
-	}
-	for _, tc := range []struct {
-		args []string
-		want int
-	}{
-		{[]string{"demo"}, 0},
-		{[]string{"demo", "-fence=false"}, 1},
-		{[]string{"demo", "-pause", "1s"}, 2},
-		{[]string{"nosuchcommand"}, 2},
-		{[]string{"help"}, 0},
-	} {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, os.Args[0], append([]string{"-test.run=^TestExitStatus$", "--"}, tc.args...)...)
-		cmd.Env = append(os.Environ(), "FENCING_TEST_MAIN=1")
-		out, err := cmd.CombinedOutput()
-		cancel()
-		got := 0
-		var exitErr *exec.ExitError
-		if errors.As(err, &exitErr) {
-			got = exitErr.ExitCode()
-		} else if err != nil {
-			t.Fatalf("fencing %q: %v", tc.args, err)
-		}
-		if got != tc.want {
-			t.Errorf("fencing %q exited with %d, want %d; output:\n%s", tc.args, got, tc.want, out)
-		}
 	}
 }

@@ -1,0 +1,398 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/etcdbackend"
+	"github.com/fencing-go/fencing/memorybackend"
+	"github.com/fencing-go/fencing/redisbackend"
+)
+
+// envPrefix starts the environment variable of every backend flag:
+// --etcd-endpoints is FENCING_ETCD_ENDPOINTS.
+const envPrefix = "FENCING_"
+
+// envAnnotation marks the flags that an environment variable can set.
+const envAnnotation = "fencing_env"
+
+// connFlags are the flags that choose and reach a backend.
+type connFlags struct {
+	backend        string
+	prefix         string
+	requestTimeout time.Duration
+	jsonOut        bool
+	verbose        bool
+
+	etcdEndpoints []string
+	etcdCACert    string
+	etcdCert      string
+	etcdKey       string
+	etcdUser      string
+	etcdPassword  string
+
+	redisAddr           string
+	redisUser           string
+	redisPassword       string
+	redisDB             int
+	redisTLS            bool
+	redisCACert         string
+	redisCert           string
+	redisKey            string
+	redisInsecure       bool
+	redisSentinelMaster string
+	redisSentinelPass   string
+	redisCluster        bool
+	redisConfigCheck    string
+}
+
+// addConnFlags declares the backend flags on cmd and arranges for their
+// environment variables to be read before the command runs.
+func addConnFlags(cmd *cobra.Command) *connFlags {
+	f := addBackendFlags(cmd)
+	cmd.Flags().BoolVar(&f.jsonOut, "json", false, "print JSON instead of text")
+	return f
+}
+
+// addBackendFlags is addConnFlags without --json, for hold, which prints
+// nothing of its own.
+func addBackendFlags(cmd *cobra.Command) *connFlags {
+	f := &connFlags{}
+	fs := cmd.Flags()
+	env := func(names ...string) {
+		for _, n := range names {
+			fs.SetAnnotation(n, envAnnotation, []string{envName(n)})
+		}
+	}
+	fs.StringVar(&f.backend, "backend", "", "the backend: memory, etcd or redis (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, else memory)")
+	fs.StringVar(&f.prefix, "key-prefix", "", "prefix of the backend's keys in etcd or Redis (default: the backend's, \"fencing/\")")
+	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
+	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
+
+	fs.StringSliceVar(&f.etcdEndpoints, "etcd-endpoints", nil, "etcd endpoints, comma separated (http://host:2379 or https://...)")
+	fs.StringVar(&f.etcdCACert, "etcd-cacert", "", "PEM `file` of the CA that signed the etcd servers' certificates")
+	fs.StringVar(&f.etcdCert, "etcd-cert", "", "PEM `file` of the client certificate for etcd")
+	fs.StringVar(&f.etcdKey, "etcd-key", "", "PEM `file` of the client certificate's key for etcd")
+	fs.StringVar(&f.etcdUser, "etcd-user", "", "etcd user name")
+	fs.StringVar(&f.etcdPassword, "etcd-password", "", "etcd password (prefer FENCING_ETCD_PASSWORD: flags show in ps)")
+	env("backend", "key-prefix", "request-timeout", "etcd-endpoints", "etcd-cacert", "etcd-cert", "etcd-key", "etcd-user", "etcd-password")
+
+	fs.StringVar(&f.redisAddr, "redis-addr", "", "Redis host:port, a redis:// or rediss:// URL, or comma-separated addresses (Sentinels with --redis-sentinel-master, seed nodes with --redis-cluster)")
+	fs.StringVar(&f.redisUser, "redis-user", "", "Redis ACL user name")
+	fs.StringVar(&f.redisPassword, "redis-password", "", "Redis password (prefer FENCING_REDIS_PASSWORD: flags show in ps)")
+	fs.IntVar(&f.redisDB, "redis-db", 0, "Redis database number (not with --redis-cluster)")
+	fs.BoolVar(&f.redisTLS, "redis-tls", false, "connect to Redis with TLS (implied by rediss:// and the --redis-cacert/cert/key files)")
+	fs.StringVar(&f.redisCACert, "redis-cacert", "", "PEM `file` of the CA that signed the Redis servers' certificates")
+	fs.StringVar(&f.redisCert, "redis-cert", "", "PEM `file` of the client certificate for Redis")
+	fs.StringVar(&f.redisKey, "redis-key", "", "PEM `file` of the client certificate's key for Redis")
+	fs.BoolVar(&f.redisInsecure, "redis-tls-insecure", false, "do not verify the Redis server's certificate (testing only)")
+	fs.StringVar(&f.redisSentinelMaster, "redis-sentinel-master", "", "the master `name` the Sentinels at --redis-addr watch")
+	fs.StringVar(&f.redisSentinelPass, "redis-sentinel-password", "", "password of the Sentinels, when it differs")
+	fs.BoolVar(&f.redisCluster, "redis-cluster", false, "--redis-addr names Redis Cluster seed nodes")
+	fs.StringVar(&f.redisConfigCheck, "redis-config-check", "refuse", "what to do about a Redis configuration that can lose tokens (appendonly no, allkeys-* eviction): refuse, warn or ignore")
+	env("redis-addr", "redis-user", "redis-password", "redis-db", "redis-tls", "redis-cacert", "redis-cert", "redis-key",
+		"redis-tls-insecure", "redis-sentinel-master", "redis-sentinel-password", "redis-cluster", "redis-config-check")
+	cmd.PreRunE = func(cmd *cobra.Command, args []string) error { return applyEnv(cmd.Flags()) }
+	return f
+}
+
+// envName is the environment variable of the flag name.
+func envName(flag string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(flag, "-", "_"))
+}
+
+// applyEnv sets each annotated flag not given on the command line from its
+// environment variable.
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		names := f.Annotations[envAnnotation]
+		if err != nil || f.Changed || len(names) == 0 {
+			return
+		}
+		v, ok := os.LookupEnv(names[0])
+		if !ok {
+			return
+		}
+		if serr := fs.Set(f.Name, v); serr != nil {
+			err = fmt.Errorf("%w: $%s: %w", errUsage, names[0], serr)
+		}
+	})
+	return err
+}
+
+// session is an open backend and a Coordinator over it.
+type session struct {
+	c       *fencing.Coordinator
+	b       backend.Backend
+	name    string // memory, etcd or redis
+	where   string // what to name in "unreachable" errors
+	timeout time.Duration
+	close   func()
+}
+
+// Close closes the backend and its client.
+func (s *session) Close() { s.close() }
+
+// call returns a context for one request.
+func (s *session) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, s.timeout)
+}
+
+// wrap turns a request's error into one that says what could not be
+// reached, when that is what happened.
+func (s *session) wrap(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		return err
+	}
+	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, fencing.ErrOutcomeUnknown) {
+		return fmt.Errorf("%w: %s did not answer within %v: %w", errUnreachable, s.where, s.timeout, err)
+	}
+	return err
+}
+
+// open connects to the backend the flags choose and checks that it
+// answers. logTo receives the library's logs with --verbose.
+func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error) {
+	if f.requestTimeout <= 0 {
+		return nil, fmt.Errorf("%w: --request-timeout %v is not positive", errUsage, f.requestTimeout)
+	}
+	var opts []fencing.Option
+	if f.verbose {
+		opts = append(opts, fencing.WithLogger(slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
+	kind := f.backend
+	if kind == "" {
+		switch {
+		case len(f.etcdEndpoints) > 0:
+			kind = "etcd"
+		case f.redisAddr != "":
+			kind = "redis"
+		default:
+			kind = "memory"
+		}
+	}
+	s := &session{name: kind, timeout: f.requestTimeout}
+	var err error
+	switch kind {
+	case "memory":
+		mem := memorybackend.New()
+		s.b, s.where, s.close = mem, "the in-memory backend", func() { mem.Close() }
+	case "etcd":
+		err = f.openEtcd(ctx, s)
+	case "redis":
+		err = f.openRedis(ctx, s)
+	default:
+		return nil, fmt.Errorf("%w: --backend %q: want memory, etcd or redis", errUsage, kind)
+	}
+	if err != nil {
+		return nil, err
+	}
+	s.c = fencing.New(s.b, opts...)
+	return s, nil
+}
+
+func (f *connFlags) openEtcd(ctx context.Context, s *session) error {
+	if len(f.etcdEndpoints) == 0 {
+		return fmt.Errorf("%w: the etcd backend needs --etcd-endpoints (or FENCING_ETCD_ENDPOINTS)", errUsage)
+	}
+	tlsCfg, err := tlsConfig("etcd", f.etcdCACert, f.etcdCert, f.etcdKey, false)
+	if err != nil {
+		return err
+	}
+	if tlsCfg == nil && anyHTTPS(f.etcdEndpoints) {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   f.etcdEndpoints,
+		DialTimeout: f.requestTimeout,
+		TLS:         tlsCfg,
+		Username:    f.etcdUser,
+		Password:    f.etcdPassword,
+		Logger:      zap.NewNop(),
+	})
+	s.where = "etcd at " + strings.Join(f.etcdEndpoints, ",")
+	if err != nil { // with a user name, New authenticates at once
+		return s.reachError(err)
+	}
+	var opts []etcdbackend.Option
+	if f.prefix != "" {
+		opts = append(opts, etcdbackend.WithPrefix(f.prefix))
+	}
+	b, err := etcdbackend.New(cli, opts...)
+	if err != nil {
+		cli.Close()
+		return err
+	}
+	// A read of one key under the prefix: it needs no more permission
+	// than the backend itself, and tells at once whether etcd answers.
+	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
+	defer cancel()
+	probe := f.prefix
+	if probe == "" {
+		probe = etcdbackend.DefaultPrefix
+	}
+	if _, err := cli.Get(cctx, probe, clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		return s.reachError(err)
+	}
+	s.b, s.close = b, func() { b.Close(); cli.Close() }
+	return nil
+}
+
+func anyHTTPS(endpoints []string) bool {
+	for _, e := range endpoints {
+		if strings.HasPrefix(e, "https://") {
+			return true
+		}
+	}
+	return false
+}
+
+// reachError reports a server that could not be reached or refused us.
+func (s *session) reachError(err error) error {
+	if errors.Is(err, context.Canceled) {
+		return err
+	}
+	return fmt.Errorf("%w: %s: %w", errUnreachable, s.where, err)
+}
+
+func (f *connFlags) openRedis(ctx context.Context, s *session) error {
+	if f.redisAddr == "" {
+		return fmt.Errorf("%w: the redis backend needs --redis-addr (or FENCING_REDIS_ADDR)", errUsage)
+	}
+	var mode redisbackend.ConfigMode
+	switch f.redisConfigCheck {
+	case "refuse":
+		mode = redisbackend.ConfigRefuse
+	case "warn":
+		mode = redisbackend.ConfigWarn
+	case "ignore":
+		mode = redisbackend.ConfigIgnore
+	default:
+		return fmt.Errorf("%w: --redis-config-check %q: want refuse, warn or ignore", errUsage, f.redisConfigCheck)
+	}
+	client, addr, err := f.redisClient()
+	if err != nil {
+		return err
+	}
+	s.where = "redis at " + addr // never the URL, which may hold a password
+	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
+	defer cancel()
+	if err := client.Ping(cctx).Err(); err != nil {
+		client.Close()
+		return s.reachError(err)
+	}
+	opts := []redisbackend.Option{redisbackend.WithConfigCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
+	if f.prefix != "" {
+		opts = append(opts, redisbackend.WithPrefix(f.prefix))
+	}
+	b, err := redisbackend.NewContext(cctx, client, opts...)
+	if err != nil {
+		client.Close()
+		return err
+	}
+	s.b, s.close = b, func() { b.Close(); client.Close() }
+	return nil
+}
+
+// redisClient builds the client the flags describe: one server, Sentinel
+// failover or Cluster.
+func (f *connFlags) redisClient() (client redis.UniversalClient, addr string, err error) {
+	if f.redisSentinelMaster != "" && f.redisCluster {
+		return nil, "", fmt.Errorf("%w: --redis-sentinel-master and --redis-cluster exclude each other", errUsage)
+	}
+	tlsCfg, err := tlsConfig("redis", f.redisCACert, f.redisCert, f.redisKey, f.redisInsecure)
+	if err != nil {
+		return nil, "", err
+	}
+	if tlsCfg == nil && f.redisTLS {
+		tlsCfg = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if strings.Contains(f.redisAddr, "://") {
+		if f.redisSentinelMaster != "" || f.redisCluster {
+			return nil, "", fmt.Errorf("%w: give Sentinel and Cluster addresses as host:port lists, not a URL", errUsage)
+		}
+		opt, err := redis.ParseURL(f.redisAddr)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: --redis-addr: %w", errUsage, err)
+		}
+		if tlsCfg != nil {
+			tlsCfg.ServerName = opt.TLSConfig.ServerName
+			opt.TLSConfig = tlsCfg
+		}
+		if f.redisUser != "" {
+			opt.Username = f.redisUser
+		}
+		if f.redisPassword != "" {
+			opt.Password = f.redisPassword
+		}
+		if f.redisDB != 0 {
+			opt.DB = f.redisDB
+		}
+		return redis.NewClient(opt), opt.Addr, nil
+	}
+	addrs := strings.Split(f.redisAddr, ",")
+	switch {
+	case f.redisSentinelMaster != "":
+		return redis.NewFailoverClient(&redis.FailoverOptions{
+			MasterName: f.redisSentinelMaster, SentinelAddrs: addrs, SentinelPassword: f.redisSentinelPass,
+			Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg,
+		}), "sentinels " + f.redisAddr, nil
+	case f.redisCluster:
+		if f.redisDB != 0 {
+			return nil, "", fmt.Errorf("%w: Redis Cluster has only database 0", errUsage)
+		}
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: f.redisUser, Password: f.redisPassword, TLSConfig: tlsCfg}), f.redisAddr, nil
+	case len(addrs) > 1:
+		return nil, "", fmt.Errorf("%w: --redis-addr lists %d addresses: add --redis-cluster or --redis-sentinel-master", errUsage, len(addrs))
+	}
+	return redis.NewClient(&redis.Options{Addr: addrs[0], Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg}), addrs[0], nil
+}
+
+// tlsConfig loads the TLS files of one backend, or returns nil when none is
+// given. Every problem with a file is a usage error naming its flag.
+func tlsConfig(name, caFile, certFile, keyFile string, insecure bool) (*tls.Config, error) {
+	if caFile == "" && certFile == "" && keyFile == "" && !insecure {
+		return nil, nil
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, InsecureSkipVerify: insecure}
+	if caFile != "" {
+		pem, err := os.ReadFile(caFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --%s-cacert: %w", errUsage, name, err)
+		}
+		pool := x509.NewCertPool()
+		if !pool.AppendCertsFromPEM(pem) {
+			return nil, fmt.Errorf("%w: --%s-cacert %s: no PEM certificate in the file", errUsage, name, caFile)
+		}
+		cfg.RootCAs = pool
+	}
+	if (certFile == "") != (keyFile == "") {
+		return nil, fmt.Errorf("%w: --%s-cert and --%s-key go together", errUsage, name, name)
+	}
+	if certFile != "" {
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("%w: --%s-cert/--%s-key: %w", errUsage, name, name, err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	}
+	return cfg, nil
+}

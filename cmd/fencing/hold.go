@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/fencing-go/fencing"
+)
+
+// holdFlags are hold's own flags.
+type holdFlags struct {
+	leaseFlags
+	wait          bool
+	waitTimeout   time.Duration
+	grace         time.Duration
+	renewInterval time.Duration
+}
+
+func holdCommand() *cobra.Command {
+	var (
+		conn *connFlags
+		hf   holdFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "hold KEY --ttl DURATION [--wait] -- COMMAND [ARG...]",
+		Short: "Run a command while holding a lease on KEY, renewed in the background",
+		Long: `Hold takes a lease on KEY (with --wait, waits for it), runs COMMAND with
+FENCING_KEY and FENCING_TOKEN in its environment, and renews the lease in the
+background while the command runs. The command must send $FENCING_TOKEN with its
+writes to the protected resource. When the command exits, the lease is released
+and hold exits with the command's status (128+n for a command killed by signal n).
+
+If the lease is lost while the command runs (a renewal is refused, for instance
+after "release --force", or none is confirmed before the lease's deadline), hold
+sends the command SIGTERM, then SIGKILL after --grace, and exits with status 4.
+The command runs in a process group of its own (unless its stdin is a terminal),
+and the signal goes to the whole group. SIGINT, SIGTERM and SIGHUP sent to hold
+are passed on to the command.
+
+Exit status: the command's own; 3 the key is held (without --wait, or still held
+after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
+flags; 127 the command could not be started.`,
+		Example: `  fencing hold jobs/nightly --ttl 30s -- ./nightly.sh
+  fencing hold jobs/nightly --ttl 30s --wait --wait-timeout 10m -- sh -c 'run --token "$FENCING_TOKEN"'`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
+				return errors.New("want KEY -- COMMAND [ARG...]: the key, then \"--\", then the command")
+			}
+			return nil
+		},
+		RunE: runE(func(cmd *cobra.Command, args []string) error {
+			return hold(cmd, conn, hf, args[0], args[1:])
+		}),
+	}
+	hf.add(cmd)
+	cmd.Flags().BoolVar(&hf.wait, "wait", false, "wait for the key while another holder has it")
+	cmd.Flags().DurationVar(&hf.waitTimeout, "wait-timeout", 0, "with --wait: give up after this long (0: wait until interrupted)")
+	cmd.Flags().DurationVar(&hf.grace, "grace", 10*time.Second, "after the lease is lost: how long the command has between SIGTERM and SIGKILL")
+	cmd.Flags().DurationVar(&hf.renewInterval, "renew-interval", 0, "renew this long after each confirmed renewal (default a third of --ttl)")
+	conn = addBackendFlags(cmd)
+	return cmd
+}
+
+func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, key string, argv []string) error {
+	switch {
+	case hf.grace < 0:
+		return fmt.Errorf("%w: --grace %v is negative", errUsage, hf.grace)
+	case hf.waitTimeout < 0:
+		return fmt.Errorf("%w: --wait-timeout %v is negative", errUsage, hf.waitTimeout)
+	case hf.waitTimeout > 0 && !hf.wait:
+		return fmt.Errorf("%w: --wait-timeout goes with --wait", errUsage)
+	}
+	s, err := conn.open(cmd.Context(), cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	h, stop, err := acquire(cmd, s, hf, key)
+	if err != nil {
+		return err
+	}
+	defer stop()
+	code, err := runHeld(cmd, h, hf.grace, key, argv)
+	// Release even after an interrupt: the key would otherwise stay blocked
+	// until the lease expires.
+	rctx, cancel := s.call(context.WithoutCancel(cmd.Context()))
+	defer cancel()
+	rerr := h.Release(rctx)
+	switch {
+	case err != nil:
+		return err
+	case errors.Is(rerr, fencing.ErrLeaseLost):
+		// The lease ended while the command was finishing: its last
+		// writes may have raced the next holder's.
+		fmt.Fprintf(cmd.ErrOrStderr(), "fencing: hold: %v\n", rerr)
+		return exitCode(exitLost)
+	case rerr != nil:
+		fmt.Fprintf(cmd.ErrOrStderr(), "fencing: hold: the command finished, but the release failed (the lease will expire): %v\n", rerr)
+	}
+	return exitCode(code)
+}
+
+// acquire takes the lease as Hold does, or with --wait as Lock does. The
+// held lease must outlive the command's context, which an interrupt ends:
+// so its parent is a context only acquire itself cancels, on an interrupt
+// or timeout while waiting.
+// The returned stop frees that context once the lease is released.
+func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fencing.Held, stop func(), err error) {
+	ctx, cancel := context.WithCancelCause(context.WithoutCancel(cmd.Context()))
+	limit := s.timeout
+	if hf.wait {
+		limit = hf.waitTimeout
+	}
+	var timeout <-chan time.Time
+	if limit > 0 {
+		t := time.NewTimer(limit)
+		defer t.Stop()
+		timeout = t.C
+	}
+	errTimedOut := fmt.Errorf("%w: gave up after %v", errUnreachable, limit)
+	if hf.wait {
+		errTimedOut = fmt.Errorf("%w: still held after --wait-timeout %v", fencing.ErrLeaseHeld, limit)
+	}
+	acquired, watching := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(watching)
+		select {
+		case <-cmd.Context().Done():
+			cancel(context.Cause(cmd.Context()))
+		case <-timeout:
+			cancel(errTimedOut)
+		case <-acquired:
+		}
+	}()
+
+	opts := []fencing.HoldOption{fencing.WithMargin(hf.margin)}
+	if hf.renewInterval > 0 {
+		opts = append(opts, fencing.WithRenewInterval(hf.renewInterval))
+	}
+	stop = func() { cancel(nil) }
+	if hf.wait {
+		spin := startSpinner(cmd.ErrOrStderr(), "waiting for "+quote(key))
+		h, err = s.c.Lock(ctx, key, hf.ttl, opts...)
+		spin.Stop()
+	} else {
+		h, err = s.c.Hold(ctx, key, hf.ttl, opts...)
+	}
+	close(acquired)
+	<-watching
+	if err != nil {
+		stop()
+		if cause := context.Cause(ctx); cause == errTimedOut {
+			return nil, nil, fmt.Errorf("hold %s: %w", quote(key), cause)
+		}
+		return nil, nil, s.wrap(ctx, err)
+	}
+	if ctx.Err() != nil { // interrupted just as the lease came: it releases itself
+		h.Release(context.WithoutCancel(ctx))
+		return nil, nil, context.Cause(ctx)
+	}
+	return h, stop, nil
+}
+
+// runHeld runs argv under h and returns its exit status. When the lease is
+// lost it stops the command and returns exitLost.
+func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key string, argv []string) (int, error) {
+	child := exec.Command(argv[0], argv[1:]...)
+	child.Env = append(os.Environ(), "FENCING_KEY="+key, "FENCING_TOKEN="+strconv.FormatUint(h.Token(), 10))
+	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
+	ownGroup(child, isTerminal(child.Stdin))
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, forwarded...)
+	defer signal.Stop(sigs)
+	if err := child.Start(); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "fencing: hold: %v\n", err)
+		return 127, nil
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- child.Wait() }()
+
+	lost := h.Done()
+	var kill <-chan time.Time
+	for {
+		select {
+		case <-exited:
+			if lost == nil { // the lease was lost while it ran
+				return exitLost, exitCode(exitLost)
+			}
+			return statusOf(child.ProcessState), nil
+		case sig := <-sigs:
+			signalCmd(child, sig)
+		case <-lost:
+			lost = nil
+			fmt.Fprintf(cmd.ErrOrStderr(), "fencing: hold: %v; stopping the command (SIGTERM, SIGKILL after %v)\n", h.Err(), grace)
+			signalCmd(child, sigTerm)
+			t := time.NewTimer(grace)
+			defer t.Stop()
+			kill = t.C
+		case <-kill:
+			kill = nil
+			signalCmd(child, sigKill)
+		}
+	}
+}
+
+// statusOf is the exit status of a finished process as a shell reports it.
+func statusOf(ps *os.ProcessState) int {
+	if n, ok := signalNumber(ps); ok {
+		return 128 + n
+	}
+	return ps.ExitCode()
+}

@@ -1,0 +1,378 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"reflect"
+	"strings"
+	"time"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Metrics. A Coordinator records them through the OpenTelemetry metric API
+// on the MeterProvider given with WithMeterProvider (by default the global
+// one, which records nothing until an SDK is installed). Their attributes
+// are few and bounded: the backend, the operation and the outcome, never
+// the key or the lease ID. docs/metrics.md lists them with a Prometheus
+// setup.
+const (
+	// MeterName is the instrumentation scope of every instrument.
+	MeterName = "github.com/fencing-go/fencing"
+
+	// MetricOperationDuration is a histogram (seconds) of every request the
+	// Coordinator sends, resends included, by backend, operation and outcome.
+	MetricOperationDuration = "fencing.operation.duration"
+	// MetricGrants counts grant requests (Grant, Hold and each attempt of
+	// Lock) by outcome; outcome "held" is a conflict with another holder.
+	MetricGrants = "fencing.grants"
+	// MetricRenewals counts renewals (Renew and the background renewals of
+	// Hold and Lock) by outcome: "ok", or the reason they failed.
+	MetricRenewals = "fencing.renewals"
+	// MetricReleases counts leases ended by Release (operation "release")
+	// or ForceRelease (operation "force_release", only when a live lease
+	// was ended).
+	MetricReleases = "fencing.releases"
+	// MetricLeasesLost counts held leases (Hold, Lock, Do) that ended before
+	// their holder released them, by reason: "rejected" (the coordinator
+	// refused a renewal) or "deadline" (no renewal was confirmed in time).
+	MetricLeasesLost = "fencing.leases.lost"
+	// MetricLockWait is a histogram (seconds) of how long Lock waited
+	// before it got the key.
+	MetricLockWait = "fencing.lock.wait.duration"
+	// MetricStaleTokens counts writes a resource-side guard refused for a
+	// stale token (see GuardMetrics), by guard.
+	MetricStaleTokens = "fencing.guard.stale_tokens"
+)
+
+// Attribute keys.
+const (
+	AttrBackend   = attribute.Key("fencing.backend")
+	AttrOperation = attribute.Key("fencing.operation")
+	AttrOutcome   = attribute.Key("fencing.outcome")
+	AttrReason    = attribute.Key("fencing.reason")
+	AttrGuard     = attribute.Key("fencing.guard")
+)
+
+// WithMeterProvider makes the Coordinator record its metrics on mp (default
+// otel.GetMeterProvider(), the global provider). A nil mp records nothing.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *Coordinator) { c.obs.mp, c.obs.mpSet = mp, true }
+}
+
+// WithLogger makes the Coordinator log what it does with l: grants,
+// renewals, releases and lost leases at Debug, failures and forced releases
+// at Warn. Logs name the key and the token, never the lease ID. The default
+// (and a nil l) logs nothing.
+func WithLogger(l *slog.Logger) Option {
+	return func(c *Coordinator) { c.obs.log = l }
+}
+
+// op is one kind of request the Coordinator records.
+type op int
+
+const (
+	opGrant op = iota
+	opRenew
+	opRelease
+	opToken
+	opInspect
+	opForceRelease
+	opList
+	numOps
+)
+
+var opNames = [numOps]string{"grant", "renew", "release", "token", "inspect", "force_release", "list"}
+
+func opOf(name string) op {
+	if name == "renew" {
+		return opRenew
+	}
+	return opGrant
+}
+
+// outcome is a request's result, as few values as a dashboard needs.
+type outcome int
+
+const (
+	outOK outcome = iota
+	outHeld
+	outNotFound
+	outExpired
+	outUnknown
+	outInvalid
+	outCanceled
+	outUnsupported
+	outClosed
+	outError
+	numOutcomes
+)
+
+var outcomeNames = [numOutcomes]string{"ok", "held", "not_found", "expired", "unknown", "invalid", "canceled", "unsupported", "closed", "error"}
+
+func outcomeOf(err error) outcome {
+	switch {
+	case err == nil:
+		return outOK
+	case errors.Is(err, ErrLeaseHeld):
+		return outHeld
+	case errors.Is(err, ErrLeaseNotFound):
+		return outNotFound
+	case errors.Is(err, ErrLeaseExpired):
+		return outExpired
+	case errors.Is(err, ErrOutcomeUnknown):
+		return outUnknown
+	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidTimeout), errors.Is(err, ErrInvalidMargin), errors.Is(err, ErrInvalidOption):
+		return outInvalid
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return outCanceled
+	case errors.Is(err, errors.ErrUnsupported):
+		return outUnsupported
+	case errors.Is(err, backend.ErrClosed):
+		return outClosed
+	}
+	return outError
+}
+
+// observer records a Coordinator's metrics and logs. Every method is cheap
+// when nothing is configured: one atomic load per instrument (the global
+// provider's Enabled) and a nil check for the logger.
+type observer struct {
+	mp    metric.MeterProvider
+	mpSet bool
+	log   *slog.Logger
+
+	on       bool // instruments were created
+	duration metric.Float64Histogram
+	grants   metric.Int64Counter
+	renewals metric.Int64Counter
+	releases metric.Int64Counter
+	lost     metric.Int64Counter
+	lockWait metric.Float64Histogram
+
+	// Attribute sets, built once so that recording allocates nothing.
+	opAttrs   [numOps][numOutcomes]metric.MeasurementOption
+	lostAttrs [2]metric.MeasurementOption // rejected, deadline
+	bAttrs    metric.MeasurementOption    // the backend alone
+}
+
+// durationBuckets suit requests from an in-process map (microseconds) to a
+// remote server under load (seconds).
+var durationBuckets = []float64{0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
+
+// init creates the instruments for backend b. It is called once by New.
+func (o *observer) init(b backend.Backend) {
+	mp := o.mp
+	if !o.mpSet {
+		mp = otel.GetMeterProvider()
+	}
+	if mp == nil {
+		return
+	}
+	m := mp.Meter(MeterName)
+	var err error
+	o.duration, err = m.Float64Histogram(MetricOperationDuration, metric.WithUnit("s"),
+		metric.WithDescription("Duration of fencing requests, by backend, operation and outcome."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	o.grants = counter(m, MetricGrants, "{request}", "Grant requests, by outcome (held: a conflict with another holder).", &err)
+	o.renewals = counter(m, MetricRenewals, "{request}", "Renewals, by outcome.", &err)
+	o.releases = counter(m, MetricReleases, "{lease}", "Leases ended by Release or ForceRelease.", &err)
+	o.lost = counter(m, MetricLeasesLost, "{lease}", "Held leases lost before their holder released them, by reason.", &err)
+	lw, lwErr := m.Float64Histogram(MetricLockWait, metric.WithUnit("s"),
+		metric.WithDescription("How long Lock waited for the key."),
+		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600))
+	o.lockWait = lw
+	if err != nil || lwErr != nil {
+		otel.Handle(errors.Join(err, lwErr))
+		if o.duration == nil || o.grants == nil || o.renewals == nil || o.releases == nil || o.lost == nil || o.lockWait == nil {
+			return // a broken provider: record nothing
+		}
+	}
+	be := AttrBackend.String(BackendName(b))
+	for i := range numOps {
+		for j := range numOutcomes {
+			o.opAttrs[i][j] = metric.WithAttributeSet(attribute.NewSet(be, AttrOperation.String(opNames[i]), AttrOutcome.String(outcomeNames[j])))
+		}
+	}
+	o.lostAttrs[0] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String("rejected")))
+	o.lostAttrs[1] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String("deadline")))
+	o.bAttrs = metric.WithAttributeSet(attribute.NewSet(be))
+	o.on = true
+}
+
+// add adds one to c if c is enabled.
+func add(ctx context.Context, c metric.Int64Counter, attrs metric.MeasurementOption) {
+	if c.Enabled(ctx) {
+		c.Add(ctx, 1, attrs)
+	}
+}
+
+func counter(m metric.Meter, name, unit, desc string, errp *error) metric.Int64Counter {
+	c, err := m.Int64Counter(name, metric.WithUnit(unit), metric.WithDescription(desc))
+	*errp = errors.Join(*errp, err)
+	return c
+}
+
+// BackendName is the value of the fencing.backend attribute for b: its
+// Name() when it has a method Name() string, else the last element of its
+// type's package path ("memorybackend", "etcdbackend", "redisbackend").
+func BackendName(b backend.Backend) string {
+	if n, ok := b.(interface{ Name() string }); ok {
+		return n.Name()
+	}
+	t := reflect.TypeOf(b)
+	if t == nil {
+		return "nil"
+	}
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if p := t.PkgPath(); p != "" {
+		return p[strings.LastIndexByte(p, '/')+1:]
+	}
+	return t.String()
+}
+
+// now returns the time a request starts, or the zero time when its duration
+// would not be recorded, which saves reading the clock.
+func (o *observer) now(ctx context.Context) time.Time {
+	if o.on && o.duration.Enabled(ctx) {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+// request records a grant or renewal (name "grant" or "renew") sent at
+// start, which minted or kept token.
+func (o *observer) request(ctx context.Context, name string, key string, start time.Time, token uint64, err error) {
+	o.done(ctx, opOf(name), key, start, token, err)
+}
+
+// done records a request of kind k that started at start (zero: not
+// timed), and logs the mutating ones.
+func (o *observer) done(ctx context.Context, k op, key string, start time.Time, token uint64, err error) {
+	if o.on {
+		// Each call checks Enabled first: passing the options to a disabled
+		// instrument would still allocate.
+		attrs := o.opAttrs[k][outcomeOf(err)]
+		if !start.IsZero() && o.duration.Enabled(ctx) {
+			o.duration.Record(ctx, time.Since(start).Seconds(), attrs)
+		}
+		switch {
+		case k == opGrant:
+			add(ctx, o.grants, attrs)
+		case k == opRenew:
+			add(ctx, o.renewals, attrs)
+		case k == opRelease && err == nil:
+			add(ctx, o.releases, attrs)
+		}
+	}
+	if o.log != nil && k <= opRelease {
+		o.logged(ctx, k, key, token, err)
+	}
+}
+
+// forced records a ForceRelease that started at start.
+func (o *observer) forced(ctx context.Context, key string, start time.Time, ended bool, err error) {
+	o.done(ctx, opForceRelease, key, start, 0, err)
+	if o.on && ended && err == nil {
+		add(ctx, o.releases, o.opAttrs[opForceRelease][outOK])
+	}
+	if o.log != nil && err == nil {
+		o.log.LogAttrs(ctx, slog.LevelWarn, "fencing: forced release", slog.String("key", key), slog.Bool("ended", ended))
+	}
+}
+
+// locked records a Lock that got its key after waiting since start.
+func (o *observer) locked(ctx context.Context, start time.Time) {
+	if !start.IsZero() && o.lockWait.Enabled(ctx) {
+		o.lockWait.Record(ctx, time.Since(start).Seconds(), o.bAttrs)
+	}
+}
+
+// lockStart is now for Lock's wait, which has an instrument of its own.
+func (o *observer) lockStart(ctx context.Context) time.Time {
+	if o.on && o.lockWait.Enabled(ctx) {
+		return time.Now()
+	}
+	return time.Time{}
+}
+
+// leaseLost records a held lease lost with err.
+func (o *observer) leaseLost(key string, token uint64, err error) {
+	ctx := context.Background()
+	if o.on {
+		reason := 1
+		if errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound) {
+			reason = 0
+		}
+		add(ctx, o.lost, o.lostAttrs[reason])
+	}
+	if o.log != nil {
+		o.log.LogAttrs(ctx, slog.LevelWarn, "fencing: lease lost", slog.String("key", key), slog.Uint64("token", token), slog.Any("error", err))
+	}
+}
+
+// logged logs a grant, renewal or release.
+func (o *observer) logged(ctx context.Context, k op, key string, token uint64, err error) {
+	level := slog.LevelDebug
+	msg := "fencing: " + opNames[k]
+	switch oc := outcomeOf(err); oc {
+	case outOK, outHeld:
+	case outNotFound, outExpired, outInvalid, outCanceled:
+		msg += " refused"
+	default:
+		msg += " failed"
+		level = slog.LevelWarn
+	}
+	if !o.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := []slog.Attr{slog.String("key", key)}
+	if token != 0 {
+		attrs = append(attrs, slog.Uint64("token", token))
+	}
+	if err != nil {
+		attrs = append(attrs, slog.Any("error", err)) // errors never show lease IDs
+	}
+	o.log.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// GuardMetrics counts the writes a resource-side guard refused for a stale
+// token (MetricStaleTokens), for guards outside this package: a guard calls
+// Observe with the result of each Admit or guarded write. The zero value
+// and a nil *GuardMetrics record nothing.
+type GuardMetrics struct {
+	stale metric.Int64Counter
+	attrs metric.MeasurementOption
+}
+
+// NewGuardMetrics returns the counters for the guard named guard (a fixed,
+// low-cardinality name such as "sqlguard"), on mp (nil: the global
+// provider).
+func NewGuardMetrics(mp metric.MeterProvider, guard string) *GuardMetrics {
+	if mp == nil {
+		mp = otel.GetMeterProvider()
+	}
+	c, err := mp.Meter(MeterName).Int64Counter(MetricStaleTokens, metric.WithUnit("{write}"),
+		metric.WithDescription("Writes a guard refused for a stale fencing token."))
+	if err != nil {
+		otel.Handle(err)
+		return nil
+	}
+	return &GuardMetrics{stale: c, attrs: metric.WithAttributeSet(attribute.NewSet(AttrGuard.String(guard)))}
+}
+
+// Observe counts err when it wraps ErrStaleToken, and returns it unchanged,
+// so that a guard can write return m.Observe(ctx, err).
+func (m *GuardMetrics) Observe(ctx context.Context, err error) error {
+	if m != nil && m.stale != nil && err != nil && errors.Is(err, ErrStaleToken) {
+		add(ctx, m.stale, m.attrs)
+	}
+	return err
+}

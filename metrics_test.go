@@ -1,0 +1,299 @@
+package fencing_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
+	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/memorybackend"
+)
+
+// meter is an SDK MeterProvider with a ManualReader, and what it collected.
+type meter struct {
+	t      *testing.T
+	reader *sdkmetric.ManualReader
+	mp     *sdkmetric.MeterProvider
+}
+
+func newMeter(t *testing.T) *meter {
+	t.Helper()
+	r := sdkmetric.NewManualReader()
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	return &meter{t: t, reader: r, mp: mp}
+}
+
+// point is one data point: its attributes as "k=v,k=v" (sorted), and its
+// value (a sum's value, a histogram's count).
+type point struct {
+	attrs string
+	value int64
+}
+
+// collect returns every data point of the metric name.
+func (m *meter) collect(name string) []point {
+	m.t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		m.t.Fatalf("Collect: %v", err)
+	}
+	var out []point
+	for _, sm := range rm.ScopeMetrics {
+		if sm.Scope.Name != fencing.MeterName {
+			m.t.Errorf("scope %q, want %q", sm.Scope.Name, fencing.MeterName)
+		}
+		for _, md := range sm.Metrics {
+			if md.Name != name {
+				continue
+			}
+			switch d := md.Data.(type) {
+			case metricdata.Sum[int64]:
+				for _, dp := range d.DataPoints {
+					out = append(out, point{attrString(dp.Attributes), dp.Value})
+				}
+			case metricdata.Histogram[float64]:
+				for _, dp := range d.DataPoints {
+					out = append(out, point{attrString(dp.Attributes), int64(dp.Count)})
+				}
+			default:
+				m.t.Fatalf("%s: unexpected data %T", name, md.Data)
+			}
+		}
+	}
+	return out
+}
+
+// value returns the value of name's point with exactly attrs, or 0.
+func (m *meter) value(name, attrs string) int64 {
+	m.t.Helper()
+	for _, p := range m.collect(name) {
+		if p.attrs == attrs {
+			return p.value
+		}
+	}
+	return 0
+}
+
+func attrString(s attribute.Set) string {
+	var parts []string
+	for _, kv := range s.ToSlice() {
+		parts = append(parts, string(kv.Key)+"="+kv.Value.Emit())
+	}
+	return strings.Join(parts, ",")
+}
+
+const mem = "fencing.backend=memorybackend"
+
+func op(operation, outcome string) string {
+	return mem + ",fencing.operation=" + operation + ",fencing.outcome=" + outcome
+}
+
+func TestMetricsRequests(t *testing.T) {
+	m := newMeter(t)
+	e := newEnv(t, fencing.WithMeterProvider(m.mp))
+	ctx := context.Background()
+	key := "secret-customer-key"
+
+	a := e.grant(t, key, time.Minute)
+	if _, err := e.c.Grant(ctx, key, time.Minute); !errors.Is(err, fencing.ErrLeaseHeld) {
+		t.Fatalf("second grant: %v", err)
+	}
+	if _, err := e.c.Renew(ctx, key, a.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.c.Renew(ctx, key, "not-the-lease", time.Minute); !errors.Is(err, fencing.ErrLeaseNotFound) {
+		t.Fatalf("foreign renew: %v", err)
+	}
+	if err := e.c.Release(ctx, key, a.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(t, key, time.Minute)
+	if ended, err := e.c.ForceRelease(ctx, key); err != nil || !ended {
+		t.Fatalf("ForceRelease: %v, %v", ended, err)
+	}
+	if ended, err := e.c.ForceRelease(ctx, key); err != nil || ended {
+		t.Fatalf("second ForceRelease: %v, %v", ended, err)
+	}
+	if _, err := e.c.Inspect(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, c := range []struct {
+		name, attrs string
+		want        int64
+	}{
+		{fencing.MetricGrants, op("grant", "ok"), 2},
+		{fencing.MetricGrants, op("grant", "held"), 1},
+		{fencing.MetricRenewals, op("renew", "ok"), 1},
+		{fencing.MetricRenewals, op("renew", "not_found"), 1},
+		{fencing.MetricReleases, op("release", "ok"), 1},
+		{fencing.MetricReleases, op("force_release", "ok"), 1}, // the second ended nothing
+		{fencing.MetricOperationDuration, op("grant", "ok"), 2},
+		{fencing.MetricOperationDuration, op("grant", "held"), 1},
+		{fencing.MetricOperationDuration, op("release", "ok"), 1},
+		{fencing.MetricOperationDuration, op("force_release", "ok"), 2},
+		{fencing.MetricOperationDuration, op("inspect", "ok"), 1},
+	} {
+		if got := m.value(c.name, c.attrs); got != c.want {
+			t.Errorf("%s{%s} = %d, want %d; all points: %v", c.name, c.attrs, got, c.want, m.collect(c.name))
+		}
+	}
+	// Low cardinality: no attribute carries the key.
+	for _, name := range []string{fencing.MetricGrants, fencing.MetricRenewals, fencing.MetricReleases, fencing.MetricOperationDuration} {
+		for _, p := range m.collect(name) {
+			if strings.Contains(p.attrs, key) {
+				t.Errorf("%s has the key in its attributes: %s", name, p.attrs)
+			}
+		}
+	}
+}
+
+func TestMetricsLeaseLostAndLockWait(t *testing.T) {
+	m := newMeter(t)
+	b := memorybackend.New()
+	defer b.Close()
+	c := fencing.New(b, fencing.WithMeterProvider(m.mp))
+	ctx := context.Background()
+
+	h, err := c.Hold(ctx, "k", 600*time.Millisecond, fencing.WithRenewInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan error, 1)
+	go func() {
+		w, err := c.Lock(ctx, "k", time.Minute)
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		locked <- err
+	}()
+	if _, err := c.ForceRelease(ctx, "k"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-h.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the held lease was not lost after a forced release")
+	}
+	if err := h.Release(ctx); !errors.Is(err, fencing.ErrLeaseLost) {
+		t.Errorf("Release after the loss: %v, want ErrLeaseLost", err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if got := m.value(fencing.MetricLeasesLost, mem+",fencing.reason=rejected"); got != 1 {
+		t.Errorf("leases lost (rejected) = %d, want 1; points %v", got, m.collect(fencing.MetricLeasesLost))
+	}
+	if got := m.value(fencing.MetricLockWait, mem); got != 1 {
+		t.Errorf("lock waits = %d, want 1; points %v", got, m.collect(fencing.MetricLockWait))
+	}
+}
+
+func TestMetricsOffWithNilProvider(t *testing.T) {
+	e := newEnv(t, fencing.WithMeterProvider(nil))
+	l := e.grant(t, "k", time.Minute) // must not panic
+	if err := e.c.Release(context.Background(), "k", l.ID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestGuardMetrics(t *testing.T) {
+	m := newMeter(t)
+	g := fencing.NewGuardMetrics(m.mp, "testguard")
+	ctx := context.Background()
+	stale := fmt.Errorf("write: %w", fencing.ErrStaleToken)
+	if err := g.Observe(ctx, stale); err != stale {
+		t.Errorf("Observe changed the error: %v", err)
+	}
+	g.Observe(ctx, nil)
+	g.Observe(ctx, errors.New("other"))
+	if got := m.value(fencing.MetricStaleTokens, "fencing.guard=testguard"); got != 1 {
+		t.Errorf("stale tokens = %d, want 1", got)
+	}
+	var none *fencing.GuardMetrics
+	none.Observe(ctx, stale) // a nil GuardMetrics records nothing
+}
+
+func TestLoggerNeverShowsLeaseID(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEnv(t, fencing.WithLogger(log))
+	ctx := context.Background()
+	a := e.grant(t, "orders/7", time.Minute)
+	if _, err := e.c.Renew(ctx, "orders/7", a.ID, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	e.c.Grant(ctx, "orders/7", time.Minute)
+	if err := e.c.Release(ctx, "orders/7", a.ID); err != nil {
+		t.Fatal(err)
+	}
+	e.grant(t, "orders/7", time.Minute)
+	e.c.ForceRelease(ctx, "orders/7")
+	out := buf.String()
+	for _, want := range []string{"fencing: grant", "fencing: renew", "fencing: release", "fencing: forced release", `key=orders/7`, "token=1", "lease held"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, a.ID) {
+		t.Errorf("log shows the lease ID:\n%s", out)
+	}
+}
+
+func TestNoLogsByDefault(t *testing.T) {
+	var buf bytes.Buffer
+	prev := slog.Default()
+	slog.SetDefault(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})))
+	defer slog.SetDefault(prev)
+	e := newEnv(t)
+	e.grant(t, "k", time.Minute)
+	if buf.Len() != 0 {
+		t.Errorf("a Coordinator without WithLogger logged:\n%s", buf.String())
+	}
+}
+
+// BenchmarkMetrics measures a grant and a release on the in-memory backend
+// without metrics (nil provider), with the default global provider and no
+// SDK installed (the no-op a user who configured nothing gets), and with an
+// SDK provider and a reader. Compare the first two: the cost of metrics
+// when not configured.
+func BenchmarkMetrics(b *testing.B) {
+	r := sdkmetric.NewManualReader()
+	sdk := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
+	defer sdk.Shutdown(context.Background())
+	for _, bc := range []struct {
+		name string
+		opts []fencing.Option
+	}{
+		{"off", []fencing.Option{fencing.WithMeterProvider(nil)}},
+		{"default", nil},
+		{"sdk", []fencing.Option{fencing.WithMeterProvider(sdk)}},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			mem := memorybackend.New()
+			defer mem.Close()
+			c := fencing.New(mem, bc.opts...)
+			ctx := context.Background()
+			b.ReportAllocs()
+			for b.Loop() {
+				l, err := c.Grant(ctx, "k", time.Minute)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := c.Release(ctx, "k", l.ID); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
