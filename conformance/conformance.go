@@ -43,6 +43,13 @@
 //     and Hold, with some responses lost) is linearizable against a
 //     sequential model of the lease contract, checked with porcupine (see
 //     CheckHistory, which your own fault tests can call with a Recorder);
+//   - expiry at its exact end, just before and just after, to the
+//     backend's granularity; the last token minted once and then
+//     ErrTokenSpaceExhausted (with a harness that implements
+//     TokenPresetter); late renewals, releases and resent grants from
+//     every older lease of a key (released, expired, forced out) change
+//     nothing; keys that naive encodings merge (NFC and NFD forms,
+//     separators, prefixes of each other) stay distinct;
 //   - verdicts are the bare sentinels (a *backend.HeldError for a held key);
 //   - the optional capabilities, when implemented: NotifyFree wakes on
 //     release, Inspect reports state and the highest token, ForceRelease
@@ -98,6 +105,10 @@ func Run(t *testing.T, h Harness) {
 		{"OddKeysAreDistinct", s.testOddKeys},
 		{"ClosedBackend", s.testClosed},
 		{"Linearizable", s.testLinearizable},
+		{"ExpiryBoundary", s.testExpiryBoundary},
+		{"TokenExhaustion", s.testTokenExhaustion},
+		{"LateCallsFromOlderEpochs", s.testLateCallsFromOlderEpochs},
+		{"KeysNeverCollide", s.testKeysNeverCollide},
 		{"VerdictsAreBare", s.testVerdictsAreBare},
 		{"HeldErrorTellsTimeLeft", s.testHeldRemaining},
 		{"NotifyFree", s.testNotifyFree},
