@@ -544,4 +544,9 @@ func (s suite) testClosed(t *testing.T) {
 	wantErr(t, "Release after Close", c.Release(ctx, "closed", lease.ID), backend.ErrClosed)
 	_, err = c.CheckToken(ctx, "closed", lease.Token)
 	wantErr(t, "CheckToken after Close", err, backend.ErrClosed)
+	if tok, live, err := b.Token(ctx, "closed"); tok != 0 || live || !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Backend.Token after Close = %d, %v, %v; want 0, false, ErrClosed", tok, live, err)
+	}
+	_, err = b.Grant(ctx, backend.Request{Key: "closed", LeaseID: lease.ID, Timeout: long, Margin: time.Second})
+	wantErr(t, "resent Grant of a live lease after Close", err, backend.ErrClosed)
 }
