@@ -248,20 +248,22 @@ func (m model) grant(s keyState, c *call) []keyState {
 	switch c.out {
 	case ok:
 		l := op.Lease
-		if l.Key != op.Key || l.LeaseID != op.LeaseID || l.TTL < op.Timeout || l.Margin != op.Margin {
+		if l.Key != op.Key || l.LeaseID != op.LeaseID {
 			return nil
 		}
 		if s.status == live {
 			if !mine {
 				return nil
 			}
-			n, same := m.sameToken(s, l.Token) // a resent grant: the same lease, unchanged
+			// A resent grant: the same lease, unchanged (its TTL and
+			// margin are the first request's).
+			n, same := m.sameToken(s, l.Token)
 			if !same {
 				return nil
 			}
 			return []keyState{n}
 		}
-		if mine || s.exhausted {
+		if mine || s.exhausted || l.TTL < op.Timeout || l.Margin != op.Margin {
 			return nil // a resend of an ended lease, or past the last token
 		}
 		// Every token so far is at most minted, or (a lease whose token
