@@ -59,6 +59,16 @@
 //     waiters one at a time in token order, and gives up with its context;
 //     Do holds its lease while fn runs.
 //
+// A harness may also implement TokenPresetter, so the suite can reach the
+// end of the token space; the case that needs it skips without it.
+//
+// # Checking your own histories
+//
+// Fault tests (a server killed, a network partitioned) can check what their
+// clients saw with the same model: wrap each client's backend with a
+// Recorder and pass its History to CheckLinearizable (or CheckHistory).
+// Record every call that changes the keys you check.
+//
 // With a fake clock (Traits.Now set) the suite is exact and instant and runs
 // its cases one after another. On a real server it waits in real time, with
 // leases of at least Traits.MinTTL and Traits.Slack to spare, and runs its
