@@ -34,13 +34,18 @@ func RunBenchmarks(b *testing.B, h Harness) {
 		c := newCoordinator(b)
 		ctx := context.Background()
 		for b.Loop() {
-			grantRelease(b, c, ctx, "k", timeout)
+			if err := grantRelease(ctx, c, "k", timeout); err != nil {
+				b.Fatal(err)
+			}
 		}
 	})
 	b.Run("Renew", func(b *testing.B) {
 		c := newCoordinator(b)
 		ctx := context.Background()
-		lease := mustGrant(b, c, "k", timeout)
+		lease, err := c.Grant(ctx, "k", timeout)
+		if err != nil {
+			b.Fatal(err)
+		}
 		for b.Loop() {
 			if _, err := c.Renew(ctx, "k", lease.ID, timeout); err != nil {
 				b.Fatal(err)
@@ -50,7 +55,10 @@ func RunBenchmarks(b *testing.B, h Harness) {
 	b.Run("CheckToken", func(b *testing.B) {
 		c := newCoordinator(b)
 		ctx := context.Background()
-		lease := mustGrant(b, c, "k", timeout)
+		lease, err := c.Grant(ctx, "k", timeout)
+		if err != nil {
+			b.Fatal(err)
+		}
 		for b.Loop() {
 			if ok, err := c.CheckToken(ctx, "k", lease.Token); err != nil || !ok {
 				b.Fatalf("CheckToken = %v, %v", ok, err)
@@ -66,7 +74,10 @@ func RunBenchmarks(b *testing.B, h Harness) {
 			ctx := context.Background()
 			key := nextKey()
 			for pb.Next() {
-				grantRelease(b, c, ctx, key, timeout)
+				if err := grantRelease(ctx, c, key, timeout); err != nil {
+					b.Error(err) // not Fatal: this is not the benchmark's goroutine
+					return
+				}
 			}
 		})
 	})
@@ -76,7 +87,11 @@ func RunBenchmarks(b *testing.B, h Harness) {
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
 			key := nextKey()
-			lease := mustGrant(b, c, key, timeout)
+			lease, err := c.Grant(ctx, key, timeout)
+			if err != nil {
+				b.Error(err)
+				return
+			}
 			for pb.Next() {
 				if _, err := c.Renew(ctx, key, lease.ID, timeout); err != nil {
 					b.Error(err)
@@ -91,7 +106,11 @@ func RunBenchmarks(b *testing.B, h Harness) {
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
 			key := nextKey()
-			lease := mustGrant(b, c, key, timeout)
+			lease, err := c.Grant(ctx, key, timeout)
+			if err != nil {
+				b.Error(err)
+				return
+			}
 			for pb.Next() {
 				if ok, err := c.CheckToken(ctx, key, lease.Token); err != nil || !ok {
 					b.Errorf("CheckToken = %v, %v", ok, err)
@@ -124,7 +143,10 @@ func RunBenchmarks(b *testing.B, h Harness) {
 	})
 	b.Run("HotKeyCheckToken", func(b *testing.B) {
 		c := newCoordinator(b)
-		lease := mustGrant(b, c, "hot", timeout)
+		lease, err := c.Grant(context.Background(), "hot", timeout)
+		if err != nil {
+			b.Fatal(err)
+		}
 		b.RunParallel(func(pb *testing.PB) {
 			ctx := context.Background()
 			for pb.Next() {
@@ -144,20 +166,12 @@ func keySource() func() string {
 	return func() string { return "k" + strconv.FormatInt(n.Add(1), 10) }
 }
 
-func mustGrant(b *testing.B, c *fencing.Coordinator, key string, timeout time.Duration) fencing.Lease {
-	lease, err := c.Grant(context.Background(), key, timeout)
-	if err != nil {
-		b.Fatalf("Grant(%q): %v", key, err)
-	}
-	return lease
-}
-
-func grantRelease(b *testing.B, c *fencing.Coordinator, ctx context.Context, key string, timeout time.Duration) {
+// grantRelease grants key and releases it. It returns its error rather
+// than failing b: RunParallel's goroutines may not call b.Fatal.
+func grantRelease(ctx context.Context, c *fencing.Coordinator, key string, timeout time.Duration) error {
 	lease, err := c.Grant(ctx, key, timeout)
 	if err != nil {
-		b.Fatalf("Grant(%q): %v", key, err)
+		return err
 	}
-	if err := c.Release(ctx, key, lease.ID); err != nil {
-		b.Fatalf("Release(%q): %v", key, err)
-	}
+	return c.Release(ctx, key, lease.ID)
 }
