@@ -98,7 +98,10 @@ func (s suite) testExpiryBoundary(t *testing.T) {
 
 // TokenPresetter is implemented by a Harness that can set a key's token
 // counter, so the suite can test the end of the token space without minting
-// every token. It is optional; the case that needs it skips without it.
+// every token. It is optional: it is a capability of the harness, not of the
+// backend, so without it the case that needs it passes, saying in the log
+// that it did not run (a store whose counter cannot be set, such as etcd's
+// global revision, cannot offer it).
 type TokenPresetter interface {
 	// PresetToken makes key, on a backend this harness made (and empty
 	// of key), look as if token were the highest token ever minted on it,
@@ -112,7 +115,8 @@ type TokenPresetter interface {
 func (s suite) testTokenExhaustion(t *testing.T) {
 	p, ok := s.h.(TokenPresetter)
 	if !ok {
-		t.Skip("the harness does not implement conformance.TokenPresetter")
+		t.Log("not run: the harness does not implement conformance.TokenPresetter")
+		return
 	}
 	b := s.backend(t)
 	c := fencing.New(b)

@@ -60,7 +60,8 @@
 //     Do holds its lease while fn runs.
 //
 // A harness may also implement TokenPresetter, so the suite can reach the
-// end of the token space; the case that needs it skips without it.
+// end of the token space; without it that case passes with a log line
+// saying it did not run (a harness capability, not a backend failure).
 //
 // # Checking your own histories
 //

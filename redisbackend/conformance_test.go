@@ -52,6 +52,7 @@ func (h *harness) Traits() conformance.Traits {
 		// clock and the server's TIME, and microsecond rounding.
 		Slack:       5 * time.Millisecond,
 		DenseTokens: true,
+		MaxToken:    redisbackend.MaxToken,
 	}
 }
 
