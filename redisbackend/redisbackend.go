@@ -90,6 +90,9 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 	for _, o := range opts {
 		o(b)
 	}
+	if err := checkPrefix(b.prefix); err != nil {
+		return nil, err
+	}
 	if b.logger == nil {
 		b.logger = slog.Default()
 	}
