@@ -1,0 +1,157 @@
+package redisbackend_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/redisbackend"
+)
+
+// Fault tests on real redis-server processes: what clients saw while the
+// server was killed, slowed down, failed over or ran on another clock,
+// checked against the lease model (conformance.CheckLinearizable) and the
+// contract's bounds.
+
+// faultTraits are the conformance harness's traits: one server on this
+// machine decides expiry.
+func faultTraits() conformance.Traits { return (&harness{}).Traits() }
+
+// noRetries makes a client fail at once while the server is down: no resent
+// commands, one dial.
+func noRetries(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 }
+
+// killHistory runs the fault workload on a server run as cfg, killing it
+// with SIGKILL and restarting it kills times, and returns the history.
+func killHistory(t *testing.T, cfg redistest.Config, kills int, opts ...redisbackend.Option) []conformance.Op {
+	t.Helper()
+	srv := redistest.Start(t, cfg)
+	var bs []backend.Backend
+	for range 4 {
+		bs = append(bs, newBackend(t, srv.Client(noRetries), opts...))
+	}
+	rec := conformance.NewRecorder(nil)
+	w := conformance.Workload{Keys: []string{"k0", "k1", "k2"}, Timeout: 300 * time.Millisecond, Margin: 100 * time.Millisecond, CallTimeout: time.Second, Seed: 1}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(kills+1)*1400*time.Millisecond)
+	defer cancel()
+	done := make(chan conformance.WorkloadStats)
+	go func() { done <- w.Run(ctx, rec, bs) }()
+	for range kills {
+		time.Sleep(time.Second)
+		srv.Kill()
+		time.Sleep(400 * time.Millisecond)
+		srv.Restart()
+	}
+	st := <-done
+	t.Logf("workload: %v", st)
+	if st.Grants < 10 || st.Failed+st.Unknown == 0 {
+		t.Fatalf("the workload (%v) did not exercise the kills", st)
+	}
+	return rec.History()
+}
+
+// TestKillRestartHistory: clients grant, renew, release and check while the
+// server (AOF, fsync always) is killed with SIGKILL and restarted twice; the
+// history must be linearizable. A call cut off by the kill must report an
+// unknown outcome unless it surely did nothing, and no token may come back
+// after the restart.
+func TestKillRestartHistory(t *testing.T) {
+	conformance.CheckLinearizable(t, killHistory(t, persistent, 2), faultTraits())
+}
+
+// TestKillRestartWithoutPersistenceFailsCheck: the same workload on a server
+// without persistence (its check overridden) loses every token in the kill,
+// and the checker must say so: the control that shows the test above can
+// fail.
+func TestKillRestartWithoutPersistenceFailsCheck(t *testing.T) {
+	t.Setenv(conformance.VisualizationDirEnv, t.TempDir())
+	history := killHistory(t, redistest.Config{}, 1, redisbackend.WithConfigCheck(redisbackend.ConfigIgnore))
+	if err := conformance.CheckHistory(history, faultTraits()); err == nil {
+		t.Fatal("the checker accepted a history across a restart that lost every token")
+	} else {
+		t.Logf("rejected as it should be: %v", err)
+	}
+}
+
+// failover grants "k" on a primary (once replicated, once after its replica
+// was cut off, so the second grant never reaches it), kills the primary,
+// promotes the replica and grants "k" there. It returns the recorded
+// history, the error of the grant made while the replica was cut off, and
+// the tokens of that grant and of the grant on the promoted replica.
+func failover(t *testing.T, opts ...redisbackend.Option) (history []conformance.Op, pausedErr error, lost, reissued uint64) {
+	t.Helper()
+	rs := redistest.StartReplicated(t, persistent)
+	ctx := context.Background()
+	rec := conformance.NewRecorder(nil)
+	primary := rec.Wrap(newBackend(t, rs.Primary.Client(noRetries), opts...))
+	if _, err := primary.Grant(ctx, req("k", "replicated")); err != nil {
+		t.Fatalf("Grant: %v", err)
+	}
+	if err := primary.Release(ctx, "k", "replicated"); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if n, err := rs.Primary.Do(ctx, "wait", "1", "10000"); err != nil || n != int64(1) {
+		t.Fatalf("WAIT = %v, %v", n, err)
+	}
+	// Cut the replica off (as a partition would): it points at a port
+	// nobody listens on, keeping its data.
+	dead, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.Replica.Do(ctx, "replicaof", "127.0.0.1", dead); err != nil {
+		t.Fatalf("REPLICAOF: %v", err)
+	}
+	l, err := primary.Grant(ctx, req("k", "acknowledged"))
+	lost, pausedErr = l.Token, err
+	rs.Primary.Kill()
+	if _, err := rs.Replica.Do(ctx, "replicaof", "no", "one"); err != nil {
+		t.Fatalf("REPLICAOF NO ONE: %v", err)
+	}
+	promoted := rec.Wrap(newBackend(t, rs.Replica.Client()))
+	l, err = promoted.Grant(ctx, req("k", "after-failover"))
+	if err != nil {
+		t.Fatalf("Grant on the promoted replica: %v", err)
+	}
+	return rec.History(), pausedErr, lost, l.Token
+}
+
+// TestFailoverWithoutWaitReissuesToken: without WithMinReplicas, a grant
+// the primary acknowledged but had not replicated is lost in a failover,
+// and the promoted replica mints its token again, to another holder, while
+// the first still holds it: the checker rejects the history. This is the
+// hazard docs/redis.md describes, shown.
+func TestFailoverWithoutWaitReissuesToken(t *testing.T) {
+	history, err, lost, reissued := failover(t)
+	if err != nil {
+		t.Fatalf("the grant while the replica was cut off: %v, want success (nothing waits for the replica)", err)
+	}
+	if reissued != lost {
+		t.Fatalf("the promoted replica minted token %d; the lost grant had %d (want it reissued: did the replica get the write?)", reissued, lost)
+	}
+	t.Logf("token %d acknowledged on the primary, then minted again on the promoted replica", lost)
+	t.Setenv(conformance.VisualizationDirEnv, t.TempDir())
+	if err := conformance.CheckHistory(history, faultTraits()); err == nil {
+		t.Fatal("the checker accepted a history with a token minted twice to two live holders")
+	}
+}
+
+// TestFailoverWithMinReplicas: with WithMinReplicas(1, ...), the grant the
+// replica never saw reports an error that wraps ErrOutcomeUnknown (and
+// ErrReplication), never plain success (TestMinReplicas covers a
+// Coordinator's resends); so the token the promoted replica mints again was never
+// relied on, and the history is linearizable.
+func TestFailoverWithMinReplicas(t *testing.T) {
+	history, err, _, reissued := failover(t, redisbackend.WithMinReplicas(1, 300*time.Millisecond))
+	if !errors.Is(err, backend.ErrOutcomeUnknown) || !errors.Is(err, redisbackend.ErrReplication) {
+		t.Fatalf("the unreplicated grant: %v, want ErrOutcomeUnknown and ErrReplication", err)
+	}
+	t.Logf("the unreplicated grant: %v; the promoted replica minted %d", err, reissued)
+	conformance.CheckLinearizable(t, history, faultTraits())
+}
