@@ -43,11 +43,17 @@ type Member struct {
 	// ClientURL is the member's client endpoint, http://127.0.0.1:port.
 	ClientURL string
 
-	peerURL string
+	peerURL string // advertised: the PeerProxy's URL when there is one
+	listen  string // the peer URL the member listens on
 	dir     string
 	fsync   bool
 	cluster string // initial-cluster string
 	started bool   // started at least once (data dir holds a member)
+
+	// PeerProxy, when the cluster was started WithPeerProxies, is the proxy
+	// in front of the member's peer URL, through which every other member
+	// reaches it.
+	PeerProxy *Proxy
 
 	mu sync.Mutex
 	e  *embed.Etcd
@@ -56,7 +62,12 @@ type Member struct {
 // Option configures a started member or cluster.
 type Option func(*options)
 
-type options struct{ fsync bool }
+type options struct{ fsync, peerProxies bool }
+
+// WithPeerProxies puts a Proxy in front of each member's peer URL
+// (Member.PeerProxy), so that a test can hold a member's raft traffic: see
+// Cluster.Isolate.
+func WithPeerProxies() Option { return func(o *options) { o.peerProxies = true } }
 
 // WithFsync keeps fsync on (the default is UnsafeNoFsync, for speed). Use it
 // in tests that restart a server and rely on what it wrote.
@@ -84,10 +95,12 @@ func Start(t testing.TB, opts ...Option) *Member {
 
 func newMember(t testing.TB, name, dir string, fsync bool) *Member {
 	t.Helper()
+	peer := "http://" + freeAddr(t)
 	return &Member{
 		Name:      name,
 		ClientURL: "http://" + freeAddr(t),
-		peerURL:   "http://" + freeAddr(t),
+		peerURL:   peer,
+		listen:    peer,
 		dir:       dir,
 		fsync:     fsync,
 	}
@@ -129,8 +142,8 @@ func (m *Member) Start() error {
 	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
 	cfg.ListenClientUrls = []url.URL{mustURL(m.ClientURL)}
 	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
-	cfg.ListenPeerUrls = []url.URL{mustURL(m.peerURL)}
-	cfg.AdvertisePeerUrls = cfg.ListenPeerUrls
+	cfg.ListenPeerUrls = []url.URL{mustURL(m.listen)}
+	cfg.AdvertisePeerUrls = []url.URL{mustURL(m.peerURL)}
 	cfg.ListenMetricsUrls = nil
 	cfg.InitialCluster = m.cluster
 	cfg.InitialClusterToken = "etcdtest"
@@ -195,6 +208,17 @@ func (m *Member) IsLeader() bool {
 	return m.e != nil && m.e.Server.Leader() == m.e.Server.MemberID()
 }
 
+// ID returns the running member's etcd member ID in hexadecimal (as peer
+// requests name their sender), or "" when it is stopped.
+func (m *Member) ID() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.e == nil {
+		return ""
+	}
+	return m.e.Server.MemberID().String()
+}
+
 // Running reports whether the member is started.
 func (m *Member) Running() bool {
 	m.mu.Lock()
@@ -223,6 +247,10 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	var parts []string
 	for i := range n {
 		m := newMember(t, fmt.Sprintf("m%d", i), t.TempDir(), o.fsync)
+		if o.peerProxies {
+			m.PeerProxy = StartProxy(t, m.listen)
+			m.peerURL = m.PeerProxy.URL
+		}
 		c.Members = append(c.Members, m)
 		parts = append(parts, m.Name+"="+m.peerURL)
 	}
@@ -279,6 +307,34 @@ func (c *Cluster) WaitLeader(ctx context.Context) (*Member, error) {
 		case <-ctx.Done():
 			return nil, fmt.Errorf("etcdtest: no leader: %w", ctx.Err())
 		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// Isolate cuts m off from the other members of a cluster started
+// WithPeerProxies, keeping every connection open: the other members' raft
+// messages to it and its messages to them are held (in the proxies) until
+// Heal. Its clients still reach it; it falls behind, and a read it answers
+// from its own state alone is stale.
+func (c *Cluster) Isolate(m *Member) {
+	id := m.ID()
+	for _, o := range c.Members {
+		if o == m {
+			o.PeerProxy.SetMode(Pause)
+		} else {
+			o.PeerProxy.PauseFrom(id)
+		}
+	}
+}
+
+// Heal undoes Isolate.
+func (c *Cluster) Heal(m *Member) {
+	id := m.ID()
+	for _, o := range c.Members {
+		if o == m {
+			o.PeerProxy.SetMode(Forward)
+		} else {
+			o.PeerProxy.ResumeFrom(id)
 		}
 	}
 }

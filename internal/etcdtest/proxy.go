@@ -1,9 +1,11 @@
 package etcdtest
 
 import (
+	"bytes"
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Mode is what a Proxy does with the bytes it carries.
@@ -35,10 +37,16 @@ type Proxy struct {
 
 	mu      sync.Mutex
 	mode    Mode
-	changed chan struct{} // closed and replaced when mode changes
-	conns   map[net.Conn]struct{}
+	delay   time.Duration     // before each reply is carried
+	paused  map[string]bool   // senders whose connections are held (see PauseFrom)
+	changed chan struct{}     // closed and replaced when mode changes
+	conns   map[net.Conn]*tag // both ends of every pair share one tag
 	closed  bool
 }
+
+// tag is what a proxy learned about one connection pair: the peer that
+// opened it, from the X-Server-From header of etcd's peer requests.
+type tag struct{ from string }
 
 // StartProxy starts a proxy to a server's client URL (http://host:port) and
 // closes it in t's cleanup.
@@ -54,7 +62,8 @@ func StartProxy(t testing.TB, serverURL string) *Proxy {
 		target:  target,
 		ln:      ln,
 		changed: make(chan struct{}),
-		conns:   make(map[net.Conn]struct{}),
+		paused:  make(map[string]bool),
+		conns:   make(map[net.Conn]*tag),
 	}
 	p.URL = "http://" + p.Addr
 	t.Cleanup(p.Close)
@@ -72,6 +81,34 @@ func (p *Proxy) SetMode(m Mode) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.mode = m
+	p.wakeLocked()
+}
+
+// SetDelay makes the proxy hold every reply for d before carrying it (a
+// slow network or server); zero carries replies at once.
+func (p *Proxy) SetDelay(d time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.delay = d
+}
+
+// PauseFrom holds the bytes of connections that the etcd member with ID
+// from (its hexadecimal member ID, as in the X-Server-From header of peer
+// requests) opened through this proxy, both ways, until Resume: a proxy in
+// front of a member's peer URL then cuts that one peer off from it. Other
+// connections go on as the mode says.
+func (p *Proxy) PauseFrom(from string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.paused[from] = true
+	p.wakeLocked()
+}
+
+// ResumeFrom undoes PauseFrom.
+func (p *Proxy) ResumeFrom(from string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.paused, from)
 	p.wakeLocked()
 }
 
@@ -134,8 +171,9 @@ func (p *Proxy) track(c, s net.Conn) bool {
 		s.Close()
 		return false
 	}
-	p.conns[c] = struct{}{}
-	p.conns[s] = struct{}{}
+	tg := &tag{}
+	p.conns[c] = tg
+	p.conns[s] = tg
 	return true
 }
 
@@ -154,6 +192,9 @@ func (p *Proxy) pump(dst, src net.Conn, reply bool) {
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := src.Read(buf)
+		if n > 0 && !reply {
+			p.learn(src, buf[:n])
+		}
 		if n > 0 && !p.carry(dst, buf[:n], reply) {
 			return
 		}
@@ -163,22 +204,46 @@ func (p *Proxy) pump(dst, src net.Conn, reply bool) {
 	}
 }
 
+var fromHeader = []byte("\r\nX-Server-From: ")
+
+// learn tags src's pair with the sender named by an X-Server-From header in
+// b, the first time one appears (etcd's peer requests carry it).
+func (p *Proxy) learn(src net.Conn, b []byte) {
+	_, rest, ok := bytes.Cut(b, fromHeader)
+	if !ok {
+		return
+	}
+	from, _, ok := bytes.Cut(rest, []byte("\r\n"))
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if tg := p.conns[src]; tg != nil && tg.from == "" {
+		tg.from = string(from)
+	}
+}
+
 // carry writes b to dst, drops it or holds it until the mode changes. It
 // returns false when the connection should end.
 func (p *Proxy) carry(dst net.Conn, b []byte, reply bool) bool {
 	for {
 		p.mu.Lock()
-		mode, changed := p.mode, p.changed
-		_, open := p.conns[dst]
+		mode, changed, delay := p.mode, p.changed, p.delay
+		tg, open := p.conns[dst]
+		held := open && tg.from != "" && p.paused[tg.from]
 		p.mu.Unlock()
 		switch {
 		case !open:
 			return false
-		case mode == Pause:
+		case mode == Pause || held:
 			<-changed
 			continue
 		case mode == DropReplies && reply:
 			return true
+		}
+		if reply && delay > 0 {
+			time.Sleep(delay)
 		}
 		_, err := dst.Write(b)
 		return err == nil

@@ -1,0 +1,129 @@
+package etcdbackend_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/etcdbackend"
+	"github.com/fencing-go/fencing/internal/etcdtest"
+)
+
+// Fault tests on embedded etcd clusters: what clients saw while members
+// were stopped, cut off or slow, checked against the lease model
+// (conformance.CheckLinearizable) and the contract's bounds.
+
+// memberBackends returns a backend per member of cl, each on a client of
+// that member's endpoint alone, all on one prefix.
+func memberBackends(t *testing.T, cl *etcdtest.Cluster) []*etcdbackend.Backend {
+	t.Helper()
+	prefix := newPrefix("members")
+	var bs []*etcdbackend.Backend
+	for _, m := range cl.Members {
+		b, err := newWithPrefix(etcdtest.NewClient(t, m.Endpoints()), prefix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { b.Close() })
+		bs = append(bs, b)
+	}
+	return bs
+}
+
+// TestReadsThroughEveryMember: right after a grant or a release through one
+// member, Token through every member reports it; and a follower cut off from
+// the others (its raft traffic held by the peer proxies, so its own state
+// stays behind) never answers from that stale state: its reads fail, or
+// report the newest lease. A token check served by a serializable read (a
+// member's local state) fails this test.
+func TestReadsThroughEveryMember(t *testing.T) {
+	cl := etcdtest.StartCluster(t, 3, etcdtest.WithPeerProxies())
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	leader, err := cl.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := memberBackends(t, cl)
+	var lb, fb *etcdbackend.Backend // the leader's and a follower's
+	var follower *etcdtest.Member
+	for i, m := range cl.Members {
+		if m == leader {
+			lb = bs[i]
+		} else {
+			follower, fb = m, bs[i]
+		}
+	}
+	readAll := func(what string, token uint64, live bool) {
+		t.Helper()
+		for i, b := range bs {
+			got, gotLive, err := b.Token(ctx, "k")
+			if err != nil || got != token || gotLive != live {
+				t.Fatalf("%s: Token through %s = %d, %v, %v; want %d, %v", what, cl.Members[i].Name, got, gotLive, err, token, live)
+			}
+		}
+	}
+	for round := range 3 {
+		for i, w := range bs {
+			id := fmt.Sprintf("r%d-%d", round, i)
+			l, err := w.Grant(ctx, backend.Request{Key: "k", LeaseID: id, Timeout: time.Minute})
+			if err != nil {
+				t.Fatalf("Grant through %s: %v", cl.Members[i].Name, err)
+			}
+			readAll("after a grant through "+cl.Members[i].Name, l.Token, true)
+			if err := w.Release(ctx, "k", id); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+			readAll("after a release through "+cl.Members[i].Name, 0, false)
+		}
+	}
+
+	old, err := lb.Grant(ctx, backend.Request{Key: "k", LeaseID: "old", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	readAll("before the cut", old.Token, true)
+	cl.Isolate(follower)
+	if err := lb.Release(ctx, "k", "old"); err != nil {
+		t.Fatal(err)
+	}
+	cur, err := lb.Grant(ctx, backend.Request{Key: "k", LeaseID: "new", Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		rctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
+		got, live, err := fb.Token(rctx, "k")
+		cancel()
+		switch {
+		case err != nil:
+			t.Logf("the cut-off follower's read failed, as it should: %v", err)
+		case got != cur.Token || !live:
+			t.Fatalf("the cut-off follower answered Token = %d, %v: stale (the lease %d was released and %d granted through the leader)", got, live, old.Token, cur.Token)
+		}
+	}
+	cl.Heal(follower)
+	// Healed, it catches up and answers again.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		got, live, err := fb.Token(rctx, "k")
+		cancel()
+		if err == nil {
+			if got != cur.Token || !live {
+				t.Fatalf("the healed follower: Token = %d, %v; want %d, true", got, live, cur.Token)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the healed follower still fails: %v", err)
+		}
+	}
+}
+
+var _ = errors.Is
+var _ = conformance.OpGrant
