@@ -2,6 +2,8 @@ package etcdbackend_test
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -224,4 +226,120 @@ func TestClusterFaultHistories(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// TestLateCallsInRevokeWindow: a lease's etcd TTL has run out but the
+// leader's revoke loop has not yet deleted its key (the window is checked
+// before each call, and a key that left it is tried again). From there a
+// renewal on each code path (a keep-alive of the same length, a move to an
+// etcd lease of another length) fails with ErrLeaseExpired and revives
+// nothing; a resent grant and a release get etcd's view; once the key is
+// gone and re-granted, every late call from the old lease fails with
+// ErrLeaseNotFound. The history is checked against the model too.
+func TestLateCallsInRevokeWindow(t *testing.T) {
+	cli := etcdtest.Client(t)
+	prefix := newPrefix("window")
+	bare, err := newWithPrefix(cli, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bare.Close()
+	rec := conformance.NewRecorder(nil)
+	b := rec.Wrap(bare)
+	ctx := context.Background()
+	short := backend.Request{Timeout: 500 * time.Millisecond, Margin: 500 * time.Millisecond} // 1s etcd lease
+	calls := []struct {
+		name string
+		call func(r backend.Request) error
+		want []error // any of
+	}{
+		{"keep-alive renewal", func(r backend.Request) error { _, err := b.Renew(ctx, r); return err }, []error{backend.ErrLeaseExpired}},
+		{"renewal onto a longer etcd lease", func(r backend.Request) error {
+			r.Timeout = 1500 * time.Millisecond
+			_, err := b.Renew(ctx, r)
+			return err
+		}, []error{backend.ErrLeaseExpired}},
+		{"renewal onto a longer etcd lease, twice", func(r backend.Request) error {
+			r.Timeout = 5 * time.Second
+			if _, err := b.Renew(ctx, r); !errors.Is(err, backend.ErrLeaseExpired) {
+				return err
+			}
+			r.Timeout = 2500 * time.Millisecond
+			_, err := b.Renew(ctx, r)
+			return err
+		}, []error{backend.ErrLeaseExpired}},
+		{"resent grant", func(r backend.Request) error { _, err := b.Grant(ctx, r); return err }, []error{nil, backend.ErrLeaseExpired}},
+		{"release", func(r backend.Request) error { return b.Release(ctx, r.Key, r.LeaseID) }, []error{nil, backend.ErrLeaseExpired}},
+	}
+	for i, c := range calls {
+		key := fmt.Sprint("w", i)
+		r := short
+		r.Key = key
+		var old backend.Lease
+		for attempt := 0; ; attempt++ {
+			if attempt == 8 {
+				t.Fatalf("%s: the revoke window was never caught open", c.name)
+			}
+			r.LeaseID = fmt.Sprintf("L%d", attempt)
+			l, err := b.Grant(ctx, r)
+			if err != nil {
+				t.Fatalf("Grant: %v", err)
+			}
+			returned := time.Now()
+			// The leader started its timer before the grant returned.
+			time.Sleep(time.Until(returned.Add(time.Second + 30*time.Millisecond)))
+			get, err := cli.Get(ctx, prefix+base64.RawURLEncoding.EncodeToString([]byte(key))+"/l")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(get.Kvs) == 0 {
+				waitFree(t, b, key)
+				continue // revoked already: try again
+			}
+			old = l
+			break
+		}
+		err := c.call(r)
+		if !slicesContainsErr(c.want, err) {
+			t.Fatalf("%s in the revoke window: %v, want one of %v", c.name, err, c.want)
+		}
+		waitFree(t, b, key)
+		for _, timeout := range []time.Duration{short.Timeout, 3 * time.Second} {
+			late := r
+			late.Timeout = timeout
+			// Expired; or not found, once released in the window.
+			if _, err := b.Renew(ctx, late); !slicesContainsErr([]error{backend.ErrLeaseExpired, backend.ErrLeaseNotFound}, err) {
+				t.Fatalf("%s: renewal (timeout %v) after the revoke: %v, want ErrLeaseExpired", c.name, timeout, err)
+			}
+		}
+		next := r
+		next.LeaseID = "next"
+		nl, err := b.Grant(ctx, next)
+		if err != nil || nl.Token <= old.Token {
+			t.Fatalf("%s: the next grant = %+v, %v; want a token above %d", c.name, nl, err, old.Token)
+		}
+		for _, timeout := range []time.Duration{short.Timeout, 3 * time.Second} {
+			late := r
+			late.Timeout = timeout
+			if _, err := b.Renew(ctx, late); !errors.Is(err, backend.ErrLeaseNotFound) {
+				t.Fatalf("%s: old renewal (timeout %v) after a re-grant: %v, want ErrLeaseNotFound", c.name, timeout, err)
+			}
+		}
+		if err := b.Release(ctx, key, r.LeaseID); !errors.Is(err, backend.ErrLeaseNotFound) {
+			t.Fatalf("%s: old release after a re-grant: %v, want ErrLeaseNotFound", c.name, err)
+		}
+		if got, live, err := b.Token(ctx, key); err != nil || !live || got != nl.Token {
+			t.Fatalf("%s: Token after the late calls = %d, %v, %v; want the next lease's %d", c.name, got, live, err, nl.Token)
+		}
+	}
+	conformance.CheckLinearizable(t, rec.History(), (&harness{}).Traits())
+}
+
+func slicesContainsErr(want []error, err error) bool {
+	for _, w := range want {
+		if (w == nil && err == nil) || (w != nil && errors.Is(err, w)) {
+			return true
+		}
+	}
+	return false
 }
