@@ -343,3 +343,13 @@ func slicesContainsErr(want []error, err error) bool {
 	}
 	return false
 }
+
+// TestSlowReplies: every reply of etcd comes 600ms late (a delaying proxy);
+// Deadlines and Hold's context still count from when requests were sent.
+func TestSlowReplies(t *testing.T) {
+	m := etcdtest.Start(t)
+	p := etcdtest.StartProxy(t, m.ClientURL)
+	b, _ := newBackend(t, etcdtest.NewClient(t, p.Endpoints()))
+	p.SetDelay(600 * time.Millisecond)
+	conformance.CheckSlowReplies(t, b, 600*time.Millisecond, 3*time.Second, time.Second, func() { p.SetMode(etcdtest.Pause) })
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/etcdtest"
 	"github.com/fencing-go/fencing/internal/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
@@ -154,4 +155,16 @@ func TestFailoverWithMinReplicas(t *testing.T) {
 	}
 	t.Logf("the unreplicated grant: %v; the promoted replica minted %d", err, reissued)
 	conformance.CheckLinearizable(t, history, faultTraits())
+}
+
+// TestSlowReplies: every reply of Redis comes 600ms late (a delaying proxy);
+// Deadlines and Hold's context still count from when requests were sent.
+func TestSlowReplies(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	p := etcdtest.StartProxy(t, "tcp://"+srv.Addr())
+	client := redis.NewClient(&redis.Options{Addr: p.Addr, ReadTimeout: 10 * time.Second, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { client.Close() })
+	b := newBackend(t, client)
+	p.SetDelay(600 * time.Millisecond)
+	conformance.CheckSlowReplies(t, b, 600*time.Millisecond, 1500*time.Millisecond, 0, func() { p.SetMode(etcdtest.Pause) })
 }
