@@ -8,6 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/internal/etcdtest"
@@ -167,4 +168,67 @@ func TestSlowReplies(t *testing.T) {
 	b := newBackend(t, client)
 	p.SetDelay(600 * time.Millisecond)
 	conformance.CheckSlowReplies(t, b, 600*time.Millisecond, 1500*time.Millisecond, 0, func() { p.SetMode(etcdtest.Pause) })
+}
+
+// TestServerClockFarOff: a redis-server whose wall clock is hours ahead of
+// or behind this process's (an LD_PRELOAD shim shifts its realtime clock).
+// Expiry is the server's own business: a lease is live until sent + timeout
+// + margin and gone soon after its returned + TTL + margin, as this process
+// measures; Deadline counts on the local clock; Inspect's Remaining is the
+// time left, not hours; ExpiresAt is on the server's clock. A backend that
+// computed expiry from a time the client sends fails here.
+func TestServerClockFarOff(t *testing.T) {
+	for _, offset := range []time.Duration{3 * time.Hour, -5 * time.Hour} {
+		t.Run(offset.String(), func(t *testing.T) {
+			cfg := persistent
+			cfg.Env = redistest.ClockShim(t, offset)
+			srv := redistest.Start(t, cfg)
+			client := srv.Client()
+			ctx := context.Background()
+			st, err := client.Time(ctx).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if skew := st.Sub(time.Now()) - offset; skew.Abs() > 2*time.Second {
+				t.Fatalf("the server's TIME is %v off this clock, want %v: the shim does not work", st.Sub(time.Now()), offset)
+			}
+			b := newBackend(t, client)
+			c := fencing.New(b)
+			const timeout, margin = 600 * time.Millisecond, 200 * time.Millisecond
+			sent := time.Now()
+			l, err := c.Grant(ctx, "k", timeout, margin)
+			returned := time.Now()
+			if err != nil {
+				t.Fatalf("Grant: %v", err)
+			}
+			if l.Deadline.After(returned.Add(timeout)) || l.Deadline.Before(sent.Add(timeout)) {
+				t.Fatalf("Deadline %v is not send time + timeout on the local clock", l.Deadline.Sub(sent))
+			}
+			if d := l.ExpiresAt.Sub(sent) - offset; d < timeout+margin-time.Second || d > timeout+margin+2*time.Second {
+				t.Fatalf("ExpiresAt is %v from the local send time, want about %v + the offset %v (the server's clock)", l.ExpiresAt.Sub(sent), timeout+margin, offset)
+			}
+			ks, err := b.Inspect(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !ks.Live || ks.Remaining <= 0 || ks.Remaining > timeout+margin {
+				t.Fatalf("Inspect = %+v; want live with at most %v remaining", ks, timeout+margin)
+			}
+			time.Sleep(time.Until(sent.Add(timeout + margin - 100*time.Millisecond)))
+			if _, live, err := c.Token(ctx, "k"); err != nil || (!live && time.Now().Before(sent.Add(timeout+margin))) {
+				t.Fatalf("Token before the end: live %v, %v", live, err)
+			}
+			time.Sleep(time.Until(returned.Add(timeout + margin + 50*time.Millisecond)))
+			if _, live, err := c.Token(ctx, "k"); err != nil || live {
+				t.Fatalf("Token after the end: live %v, %v; want expired", live, err)
+			}
+			if _, err := c.Renew(ctx, "k", l.ID, timeout, margin); !errors.Is(err, fencing.ErrLeaseExpired) {
+				t.Fatalf("Renew after the end: %v, want ErrLeaseExpired", err)
+			}
+			next, err := c.Grant(ctx, "k", timeout, margin)
+			if err != nil || next.Token != l.Token+1 {
+				t.Fatalf("next grant = %+v, %v; want token %d", next, err, l.Token+1)
+			}
+		})
+	}
 }

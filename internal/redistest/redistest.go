@@ -48,6 +48,9 @@ type Config struct {
 	Dir string
 	// Port is the TCP port on 127.0.0.1. Zero picks a free one.
 	Port int
+	// Env are further environment variables (KEY=value) for the server
+	// process, such as an LD_PRELOAD (see ClockShim).
+	Env []string
 }
 
 // Server is a running (or killed) redis-server child process.
@@ -190,6 +193,9 @@ func (s *Server) start() error {
 	}
 	cmd := exec.Command(s.bin, s.Args()...)
 	cmd.Dir = s.dir
+	if len(s.cfg.Env) > 0 {
+		cmd.Env = append(os.Environ(), s.cfg.Env...)
+	}
 	var stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stderr, &stderr
 	if err := cmd.Start(); err != nil {
