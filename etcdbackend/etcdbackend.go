@@ -69,7 +69,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
 	b := &Backend{
 		cli:     cli,
 		prefix:  DefaultPrefix,
-		kv:      clientv3.NewKVFromKVClient(trackedKV{clientv3.RetryKVClient(cli)}, cli),
+		kv:      clientv3.NewKVFromKVClient(trackedKV{revisionKV{clientv3.RetryKVClient(cli), new(atomic.Int64)}}, cli),
 		leases:  clientv3.RetryLeaseClient(cli),
 		watcher: clientv3.NewWatcher(cli),
 	}
