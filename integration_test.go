@@ -427,7 +427,7 @@ func (h *redisHarness) Wait(ctx context.Context, d time.Duration) error {
 }
 
 func (h *redisHarness) Traits() conformance.Traits {
-	return conformance.Traits{MinTTL: redisMinTTL, Slack: redisSlack, DenseTokens: true}
+	return conformance.Traits{MinTTL: redisMinTTL, Slack: redisSlack, DenseTokens: true, MaxToken: redisbackend.MaxToken}
 }
 
 // newRedisBackend returns a Redis backend with prefix over c, closed when t
