@@ -96,7 +96,7 @@ func faultHistory(t *testing.T, bs []backend.Backend, traits conformance.Traits,
 	w := conformance.Workload{Keys: []string{"k0", "k1", "k2"}, Timeout: timeout, Margin: timeout / 4, CallTimeout: time.Second, Seed: 3}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan conformance.WorkloadStats)
+	done := make(chan conformance.WorkloadStats, 1)
 	go func() { done <- w.Run(ctx, rec, bs) }()
 	time.Sleep(time.Second)
 	fault()

@@ -166,7 +166,7 @@ func clusterHistory(t *testing.T, cl *etcdtest.Cluster, fault func(ctx context.C
 	w := conformance.Workload{Keys: []string{"k0", "k1", "k2"}, Timeout: 800 * time.Millisecond, Margin: 200 * time.Millisecond, CallTimeout: 2 * time.Second, Seed: 2}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan conformance.WorkloadStats)
+	done := make(chan conformance.WorkloadStats, 1)
 	go func() { done <- w.Run(ctx, rec, bs) }()
 	fctx, fcancel := context.WithTimeout(ctx, time.Minute)
 	time.Sleep(time.Second) // the workload gets going

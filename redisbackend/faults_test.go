@@ -25,35 +25,48 @@ import (
 // machine decides expiry.
 func faultTraits() conformance.Traits { return (&harness{}).Traits() }
 
-// noRetries makes a client fail at once while the server is down: no resent
-// commands, one dial.
-func noRetries(o *redis.Options) { o.MaxRetries, o.DialerRetries = -1, 1 }
+// noRetries makes a client fail at once while the server is down (no resent
+// commands, one dial) and give up on a call when its context ends.
+func noRetries(o *redis.Options) {
+	o.MaxRetries, o.DialerRetries, o.ContextTimeoutEnabled = -1, 1, true
+}
 
 // killHistory runs the fault workload on a server run as cfg, killing it
 // with SIGKILL and restarting it kills times, and returns the history.
 func killHistory(t *testing.T, cfg redistest.Config, kills int, opts ...redisbackend.Option) []conformance.Op {
 	t.Helper()
 	srv := redistest.Start(t, cfg)
+	return faultHistory(t, srv, kills, func() {
+		srv.Kill()
+		time.Sleep(400 * time.Millisecond)
+		srv.Restart()
+	}, opts...)
+}
+
+// faultHistory runs the fault workload on 4 clients of srv, making fault
+// happen faults times a second apart, and returns the history.
+func faultHistory(t *testing.T, srv *redistest.Server, faults int, fault func(), opts ...redisbackend.Option) []conformance.Op {
+	t.Helper()
 	var bs []backend.Backend
 	for range 4 {
 		bs = append(bs, newBackend(t, srv.Client(noRetries), opts...))
 	}
 	rec := conformance.NewRecorder(nil)
 	w := conformance.Workload{Keys: []string{"k0", "k1", "k2"}, Timeout: 300 * time.Millisecond, Margin: 100 * time.Millisecond, CallTimeout: time.Second, Seed: 1}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(kills+1)*1400*time.Millisecond)
+	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	done := make(chan conformance.WorkloadStats)
+	done := make(chan conformance.WorkloadStats, 1)
 	go func() { done <- w.Run(ctx, rec, bs) }()
-	for range kills {
+	for range faults {
 		time.Sleep(time.Second)
-		srv.Kill()
-		time.Sleep(400 * time.Millisecond)
-		srv.Restart()
+		fault()
 	}
+	time.Sleep(time.Second)
+	cancel()
 	st := <-done
 	t.Logf("workload: %v", st)
 	if st.Grants < 10 || st.Failed+st.Unknown == 0 {
-		t.Fatalf("the workload (%v) did not exercise the kills", st)
+		t.Fatalf("the workload (%v) did not exercise the faults", st)
 	}
 	return rec.History()
 }
@@ -65,6 +78,24 @@ func killHistory(t *testing.T, cfg redistest.Config, kills int, opts ...redisbac
 // after the restart.
 func TestKillRestartHistory(t *testing.T) {
 	conformance.CheckLinearizable(t, killHistory(t, persistent, 2), faultTraits())
+}
+
+// TestPauseHistory: the same workload while the server is frozen (SIGSTOP)
+// for longer than a lease, twice: calls that time out during the freeze
+// reach the server and run once it resumes, so they must report an unknown
+// outcome; a backend that reported them as failed would fail the check.
+func TestPauseHistory(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	history := faultHistory(t, srv, 2, func() {
+		if err := srv.Pause(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(1500 * time.Millisecond)
+		if err := srv.Resume(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	conformance.CheckLinearizable(t, history, faultTraits())
 }
 
 // TestKillRestartWithoutPersistenceFailsCheck: the same workload on a server
