@@ -3,6 +3,7 @@ package redisbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -261,5 +262,58 @@ func TestServerClockFarOff(t *testing.T) {
 				t.Fatalf("next grant = %+v, %v; want token %d", next, err, l.Token+1)
 			}
 		})
+	}
+}
+
+// TestReadsThroughReplicaRoutingClient: the backend over a go-redis client
+// that sends read-only commands to replicas (a Sentinel cluster client with
+// RouteRandomly) while the replica is cut off from its primary, so that its
+// data is stale: Token right after each grant and release still reports
+// the primary's state. A token check sent as a read-only command (EVALSHA_RO,
+// which such clients route to replicas) fails here.
+func TestReadsThroughReplicaRoutingClient(t *testing.T) {
+	rs := redistest.StartReplicated(t, persistent)
+	sentinel := redistest.StartSentinel(t, "fencing-primary", rs.Primary)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	client := redis.NewFailoverClusterClient(&redis.FailoverOptions{
+		MasterName:    "fencing-primary",
+		SentinelAddrs: []string{sentinel.Addr()},
+		RouteRandomly: true,
+	})
+	defer client.Close()
+	// Wait until the client knows the replica, then cut the replica off.
+	for {
+		n := 0
+		client.ForEachSlave(ctx, func(context.Context, *redis.Client) error { n++; return nil })
+		if n > 0 {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the client never learned of the replica")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b := newBackend(t, client)
+	dead, err := redistest.FreePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rs.Replica.Do(ctx, "replicaof", "127.0.0.1", dead); err != nil {
+		t.Fatalf("REPLICAOF: %v", err)
+	}
+	for i := range 10 {
+		id := fmt.Sprint("L", i)
+		l, err := b.Grant(ctx, req("k", id))
+		if err != nil {
+			t.Fatalf("Grant: %v", err)
+		}
+		if tok, live, err := b.Token(ctx, "k"); err != nil || !live || tok != l.Token {
+			t.Fatalf("Token right after grant %d = %d, %v, %v; want %d, true (a stale replica answered?)", i, tok, live, err, l.Token)
+		}
+		mustRelease(t, b, "k", id)
+		if _, live, err := b.Token(ctx, "k"); err != nil || live {
+			t.Fatalf("Token right after release %d: live %v, %v; want not live", i, live, err)
+		}
 	}
 }
