@@ -221,8 +221,8 @@ func TestConfigCheckUnreachable(t *testing.T) {
 	b.Close()
 }
 
-// TestTokenExhaustion: tokens are exact up to math.MaxInt64 (they never pass
-// through a Lua double) and the next grant fails without wrapping.
+// TestTokenExhaustion: tokens are exact up to math.MaxInt64 (past 2^53 they
+// never pass through a Lua double) and the next grant fails without wrapping.
 func TestTokenExhaustion(t *testing.T) {
 	srv := redistest.Start(t, persistent)
 	client := srv.Client()
@@ -250,6 +250,31 @@ func TestTokenExhaustion(t *testing.T) {
 	// released one.
 	if err := b.Release(ctx, "k", "last"); err != nil {
 		t.Fatalf("re-release of the last lease: %v", err)
+	}
+}
+
+// TestTokensAcross2To53: the grant script adds 1 to a token in Lua below
+// 2^53-1 and has Redis add above; at the boundary, where a double stops
+// holding every integer, each grant still gets exactly the next token.
+func TestTokensAcross2To53(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	const start = 1<<53 - 3
+	if err := client.HSet(ctx, b.RedisKey("k"), "token", strconv.FormatInt(start, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(5) {
+		id := "lease-" + strconv.FormatInt(i, 10)
+		lease := mustGrant(t, b, "k", id)
+		if want := uint64(start + 1 + i); lease.Token != want {
+			t.Fatalf("grant %d: token = %d, want %d", i, lease.Token, want)
+		}
+		if got, want := counter(t, client, b, "k"), strconv.FormatInt(start+1+i, 10); got != want {
+			t.Fatalf("grant %d: stored token = %s, want %s", i, got, want)
+		}
+		mustRelease(t, b, "k", id)
 	}
 }
 

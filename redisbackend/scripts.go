@@ -11,14 +11,18 @@ import (
 )
 
 // The scripts keep a key's whole record in one hash without a TTL (see
-// records.go). Each is prelude.lua, which reads the server's clock and the
-// record, followed by the operation. Expiry is decided by the server's TIME
-// inside the script, never by a time the client sends. Microsecond
-// timestamps (about 1.8e15) plus at most MaxDuration (3.2e13 µs) stay far
-// below 2^53, so Lua's doubles hold them exactly; string.format('%.0f')
-// writes them back without an exponent. Tokens never pass through a Lua
-// number. Scripts call TIME and then write: Redis 5 and later replicate a
-// script by its effects, the only mode in Redis 7.
+// records.go). Each is prelude.lua, which reads the server's clock,
+// followed by the operation, which reads only the fields it needs. Expiry
+// is decided by the server's TIME inside the script, never by a time the
+// client sends. Microsecond timestamps (about 1.8e15) plus at most
+// MaxDuration (3.2e13 µs) stay far below 2^53, so Lua's doubles hold them
+// exactly; string.format('%.0f') writes them back without an exponent. A
+// token passes through a Lua number only below 2^53-1, where a double holds
+// it and its successor exactly; beyond, the grant script has Redis add
+// (HINCRBY) and reads the sum back as a string. That spares a grant two
+// calls (each redis.call costs the server about a microsecond). Scripts
+// call TIME and then write: Redis 5 and later replicate a script by its
+// effects, the only mode in Redis 7.
 //
 // Every script reads first and writes last, and writes only after every
 // check passed, so a script that fails changes nothing. Limits (the largest
