@@ -56,41 +56,43 @@ var (
 )
 
 // script is a Lua script run by its SHA1 (EVALSHA), with its source (EVAL)
-// when the server's script cache lacks it.
+// when the server's script cache lacks it. The two are also kept boxed, so
+// that putting them in a command's arguments does not allocate.
 type script struct {
-	src, hash string
+	src, hash       string
+	srcArg, hashArg any
 }
 
 func newScript(body string) *script {
 	src := preludeLua + body
 	sum := sha1.Sum([]byte(src))
-	return &script{src: src, hash: hex.EncodeToString(sum[:])}
+	hash := hex.EncodeToString(sum[:])
+	return &script{src: src, hash: hash, srcArg: src, hashArg: hash}
 }
 
-// cmd returns the script's EVALSHA (or, with source set, EVAL) command.
-// go-redis never resends it (see onceCmd).
-func (s *script) cmd(ctx context.Context, source bool, keys []string, args []any) onceCmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
+// cmd returns the script's EVALSHA (or, with source set, EVAL) command on
+// the one key it reads and writes. go-redis never resends it (see
+// onceCmd).
+func (s *script) cmd(ctx context.Context, source bool, key string, args []any) onceCmd {
+	a := make([]any, 0, 4+len(args))
 	if source {
-		a = append(a, "eval", s.src)
+		a = append(a, "eval", s.srcArg)
 	} else {
-		a = append(a, "evalsha", s.hash)
+		a = append(a, "evalsha", s.hashArg)
 	}
-	a = append(a, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
+	// numkeys as a string: go-redis's Cluster routing reads it as one.
+	a = append(a, "1", key)
 	a = append(a, args...)
 	return onceCmd{redis.NewCmd(ctx, a...)}
 }
 
 // run sends the script once by its SHA1, and its source if the server
 // lacks it, in one round trip when the cache has it.
-func (s *script) run(ctx context.Context, c processor, keys []string, args ...any) *redis.Cmd {
-	cmd := s.cmd(ctx, false, keys, args)
+func (s *script) run(ctx context.Context, c processor, key string, args ...any) *redis.Cmd {
+	cmd := s.cmd(ctx, false, key, args)
 	_ = c.Process(ctx, cmd)
 	if isNoScript(cmd.Err()) { // nothing ran: send the source
-		cmd = s.cmd(ctx, true, keys, args)
+		cmd = s.cmd(ctx, true, key, args)
 		_ = c.Process(ctx, cmd)
 	}
 	return cmd.Cmd
