@@ -278,6 +278,41 @@ func TestTokensAcross2To53(t *testing.T) {
 	}
 }
 
+// TestOldLayoutRecord: a record written before released was a value of exp
+// (a field rel, "1" once released) keeps its token, and its lease, released
+// or not, holds the key until its exp passes: never a second live lease.
+func TestOldLayoutRecord(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	future := strconv.FormatInt(time.Now().Add(time.Hour).UnixMicro(), 10)
+	past := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMicro(), 10)
+	old := func(key, exp, rel string) {
+		t.Helper()
+		err := client.HSet(ctx, b.RedisKey(key), "token", "41", "id", "old", "exp", exp, "rel", rel, "ttl", "60000", "margin", "0").Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	old("live", future, "0")
+	old("released", future, "1")
+	old("ended", past, "1")
+	for _, key := range []string{"live", "released"} {
+		var held *backend.HeldError
+		if _, err := b.Grant(ctx, req(key, "new")); !errors.As(err, &held) {
+			t.Fatalf("Grant on an old record whose exp is ahead (%s): %v, want a HeldError", key, err)
+		}
+	}
+	if lease := mustGrant(t, b, "ended", "new"); lease.Token != 42 {
+		t.Fatalf("Grant on an old ended record: token %d, want 42", lease.Token)
+	}
+	mustRelease(t, b, "live", "old")
+	if lease := mustGrant(t, b, "live", "new"); lease.Token != 42 {
+		t.Fatalf("Grant after releasing an old live lease: token %d, want 42", lease.Token)
+	}
+}
+
 // TestLostReply: the server runs the script, the reply is lost with its
 // connection. go-redis does not resend it, whatever MaxRetries says: the
 // call returns ErrOutcomeUnknown (wrapping the network error), and
