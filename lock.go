@@ -83,9 +83,14 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 			if err := w.pause(ctx); err != nil {
 				return nil, c.lockEnded(ctx, opError("lock", key, err), req, unknownSince, ttl)
 			}
-		case !unknownSince.IsZero() && (errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound)):
-			// An earlier attempt took the lease, and it has ended since.
+		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
+			// Only an attempt with this ID that took effect (its answer
+			// lost, within send's resends or an earlier round) can be
+			// answered so: that lease has ended since. Start afresh.
 			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
+			if err := w.pause(ctx); err != nil {
+				return nil, opError("lock", key, err)
+			}
 		default:
 			return nil, c.lockEnded(ctx, err, req, unknownSince, ttl)
 		}

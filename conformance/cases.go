@@ -409,8 +409,6 @@ func (s suite) testBadInput(t *testing.T) {
 		_, err = b.Renew(ctx, backend.Request{Key: held, LeaseID: lease.ID, Timeout: d.timeout, Margin: d.margin})
 		wantErr(t, "Backend.Renew "+what, err, d.want)
 	}
-	_, err := c.Grant(ctx, "fresh", time.Second, time.Second, time.Second)
-	wantErr(t, "Grant with two margins", err, fencing.ErrInvalidMargin)
 
 	for _, bad := range []string{"", strings.Repeat("x", backend.MaxLeaseIDLength+1), strings.Repeat("y", 1<<16)} {
 		_, err := c.Renew(ctx, held, bad, long)
@@ -419,6 +417,15 @@ func (s suite) testBadInput(t *testing.T) {
 		_, err = b.Grant(ctx, backend.Request{Key: "fresh", LeaseID: bad, Timeout: long})
 		wantErr(t, "Backend.Grant with a malformed ID", err, backend.ErrLeaseNotFound)
 	}
+
+	// Bad renewals of a lease about to end do not extend it.
+	ending, returned := s.grantShort(t, c, "ending")
+	for _, d := range durations {
+		_, err := b.Renew(ctx, backend.Request{Key: "ending", LeaseID: ending.ID, Timeout: d.timeout, Margin: d.margin})
+		wantErr(t, fmt.Sprintf("Backend.Renew of an ending lease, timeout %v margin %v", d.timeout, d.margin), err, d.want)
+	}
+	s.waitExpired(t, ending, returned)
+	wantFree(t, c, "ending")
 
 	// Nothing changed: the held lease is intact, "fresh" was never leased,
 	// and the next tokens are the ones the backend would have minted anyway.
@@ -458,6 +465,28 @@ func (s suite) testDoneContext(t *testing.T) {
 		_, _, err = c.Token(ctx, key)
 		wantErr(t, "Token with a done context", err, want)
 	}
+	for _, ctx := range []context.Context{canceled, expired} {
+		want := ctx.Err()
+		ttl, margin := s.holdTTL()
+		h, err := c.Hold(ctx, key, ttl, fencing.WithMargin(margin))
+		if err == nil {
+			h.Release(context.Background())
+		}
+		wantErr(t, "Hold with a done context", err, want)
+		h, err = c.Lock(ctx, key, ttl, fencing.WithMargin(margin))
+		if err == nil {
+			h.Release(context.Background())
+		}
+		wantErr(t, "Lock with a done context", err, want)
+		called := false
+		err = c.Do(ctx, key, ttl, func(context.Context, fencing.Lease) error { called = true; return nil }, fencing.WithMargin(margin))
+		wantErr(t, "Do with a done context", err, want)
+		if called {
+			t.Fatalf("Do with a done context ran fn")
+		}
+		_, err = c.CheckToken(ctx, key, 1)
+		wantErr(t, "CheckToken with a done context", err, want)
+	}
 	wantFree(t, c, key)
 	lease := s.grant(t, c, key, long, time.Second)
 	if s.traits.DenseTokens && lease.Token != 1 {
@@ -476,7 +505,9 @@ func (s suite) testDoneContext(t *testing.T) {
 func (s suite) testLeaseIDs(t *testing.T) {
 	c, _ := s.coordinator(t)
 	ctx := context.Background()
-	const key = "ids"
+	// The key has a '-', which the IDs' base32 alphabet lacks, so only an
+	// ID made from the key can contain it, in any letter case.
+	const key = "lease-ids"
 	seen := make(map[string]bool)
 	for range 50 {
 		lease := s.grant(t, c, key, long, time.Second)
@@ -487,11 +518,22 @@ func (s suite) testLeaseIDs(t *testing.T) {
 			t.Fatalf("lease ID %q issued twice", lease.ID)
 		}
 		seen[lease.ID] = true
-		tok := fmt.Sprint(lease.Token)
-		if strings.Contains(lease.ID, key) || (len(tok) > 2 && strings.Contains(lease.ID, tok)) {
-			t.Fatalf("lease ID %q contains the key or token %s", lease.ID, tok)
+		if strings.Contains(strings.ToLower(lease.ID), key) {
+			t.Fatalf("lease ID %q contains the key", lease.ID)
 		}
 		if err := c.Release(ctx, key, lease.ID); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	// The same key, tokens and (on a fake clock) times on a second backend
+	// give other IDs: they are not derived from what a caller can see.
+	c2, _ := s.coordinator(t)
+	for i := range 5 {
+		lease := s.grant(t, c2, key, long, time.Second)
+		if seen[lease.ID] {
+			t.Fatalf("lease ID %q (grant %d) on a second backend repeats one from the first", lease.ID, i)
+		}
+		if err := c2.Release(ctx, key, lease.ID); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
 	}
@@ -544,4 +586,9 @@ func (s suite) testClosed(t *testing.T) {
 	wantErr(t, "Release after Close", c.Release(ctx, "closed", lease.ID), backend.ErrClosed)
 	_, err = c.CheckToken(ctx, "closed", lease.Token)
 	wantErr(t, "CheckToken after Close", err, backend.ErrClosed)
+	if tok, live, err := b.Token(ctx, "closed"); tok != 0 || live || !errors.Is(err, backend.ErrClosed) {
+		t.Fatalf("Backend.Token after Close = %d, %v, %v; want 0, false, ErrClosed", tok, live, err)
+	}
+	_, err = b.Grant(ctx, backend.Request{Key: "closed", LeaseID: lease.ID, Timeout: long, Margin: time.Second})
+	wantErr(t, "resent Grant of a live lease after Close", err, backend.ErrClosed)
 }

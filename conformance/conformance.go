@@ -38,8 +38,18 @@
 //   - token checks pass only for the live lease's token;
 //   - bad input and done contexts change nothing and get typed errors;
 //   - odd keys (separators, braces, bytes) are distinct keys;
-//   - a randomized concurrent history over a few keys has no reissued or
-//     decreasing token and no two live leases on one key at once;
+//   - a randomized concurrent history over a few keys (grants, renewals,
+//     releases, checks, stale calls from older leases, resent grants, Lock
+//     and Hold, with some responses lost) is linearizable against a
+//     sequential model of the lease contract, checked with porcupine (see
+//     CheckHistory, which your own fault tests can call with a Recorder);
+//   - expiry at its exact end, just before and just after, to the
+//     backend's granularity; the last token minted once and then
+//     ErrTokenSpaceExhausted (with a harness that implements
+//     TokenPresetter); late renewals, releases and resent grants from
+//     every older lease of a key (released, expired, forced out) change
+//     nothing; keys that naive encodings merge (NFC and NFD forms,
+//     separators, prefixes of each other) stay distinct;
 //   - verdicts are the bare sentinels (a *backend.HeldError for a held key);
 //   - the optional capabilities, when implemented: NotifyFree wakes on
 //     release, Inspect reports state and the highest token, ForceRelease
@@ -48,6 +58,16 @@
 //     ErrLeaseLost; Lock wakes on release and expiry, hands the key to many
 //     waiters one at a time in token order, and gives up with its context;
 //     Do holds its lease while fn runs.
+//
+// A harness may also implement TokenPresetter, so the suite can reach the
+// end of the token space; the case that needs it skips without it.
+//
+// # Checking your own histories
+//
+// Fault tests (a server killed, a network partitioned) can check what their
+// clients saw with the same model: wrap each client's backend with a
+// Recorder and pass its History to CheckLinearizable (or CheckHistory).
+// Record every call that changes the keys you check.
 //
 // With a fake clock (Traits.Now set) the suite is exact and instant and runs
 // its cases one after another. On a real server it waits in real time, with
@@ -94,7 +114,11 @@ func Run(t *testing.T, h Harness) {
 		{"LeaseIDsUnguessable", s.testLeaseIDs},
 		{"OddKeysAreDistinct", s.testOddKeys},
 		{"ClosedBackend", s.testClosed},
-		{"RandomizedConcurrentHistory", s.testRandomHistory},
+		{"Linearizable", s.testLinearizable},
+		{"ExpiryBoundary", s.testExpiryBoundary},
+		{"TokenExhaustion", s.testTokenExhaustion},
+		{"LateCallsFromOlderEpochs", s.testLateCallsFromOlderEpochs},
+		{"KeysNeverCollide", s.testKeysNeverCollide},
 		{"VerdictsAreBare", s.testVerdictsAreBare},
 		{"HeldErrorTellsTimeLeft", s.testHeldRemaining},
 		{"NotifyFree", s.testNotifyFree},

@@ -42,6 +42,10 @@ type Traits struct {
 	// DenseTokens says tokens on a key go 1, 2, 3... and a failed grant uses
 	// none up. When false the suite checks only that tokens strictly increase.
 	DenseTokens bool
+	// MaxToken is the largest token the backend mints; zero means
+	// backend.MaxToken. The exhaustion case presets a key just below it
+	// (see TokenPresetter).
+	MaxToken uint64
 }
 
 // Sleep waits for d, or until ctx is done: the Wait of a harness whose

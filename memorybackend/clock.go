@@ -5,6 +5,31 @@ import (
 	"time"
 )
 
+// monotonic guards the backend against a Clock that goes backwards (a
+// stepped wall clock, a test clock set back): it never reads earlier than
+// the latest time it has read. Without it a lease that had expired could
+// come back to life, and a holder told "expired" could be told "live" again.
+// A backward step is absorbed: time stands still until the clock catches
+// up. Tokens do not depend on the clock, so none is ever reissued either way.
+type monotonic struct {
+	c    Clock
+	last atomic.Pointer[time.Time] // the latest reading
+}
+
+func (m *monotonic) Now() time.Time {
+	t := m.c.Now()
+	for {
+		last := m.last.Load()
+		if last != nil && !t.After(*last) {
+			return *last
+		}
+		next := t // only a reading that moves time on is stored
+		if m.last.CompareAndSwap(last, &next) {
+			return t
+		}
+	}
+}
+
 // Clock is the coordinator's clock: the only clock the in-memory backend
 // reads to decide expiry.
 //

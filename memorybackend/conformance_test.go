@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/memorybackend"
@@ -31,6 +33,15 @@ func (h *fakeClockHarness) Wait(_ context.Context, d time.Duration) error {
 func (h *fakeClockHarness) Traits() conformance.Traits {
 	return conformance.Traits{Now: h.clock.Now, DenseTokens: true}
 }
+
+// PresetToken implements conformance.TokenPresetter.
+func (h *fakeClockHarness) PresetToken(_ context.Context, b backend.Backend, key string, token uint64) error {
+	memorybackend.PresetToken(b.(*memorybackend.Backend), key, token)
+	return nil
+}
+
+// No goroutine of a Hold, Lock or subscription outlives its test.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness())

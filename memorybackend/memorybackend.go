@@ -60,9 +60,11 @@ type Backend struct {
 // Option configures a Backend.
 type Option func(*Backend)
 
-// WithClock makes the backend read c instead of the system clock.
+// WithClock makes the backend read c instead of the system clock. Should c
+// ever go backwards, the backend holds time at the latest reading until c
+// catches up, so nothing that expired comes back.
 func WithClock(c Clock) Option {
-	return func(b *Backend) { b.clock = c }
+	return func(b *Backend) { b.clock = &monotonic{c: c} }
 }
 
 // WithMaxToken caps the tokens the backend mints (default math.MaxUint64);

@@ -1,0 +1,486 @@
+package conformance
+
+import (
+	"errors"
+	"fmt"
+	"hash/maphash"
+	"math"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+	"github.com/fencing-go/fencing/backend"
+)
+
+// The sequential model a history is checked against: one lease register per
+// key, with the contract of package backend.
+//
+// # Time
+//
+// Expiry is the one step the model takes without a call. A lease granted or
+// renewed by a call that ran over [c, r] on the coordinator's clock was
+// processed at some p in [c, r], and ends at p + Timeout + Margin, or later
+// (a backend may keep a lease up to Traits.Slack longer, never shorter). So
+// its end E lies in
+//
+//	lo = c + Timeout + Margin  <=  E  <=  hi = r + TTL + Margin + Slack
+//
+// with TTL the timeout granted (>= Timeout). A later call on the key, run
+// over [c', r'], may see the lease expired only if r' >= lo (it may have
+// been processed at or after the earliest end), and may see it live only if
+// c' < hi (processed before the latest end). When both hold the model tries
+// both. A lease is live on [grant, E): a call processed at E sees it
+// expired. This is exact on a fake clock (c = r, Slack 0) and never stricter
+// than the contract on a real one.
+//
+// The two choices need no "current time" in the state: porcupine only
+// places a call after another when the first one's call is before the
+// second one's return, and that is all the windows need.
+//
+// # Unknown outcomes
+//
+// A call whose error wraps backend.ErrOutcomeUnknown may have taken effect
+// at any later moment (a delayed request), so its return is put at the end
+// of history and the model tries both outcomes. A grant that may have taken
+// effect leaves a lease whose token is unknown until a later call shows it;
+// a renewal that may have taken effect leaves hi unbounded. Any other error
+// that is not a verdict (a done context, a closed backend) means the call did
+// not take effect, as package backend requires.
+
+type status uint8
+
+const (
+	free     status = iota // never leased
+	live                   // the most recent lease may be live (see lo, hi)
+	released               // released by its holder
+	forced                 // ended by ForceRelease
+	expired                // its time ran out
+)
+
+func (s status) String() string {
+	return [...]string{"free", "live", "released", "forced", "expired"}[s]
+}
+
+// keyState is one key's register. It is comparable, as porcupine's default
+// equality needs.
+type keyState struct {
+	id string // most recent lease's ID; "" when never leased
+	// token is the most recent lease's token; 0 when a grant whose outcome
+	// was unknown made the lease and no call has shown its token yet.
+	token uint64
+	// minted is the highest token minted on the key, or, while token is
+	// 0, the lowest token the unknown lease can have.
+	minted    uint64
+	status    status
+	lo, hi    int64 // live: the window of the lease's end, coordinator ns
+	exhausted bool  // a grant failed with ErrTokenSpaceExhausted
+}
+
+func (s keyState) String() string {
+	if s.status == free {
+		return "free"
+	}
+	tok := fmt.Sprint(s.token)
+	if s.token == 0 {
+		tok = fmt.Sprintf("unknown (>= %d)", s.minted)
+	}
+	str := fmt.Sprintf("%s, token %s, lease %.8s", s.status, tok, s.id)
+	if s.status == live {
+		str += fmt.Sprintf(", ends in [%s, %s]", nsString(s.lo), nsString(s.hi))
+	}
+	if s.exhausted {
+		str += ", exhausted"
+	}
+	return str
+}
+
+// outcome classifies a call's result.
+type outcome uint8
+
+const (
+	ok          outcome = iota
+	held                // ErrLeaseHeld
+	notFound            // ErrLeaseNotFound
+	expiredErr          // ErrLeaseExpired
+	exhaustedEr         // ErrTokenSpaceExhausted
+	rejected            // ErrInvalidKey, ErrInvalidTimeout, ErrInvalidMargin
+	unknown             // ErrOutcomeUnknown: may or may not have taken effect
+	noEffect            // any other error: did not take effect
+)
+
+func classify(err error) outcome {
+	switch {
+	case err == nil:
+		return ok
+	case errors.Is(err, backend.ErrOutcomeUnknown):
+		return unknown
+	case errors.Is(err, backend.ErrLeaseHeld):
+		return held
+	case errors.Is(err, backend.ErrLeaseNotFound):
+		return notFound
+	case errors.Is(err, backend.ErrLeaseExpired):
+		return expiredErr
+	case errors.Is(err, backend.ErrTokenSpaceExhausted):
+		return exhaustedEr
+	case errors.Is(err, backend.ErrInvalidKey), errors.Is(err, backend.ErrInvalidTimeout), errors.Is(err, backend.ErrInvalidMargin):
+		return rejected
+	}
+	return noEffect
+}
+
+// call is what porcupine carries as an operation's input and output: the
+// recorded Op, with its times on the coordinator's clock in nanoseconds.
+type call struct {
+	op          *Op
+	out         outcome
+	cCall, cRet int64 // cRet is math.MaxInt64 for an unknown outcome
+}
+
+// model is the lease register, with the backend's traits.
+type model struct {
+	slack time.Duration
+	dense bool
+}
+
+// step returns the states the key can be in after c, from s: none when c
+// cannot have happened.
+func (m model) step(s keyState, c *call) []keyState {
+	if s.status != live {
+		return m.apply(s, c)
+	}
+	var next []keyState
+	if c.cRet >= s.lo { // the lease may have ended before c
+		e := s
+		e.status, e.lo, e.hi = expired, 0, 0
+		next = append(next, m.apply(e, c)...)
+	}
+	if c.cCall < s.hi { // or it may not have
+		next = append(next, m.apply(s, c)...)
+	}
+	return next
+}
+
+// apply returns the states after c on s, whose lease (if live) has not ended.
+func (m model) apply(s keyState, c *call) []keyState {
+	op := c.op
+	if err := argumentError(op); err != nil {
+		// Bad input changes nothing and gets the same kind of error.
+		if op.Err == nil || !errors.Is(op.Err, sentinelOf(err)) {
+			return nil
+		}
+		return []keyState{s}
+	}
+	switch c.out {
+	case rejected:
+		return nil // the arguments were fine
+	case noEffect:
+		return []keyState{s}
+	case unknown:
+		return append([]keyState{s}, m.effect(s, c)...)
+	}
+	switch op.Kind {
+	case OpGrant:
+		return m.grant(s, c)
+	case OpRenew:
+		return m.renew(s, c)
+	case OpRelease:
+		return m.release(s, c)
+	case OpToken:
+		return m.token(s, c)
+	case OpForceRelease:
+		return m.forceRelease(s, c)
+	}
+	return nil
+}
+
+// effect returns the state after a call of unknown outcome that did take
+// effect, if it could have.
+func (m model) effect(s keyState, c *call) []keyState {
+	op := c.op
+	switch op.Kind {
+	case OpGrant:
+		if s.status == live || s.id == op.LeaseID || s.exhausted {
+			return nil // it was refused, or was a resend: no change
+		}
+		n := keyState{id: op.LeaseID, minted: s.minted + 1, status: live,
+			lo: c.cCall + int64(op.Timeout+op.Margin), hi: math.MaxInt64}
+		if m.dense {
+			n.token = n.minted // dense: the next token, exactly
+		}
+		return []keyState{n}
+	case OpRenew:
+		if s.status == live && s.id == op.LeaseID {
+			s.lo, s.hi = c.cCall+int64(op.Timeout+op.Margin), math.MaxInt64
+			return []keyState{s}
+		}
+	case OpRelease:
+		if s.status == live && s.id == op.LeaseID {
+			return []keyState{ended(s, released)}
+		}
+	case OpForceRelease:
+		if s.status == live {
+			return []keyState{ended(s, forced)}
+		}
+	}
+	return nil
+}
+
+func ended(s keyState, st status) keyState {
+	s.status, s.lo, s.hi = st, 0, 0
+	return s
+}
+
+// sameToken reports whether tok can be the current lease's token, and
+// returns s with the token known.
+func (m model) sameToken(s keyState, tok uint64) (keyState, bool) {
+	if s.token != 0 {
+		return s, tok == s.token
+	}
+	if tok < s.minted || (m.dense && tok != s.minted) {
+		return s, false
+	}
+	s.token, s.minted = tok, tok
+	return s, true
+}
+
+func (m model) grant(s keyState, c *call) []keyState {
+	op := c.op
+	mine := s.id == op.LeaseID
+	switch c.out {
+	case ok:
+		l := op.Lease
+		if l.Key != op.Key || l.LeaseID != op.LeaseID {
+			return nil
+		}
+		if s.status == live {
+			if !mine {
+				return nil
+			}
+			// A resent grant: the same lease, unchanged (its TTL and
+			// margin are the first request's).
+			n, same := m.sameToken(s, l.Token)
+			if !same {
+				return nil
+			}
+			return []keyState{n}
+		}
+		if mine || s.exhausted || l.TTL < op.Timeout || l.Margin != op.Margin {
+			return nil // a resend of an ended lease, or past the last token
+		}
+		// Every token so far is at most minted, or (a lease whose token
+		// is unknown) at least minted: either way the new one is larger.
+		if l.Token <= s.minted || (m.dense && l.Token != s.minted+1) {
+			return nil
+		}
+		return []keyState{{id: op.LeaseID, token: l.Token, minted: l.Token, status: live,
+			lo: c.cCall + int64(op.Timeout+op.Margin), hi: addClamp(c.cRet, l.TTL+l.Margin+m.slack)}}
+	case held:
+		if s.status != live || mine {
+			return nil
+		}
+		var he *backend.HeldError
+		if errors.As(op.Err, &he) && s.hi != math.MaxInt64 && int64(he.Remaining) > s.hi-c.cCall {
+			return nil // more time left than the lease can have
+		}
+		return []keyState{s}
+	case expiredErr:
+		if !mine || s.status != expired {
+			return nil
+		}
+		return []keyState{s}
+	case notFound:
+		if !mine || (s.status != released && s.status != forced) {
+			return nil
+		}
+		return []keyState{s}
+	case exhaustedEr:
+		if s.status == live || mine {
+			return nil
+		}
+		s.exhausted = true
+		return []keyState{s}
+	}
+	return nil
+}
+
+func (m model) renew(s keyState, c *call) []keyState {
+	op := c.op
+	mine := s.id == op.LeaseID
+	switch c.out {
+	case ok:
+		l := op.Lease
+		if s.status != live || !mine || l.Key != op.Key || l.LeaseID != op.LeaseID || l.TTL < op.Timeout || l.Margin != op.Margin {
+			return nil
+		}
+		n, same := m.sameToken(s, l.Token)
+		if !same {
+			return nil
+		}
+		n.lo, n.hi = c.cCall+int64(op.Timeout+op.Margin), addClamp(c.cRet, l.TTL+l.Margin+m.slack)
+		return []keyState{n}
+	case expiredErr:
+		if !mine || s.status != expired {
+			return nil
+		}
+		return []keyState{s}
+	case notFound:
+		if mine && (s.status == live || s.status == expired) {
+			return nil
+		}
+		return []keyState{s}
+	}
+	return nil
+}
+
+func (m model) release(s keyState, c *call) []keyState {
+	mine := s.id == c.op.LeaseID
+	switch c.out {
+	case ok:
+		switch {
+		case mine && s.status == live:
+			return []keyState{ended(s, released)}
+		case mine && (s.status == released || s.status == forced):
+			return []keyState{s} // a resent release
+		}
+	case expiredErr:
+		if mine && s.status == expired {
+			return []keyState{s}
+		}
+	case notFound:
+		// A forced release may leave the old holder's release either
+		// answer, as the backend documents.
+		if !mine || s.status == forced {
+			return []keyState{s}
+		}
+	}
+	return nil
+}
+
+func (m model) token(s keyState, c *call) []keyState {
+	op := c.op
+	if c.out != ok {
+		return nil
+	}
+	if s.status != live {
+		if op.Live || op.Token != 0 {
+			return nil
+		}
+		return []keyState{s}
+	}
+	if !op.Live {
+		return nil
+	}
+	n, same := m.sameToken(s, op.Token)
+	if !same {
+		return nil
+	}
+	return []keyState{n}
+}
+
+func (m model) forceRelease(s keyState, c *call) []keyState {
+	if c.out != ok {
+		return nil
+	}
+	if c.op.Live != (s.status == live) {
+		return nil
+	}
+	if s.status == live {
+		return []keyState{ended(s, forced)}
+	}
+	return []keyState{s}
+}
+
+// argumentError returns the error package backend's checks give op's
+// arguments, or nil when they are valid.
+func argumentError(op *Op) error {
+	switch op.Kind {
+	case OpGrant, OpRenew:
+		return backend.CheckRequest(backend.Request{Key: op.Key, LeaseID: op.LeaseID, Timeout: op.Timeout, Margin: op.Margin})
+	case OpRelease:
+		return backend.CheckRelease(op.Key, op.LeaseID)
+	}
+	return backend.CheckKey(op.Key)
+}
+
+func sentinelOf(err error) error {
+	for _, s := range []error{backend.ErrInvalidKey, backend.ErrInvalidTimeout, backend.ErrInvalidMargin, backend.ErrLeaseNotFound} {
+		if errors.Is(err, s) {
+			return s
+		}
+	}
+	return err
+}
+
+func addClamp(t int64, d time.Duration) int64 {
+	if t > math.MaxInt64-int64(d) {
+		return math.MaxInt64
+	}
+	return t + int64(d)
+}
+
+func nsString(ns int64) string {
+	if ns == math.MaxInt64 {
+		return "never"
+	}
+	return time.Duration(ns).String()
+}
+
+// porcupineModel is the register as a porcupine model, partitioned by key.
+func (m model) porcupineModel() porcupine.Model {
+	seed := maphash.MakeSeed()
+	nm := porcupine.NondeterministicModel{
+		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
+			byKey := make(map[string][]porcupine.Operation)
+			var keys []string
+			for _, o := range history {
+				k := o.Input.(*call).op.Key
+				if _, seen := byKey[k]; !seen {
+					keys = append(keys, k)
+				}
+				byKey[k] = append(byKey[k], o)
+			}
+			parts := make([][]porcupine.Operation, 0, len(keys))
+			for _, k := range keys {
+				parts = append(parts, byKey[k])
+			}
+			return parts
+		},
+		Init: func() []any { return []any{keyState{}} },
+		Step: func(state, input, _ any) []any {
+			var next []any
+			for _, n := range m.step(state.(keyState), input.(*call)) {
+				next = append(next, n)
+			}
+			return next
+		},
+		Hash:              func(state any) uint64 { return maphash.Comparable(seed, state.(keyState)) },
+		DescribeOperation: func(input, _ any) string { return input.(*call).String() },
+		DescribeState:     func(state any) string { return state.(keyState).String() },
+	}
+	return nm.ToModel()
+}
+
+func (c *call) String() string {
+	op := c.op
+	var res string
+	switch {
+	case op.Err != nil:
+		res = op.Err.Error()
+	case op.Kind == OpGrant || op.Kind == OpRenew:
+		res = fmt.Sprintf("token %d, TTL %v", op.Lease.Token, op.Lease.TTL)
+	case op.Kind == OpToken:
+		res = fmt.Sprintf("token %d, live %v", op.Token, op.Live)
+	case op.Kind == OpForceRelease:
+		res = fmt.Sprintf("ended %v", op.Live)
+	default:
+		res = "ok"
+	}
+	args := ""
+	if op.LeaseID != "" {
+		args = fmt.Sprintf("lease %.8s", op.LeaseID)
+	}
+	if op.Kind == OpGrant || op.Kind == OpRenew {
+		args += fmt.Sprintf(", %v+%v", op.Timeout, op.Margin)
+	}
+	ret := nsString(c.cRet)
+	return fmt.Sprintf("%s(%s) -> %s [coordinator %s..%s]", op.Kind, args, res, nsString(c.cCall), ret)
+}

@@ -1,0 +1,121 @@
+package conformance
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Hand-made histories on one key, each call over [from, to] ms on a clock
+// that is both real time and the coordinator's. Leases are 40ms + 10ms.
+type hist struct{ ops []Op }
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func ms(n int) time.Time { return t0.Add(time.Duration(n) * time.Millisecond) }
+
+func (h *hist) add(op Op, from, to int) *hist {
+	op.Key = cmpOr(op.Key, "k")
+	op.Call, op.Return, op.CoordCall, op.CoordReturn = ms(from), ms(to), ms(from), ms(to)
+	h.ops = append(h.ops, op)
+	return h
+}
+
+func cmpOr(s, def string) string {
+	if s == "" {
+		return def
+	}
+	return s
+}
+
+const tout, marg = 40 * time.Millisecond, 10 * time.Millisecond
+
+func (h *hist) grant(id string, token uint64, from, to int) *hist {
+	return h.add(Op{Kind: OpGrant, LeaseID: id, Timeout: tout, Margin: marg,
+		Lease: backend.Lease{Key: "k", LeaseID: id, Token: token, TTL: tout, Margin: marg}}, from, to)
+}
+
+func (h *hist) grantErr(id string, err error, from, to int) *hist {
+	return h.add(Op{Kind: OpGrant, LeaseID: id, Timeout: tout, Margin: marg, Err: err}, from, to)
+}
+
+func (h *hist) renew(id string, token uint64, from, to int) *hist {
+	return h.add(Op{Kind: OpRenew, LeaseID: id, Timeout: tout, Margin: marg,
+		Lease: backend.Lease{Key: "k", LeaseID: id, Token: token, TTL: tout, Margin: marg}}, from, to)
+}
+
+func (h *hist) renewErr(id string, err error, from, to int) *hist {
+	return h.add(Op{Kind: OpRenew, LeaseID: id, Timeout: tout, Margin: marg, Err: err}, from, to)
+}
+
+func (h *hist) release(id string, err error, from, to int) *hist {
+	return h.add(Op{Kind: OpRelease, LeaseID: id, Err: err}, from, to)
+}
+
+func (h *hist) token(token uint64, from, to int) *hist {
+	return h.add(Op{Kind: OpToken, Token: token, Live: token != 0}, from, to)
+}
+
+func TestModel(t *testing.T) {
+	t.Setenv(VisualizationDirEnv, t.TempDir())
+	lost := fmt.Errorf("lost: %w", backend.ErrOutcomeUnknown)
+	h := func() *hist { return &hist{} }
+	cases := []struct {
+		name  string
+		h     *hist
+		slack time.Duration
+		valid bool
+	}{
+		{"expiry then regrant", h().grant("a", 1, 0, 1).token(1, 10, 11).renew("a", 1, 20, 21).
+			token(0, 80, 81).grant("b", 2, 82, 83).token(2, 90, 91), 0, true},
+		{"release then regrant", h().grant("a", 1, 0, 1).release("a", nil, 10, 10).grant("b", 2, 20, 21), 0, true},
+		{"a resent release and a resent grant", h().grant("a", 1, 0, 1).grant("a", 1, 2, 3).release("a", nil, 10, 11).
+			release("a", nil, 12, 13).grantErr("a", backend.ErrLeaseNotFound, 14, 15), 0, true},
+		{"token granted twice", h().grant("a", 1, 0, 1).release("a", nil, 2, 3).grant("b", 1, 100, 101), 0, false},
+		{"tokens out of real-time order", h().grant("a", 2, 0, 1).release("a", nil, 2, 3).grant("b", 1, 100, 101), 0, false},
+		{"a gap in dense tokens", h().grant("a", 1, 0, 1).release("a", nil, 2, 3).grant("b", 3, 100, 101), 0, false},
+		{"grant while the earlier lease was live", h().grant("a", 1, 0, 1).grant("b", 2, 20, 21), 0, false},
+		{"older lease seen live after a newer one", h().grant("a", 1, 0, 1).token(0, 60, 61).grant("b", 2, 62, 63).
+			token(1, 70, 71), 0, false},
+		{"token from no grant", h().grant("a", 1, 0, 1).token(7, 10, 11), 0, false},
+		{"live after release", h().grant("a", 1, 0, 1).release("a", nil, 5, 6).token(1, 10, 11), 0, false},
+		{"renewal after expiry", h().grant("a", 1, 0, 1).renew("a", 1, 60, 61), 0, false},
+		{"late renewal refused", h().grant("a", 1, 0, 1).renewErr("a", backend.ErrLeaseExpired, 60, 61).token(0, 62, 63), 0, true},
+		{"expired too soon", h().grant("a", 1, 10, 11).token(0, 30, 31), 0, false},
+		// Exactly at the boundary, on a clock where call == return:
+		// live on [grant, grant+50ms).
+		{"live 1ns before the end", h().grant("a", 1, 0, 0).add(Op{Kind: OpToken, Token: 1, Live: true}, 0, 0).
+			add(Op{Kind: OpToken, Token: 1, Live: true}, 49, 49), 0, true},
+		{"expired at the end", h().grant("a", 1, 0, 0).token(0, 50, 50), 0, true},
+		{"live at the end", h().grant("a", 1, 0, 0).token(1, 50, 50), 0, false},
+		{"live at the end, within slack", h().grant("a", 1, 0, 0).token(1, 50, 50), time.Millisecond, true},
+		{"expired 1ms before the end", h().grant("a", 1, 0, 0).token(0, 49, 49), 0, false},
+		{"expired before the end, window overlaps", h().grant("a", 1, 0, 10).token(0, 45, 55), 0, true},
+		{"lost grant took effect", h().grantErr("a", lost, 0, 1).token(1, 5, 6).grantErr("b", backend.ErrLeaseHeld, 7, 8), 0, true},
+		{"lost grant did not take effect", h().grantErr("a", lost, 0, 1).token(0, 5, 6).grant("b", 1, 7, 8), 0, true},
+		{"token after a lost grant skips its token", h().grantErr("a", lost, 0, 1).token(1, 5, 6).release("a", lost, 7, 8).
+			token(0, 9, 10).grant("b", 1, 11, 12), 0, false},
+		{"renewal changed the token", h().grant("a", 1, 0, 1).renew("a", 2, 5, 6), 0, false},
+		{"release by a stranger ended the lease", h().grant("a", 1, 0, 1).release("x", nil, 5, 6), 0, false},
+		{"stale renewal refused", h().grant("a", 1, 0, 1).release("a", nil, 2, 3).grant("b", 2, 4, 5).
+			renewErr("a", backend.ErrLeaseNotFound, 6, 7).release("a", backend.ErrLeaseNotFound, 8, 9).token(2, 10, 11), 0, true},
+		{"bad input refused", h().add(Op{Kind: OpGrant, Key: strings.Repeat("x", backend.MaxKeyLength+1), LeaseID: "a", Timeout: tout, Err: backend.ErrInvalidKey}, 0, 1).add(Op{Kind: OpGrant, Key: "k", LeaseID: "b", Err: backend.ErrInvalidTimeout}, 2, 3).
+			grant("c", 1, 4, 5), 0, true},
+		{"bad input accepted", h().add(Op{Kind: OpGrant, LeaseID: "b", Lease: backend.Lease{Key: "k", LeaseID: "b", Token: 1}}, 2, 3), 0, false},
+		{"held tells of more time than the lease has", h().grant("a", 1, 0, 1).grantErr("b", &backend.HeldError{Remaining: time.Second}, 5, 6), 0, false},
+		{"a closed backend changed nothing", h().grantErr("a", backend.ErrClosed, 0, 1).token(0, 2, 3), 0, true},
+		{"a plain error that took effect", h().grantErr("a", backend.ErrClosed, 0, 1).token(1, 2, 3), 0, false},
+	}
+	for _, c := range cases {
+		err := CheckHistory(c.h.ops, Traits{Slack: c.slack, DenseTokens: true})
+		switch {
+		case c.valid && err != nil:
+			t.Errorf("%s: %v, want no violation", c.name, err)
+		case !c.valid && (err == nil || !strings.Contains(err.Error(), `key "k"`)):
+			t.Errorf("%s: %v, want a violation on key \"k\"", c.name, err)
+		}
+	}
+}
