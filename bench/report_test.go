@@ -47,7 +47,7 @@ var reportSections = []struct {
 	{"memory", memorySection},
 	// TODO(issue 12): Redis vs redislock, redsync and PING (server CPU per
 	// op from INFO cpu, see measureCPU), once the redis branch has merged.
-	{"redis", nil},
+	{"redis", redisSection},
 	// TODO(issue 12): etcd vs concurrency.Mutex with a fresh and a shared
 	// Session, with Txn and linearizable Get floors, once the etcd branch
 	// has merged.
