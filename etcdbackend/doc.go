@@ -85,10 +85,10 @@
 // whatever etcd lease it is attached to.
 //
 // One consequence: a Renew racing its own lease's Release (its read before
-// the release, its keep-alive after) may renew an etcd lease that already
-// carries another key, whose lease then lasts up to one TTL longer; that
-// Renew reports success, as it would have had it been answered just before
-// the release.
+// the release, its keep-alive after) reports success, as if answered just
+// before the release (as it could without reuse, between the release's Txn
+// and its revoke), and the etcd lease it renews may by then carry another
+// key, whose lease then lasts up to one TTL longer (never shorter).
 //
 // # Ambiguity
 //
