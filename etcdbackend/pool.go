@@ -27,10 +27,11 @@ import (
 //
 //   - after a Txn of ours deleted the lease key attached to it (Release: the
 //     response's previous value names the etcd lease, and exactly one Txn can
-//     delete a given lease key). Only the backend's own lease keys are ever
-//     attached to its etcd leases, one key per etcd lease, because only a
-//     grant Txn attaches a key to an etcd lease it got from LeaseGrant or from
-//     the pool, and a renewal that moves a key does so onto a fresh etcd
+//     delete a given lease key, so exactly one backend, whichever process
+//     granted the lease, gets to keep its etcd lease). Only lease keys are
+//     ever attached to these etcd leases, one key per etcd lease, because only
+//     a grant Txn attaches a key, to an etcd lease it got from LeaseGrant or
+//     from the pool, and a renewal that moves a key does so onto a fresh etcd
 //     lease;
 //   - after a grant's Txn answered that it attached nothing (key held, or a
 //     resent grant).
