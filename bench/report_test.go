@@ -51,7 +51,7 @@ var reportSections = []struct {
 	// TODO(issue 12): etcd vs concurrency.Mutex with a fresh and a shared
 	// Session, with Txn and linearizable Get floors, once the etcd branch
 	// has merged.
-	{"etcd", nil},
+	{"etcd", etcdSection},
 }
 
 func TestReport(t *testing.T) {
