@@ -272,8 +272,19 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 
 // opError names the operation and the key, once and shortened.
 func opError(op, key string, err error) error {
-	return fmt.Errorf("%s %s: %w", op, backend.QuoteKey(key), err)
+	return &keyError{op: op, key: key, err: err}
 }
+
+// keyError is an error of an operation on a key. It builds its message only
+// when asked: a waiter's refused grants (ErrLeaseHeld, again and again)
+// never are.
+type keyError struct {
+	op, key string
+	err     error
+}
+
+func (e *keyError) Error() string { return e.op + " " + backend.QuoteKey(e.key) + ": " + e.err.Error() }
+func (e *keyError) Unwrap() error { return e.err }
 
 // requestError is opError, or an *OutcomeError when the outcome is unknown.
 func requestError(op, key, leaseID string, err error) error {

@@ -253,9 +253,12 @@ func (h *Held) Release(ctx context.Context) error {
 		h.stopTimers()
 		lost, lease := h.err, h.lease
 		h.mu.Unlock()
-		h.cancel(errReleased)
-		<-h.done
+		h.cancel(errReleased) // ends an in-flight renewal too
+		// Free the key first, then wait for the renewer: a renewal that
+		// still reaches the store after the release is refused, and its
+		// answer is ignored (the lease has ended).
 		err := h.c.Release(ctx, h.key, lease.ID)
+		<-h.done
 		if lost != nil {
 			err = lost
 		}

@@ -14,7 +14,8 @@
 // results.
 //
 // TestReport is the one-command report of every store against its peers
-// (the memory backend against the original single-mutex design so far); see
+// (memory against the original single-mutex design, Redis against redislock,
+// redsync and PING, etcd against concurrency.Mutex); see
 // report_test.go and docs/benchmarks.md:
 //
 //	cd bench && BENCH_REPORT=all go test -run '^TestReport$' -v -count=1 .

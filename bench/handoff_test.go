@@ -17,32 +17,28 @@ import (
 // (subscribe, try, be refused, sleep) before the holder releases.
 const waiterSettle = 5 * time.Millisecond
 
-// BenchmarkHandoff measures a lock's handoff: the time from the holder's
-// release returning to the waiting caller's lock call returning. Each
-// round runs, in a shuffled order on one redis-server:
-//
-//   - fencing: a waiter in Coordinator.Lock (woken by the release script's
-//     PUBLISH, then one grant) while another Coordinator holds the key;
-//   - redislock-1ms, redislock-10ms: a waiter in redislock's Obtain with
-//     LinearBackoff(1ms) and (10ms) while another client holds the lock;
-//   - ping: one PING, the store's round trip in the same conditions;
-//   - refused: one refused grant (a Coordinator.Grant on a held key), the
-//     one script round trip a handoff cannot avoid.
-//
-// It reports each one's median (µs) and fencing's handoff in PING round
-// trips (target: at most two) and in refused grants.
-func BenchmarkHandoff(b *testing.B) {
-	holderClient, waiterClient := newClient(b), newClient(b)
+// handoffOp is one kind of round of BenchmarkHandoff: it returns the time
+// the round measures.
+type handoffOp struct {
+	name string
+	fn   func() (time.Duration, error)
+}
+
+// handoffOps returns BenchmarkHandoff's rounds (see there), on clients and
+// keys of their own.
+func handoffOps(tb testing.TB) []handoffOp {
+	tb.Helper()
+	holderClient, waiterClient := newClient(tb), newClient(tb)
 	ctx := context.Background()
 	// Holder and waiter share a key space, each with its own client (and
 	// connections): two Coordinators over two backends with one prefix.
 	prefix := "bench:handoff:" + cryptorand.Text() + ":"
-	holder := newCoordinatorPrefix(b, holderClient, prefix)
-	waiter := newCoordinatorPrefix(b, waiterClient, prefix)
+	holder := newCoordinatorPrefix(tb, holderClient, prefix)
+	waiter := newCoordinatorPrefix(tb, waiterClient, prefix)
 	lockHolder, lockWaiter := redislock.New(holderClient), redislock.New(waiterClient)
 	lockKey := prefix + "redislock"
 	if _, err := holder.Grant(ctx, "held", leaseTTL); err != nil {
-		b.Fatal(err)
+		tb.Fatal(err)
 	}
 
 	// handoff runs one round: hold, start the waiter, release, and return
@@ -103,10 +99,7 @@ func BenchmarkHandoff(b *testing.B) {
 			})
 		}
 	}
-	ops := []struct {
-		name string
-		fn   func() (time.Duration, error)
-	}{
+	return []handoffOp{
 		{"fencing", fencingRound},
 		{"redislock-1ms", redislockRound(time.Millisecond)},
 		{"redislock-10ms", redislockRound(10 * time.Millisecond)},
@@ -125,6 +118,24 @@ func BenchmarkHandoff(b *testing.B) {
 			return time.Since(start), err
 		}},
 	}
+}
+
+// BenchmarkHandoff measures a lock's handoff: the time from the holder's
+// release returning to the waiting caller's lock call returning. Each
+// round runs, in a shuffled order on one redis-server:
+//
+//   - fencing: a waiter in Coordinator.Lock (woken by the release script's
+//     PUBLISH, then one grant) while another Coordinator holds the key;
+//   - redislock-1ms, redislock-10ms: a waiter in redislock's Obtain with
+//     LinearBackoff(1ms) and (10ms) while another client holds the lock;
+//   - ping: one PING, the store's round trip in the same conditions;
+//   - refused: one refused grant (a Coordinator.Grant on a held key), the
+//     one script round trip a handoff cannot avoid.
+//
+// It reports each one's median (µs) and fencing's handoff in PING round
+// trips (target: at most two) and in refused grants.
+func BenchmarkHandoff(b *testing.B) {
+	ops := handoffOps(b)
 	times := make([][]time.Duration, len(ops))
 	for b.Loop() {
 		for _, i := range rand.Perm(len(ops)) {

@@ -14,7 +14,8 @@ import (
 // RunBenchmarks measures the operations users call, through a
 // fencing.Coordinator over backends h makes: grant+release, renew and token
 // check, from one goroutine and in parallel (b.RunParallel), on disjoint keys
-// and on one hot key. Run it with -cpu to vary the parallelism.
+// and on one hot key, and Lock's handoff from a releasing holder to a waiter.
+// Run it with -cpu to vary the parallelism.
 //
 // Hot-key grant+release counts a grant that loses to another goroutine
 // (ErrLeaseHeld) as an operation: it is a full round trip that a contended
@@ -64,6 +65,65 @@ func RunBenchmarks(b *testing.B, h Harness) {
 				b.Fatalf("CheckToken = %v, %v", ok, err)
 			}
 		}
+	})
+
+	// Handoff: from the holder's Release to the waiting Lock returning,
+	// against one round trip of the store (a Token read) and the wake-up of
+	// a parked goroutine, in the same iterations. Each iteration lets the
+	// waiter settle into waiting first, so ns/op is mostly that pause: read
+	// the custom metrics.
+	b.Run("Handoff", func(b *testing.B) {
+		c := newCoordinator(b)
+		ctx := context.Background()
+		settle := 5 * time.Millisecond
+		if h.Traits().Now == nil {
+			settle = 50 * time.Millisecond // a real server: let the watch or subscription settle
+		}
+		var handoff, fromCall, roundtrip, wake time.Duration
+		for i := 0; i < b.N; i++ {
+			holder, err := c.Hold(ctx, "handoff", timeout)
+			if err != nil {
+				b.Fatal(err)
+			}
+			locked := make(chan time.Time, 1)
+			var next *fencing.Held
+			var lockErr error
+			go func() {
+				next, lockErr = c.Lock(ctx, "handoff", timeout)
+				locked <- time.Now()
+			}()
+			time.Sleep(settle)
+			releasing := time.Now()
+			if err := holder.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			released := time.Now()
+			at := <-locked
+			if lockErr != nil {
+				b.Fatal(lockErr)
+			}
+			handoff += at.Sub(released)
+			fromCall += at.Sub(releasing)
+			start := time.Now()
+			if _, _, err := c.Token(ctx, "handoff"); err != nil {
+				b.Fatal(err)
+			}
+			roundtrip += time.Since(start)
+			if err := next.Release(ctx); err != nil {
+				b.Fatal(err)
+			}
+			wake += wakeParked(settle)
+		}
+		// From Release returning (Held.Release frees the key before it
+		// waits for its renewer, so the waiter may return first: <= 0).
+		b.ReportMetric(float64(handoff.Nanoseconds())/float64(b.N), "handoff-ns")
+		// From Release being called: the release's own round trip, the
+		// waiter's wake-up and its grant.
+		b.ReportMetric(float64(fromCall.Nanoseconds())/float64(b.N), "release-to-lock-ns")
+		b.ReportMetric(float64(roundtrip.Nanoseconds())/float64(b.N), "roundtrip-ns")
+		b.ReportMetric(float64(wake.Nanoseconds())/float64(b.N), "wake-ns")
+		// That, beyond waking a parked goroutine, in store round trips.
+		b.ReportMetric(float64(max(fromCall-wake, 0))/float64(max(roundtrip, 1)), "(release-to-lock-wake)/roundtrip")
 	})
 
 	// Parallel, disjoint keys: each goroutine has keys of its own.
@@ -174,4 +234,19 @@ func grantRelease(ctx context.Context, c *fencing.Coordinator, key string, timeo
 		return err
 	}
 	return c.Release(ctx, key, lease.ID)
+}
+
+// wakeParked returns how long a goroutine parked on a channel for settle
+// takes to run after a send: the floor under any handoff between goroutines
+// (an idle processor's thread must be woken by the OS).
+func wakeParked(settle time.Duration) time.Duration {
+	ch, woke := make(chan time.Time), make(chan time.Time)
+	go func() {
+		<-ch
+		woke <- time.Now()
+	}()
+	time.Sleep(settle)
+	ch <- time.Now()
+	sent := time.Now()
+	return (<-woke).Sub(sent)
 }

@@ -12,7 +12,7 @@
 // two user keys can share or split records whatever bytes they hold:
 //
 //	<prefix><base64url(k)>/l   the lease key: exists while a lease is live,
-//	                           attached to that lease's own etcd lease
+//	                           attached to an etcd lease no other key uses
 //	<prefix><base64url(k)>/i   the ID of the most recent lease (no etcd lease),
 //	                           written only when a lease key is created
 //	<prefix><base64url(k)>/r   the ID of the most recent released lease
@@ -56,17 +56,39 @@
 //
 // # Round trips
 //
-// Grant costs two RPCs when the key is free (LeaseGrant, then one Txn that
-// creates the lease key only if it does not exist). When it is held, the
-// unused etcd lease is revoked while the holder's time left is read for
-// backend.HeldError (two more RPCs, one more round trip). Should the fresh
-// etcd lease run out before the Txn arrives (a stall longer than its TTL),
-// the Txn fails as a whole and Grant tries again with another, up to three
-// times. Token is one linearizable read.
+// Grant costs two RPCs when the key is free: an etcd lease, then one Txn that
+// creates the lease key only if it does not exist. The etcd lease is one
+// that an earlier release of this backend freed, renewed by a keep-alive on
+// a stream the backend keeps open (a keep-alive is not a raft proposal), or
+// else a LeaseGrant. When the key is held, the unused etcd lease goes back to
+// the pool and the holder's time left is read for backend.HeldError (one
+// more RPC). Should the etcd lease run out before the Txn arrives (a stall
+// longer than its TTL), the Txn fails as a whole and Grant tries again with
+// another, up to three times. Token is one linearizable read.
 // Renew is a read and a keep-alive; a renewal that asks for a different
 // number of seconds moves the key to a new etcd lease (four more RPCs).
-// Release is one Txn guarded by the lease's identity plus the revoke of its
-// etcd lease.
+// Release is one Txn guarded by the lease's identity; it keeps the etcd lease
+// it freed for a later grant of the same seconds (at most 64 are kept;
+// beyond that, and on Close, they are revoked).
+//
+// # Reusing etcd leases
+//
+// An etcd lease is reused only when no key can be attached to it: after the
+// Txn of this backend that deleted its only key succeeded (a release whose
+// answer was lost never frees its etcd lease, and ForceRelease revokes it,
+// as its holder may still be renewing it), or after a grant's Txn answered
+// that it attached nothing. The pool hands each lease to one grant at a time,
+// which renews it before the Txn; ExpiresAt counts from that keep-alive's
+// send, as etcd's expiry clock restarts there. etcd never renews a lease
+// whose TTL has run out, so an expired lease never comes back: the grant
+// drops it and takes another. Tokens are the lease key's CreateRevision,
+// whatever etcd lease it is attached to.
+//
+// One consequence: a Renew racing its own lease's Release (its read before
+// the release, its keep-alive after) reports success, as if answered just
+// before the release (as it could without reuse, between the release's Txn
+// and its revoke), and the etcd lease it renews may by then carry another
+// key, whose lease then lasts up to one TTL longer (never shorter).
 //
 // # Ambiguity
 //

@@ -26,6 +26,8 @@ type Backend struct {
 	leases  pb.LeaseClient   // the client's Lease service, for keepAliveOnce
 	watcher clientv3.Watcher // the backend's own watch stream, closed by Close
 	closed  atomic.Bool
+	pool    pool   // unused etcd leases, see pool.go
+	keeper  keeper // the keep-alives that reuse them
 
 	// Subscriptions: their goroutines run under ctx, which Close cancels.
 	mu     sync.Mutex // guards closed against new subscriptions
@@ -74,6 +76,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
 		watcher: clientv3.NewWatcher(cli),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.keeper = keeper{leases: b.leases, ctx: clientv3.WithRequireLeader(b.ctx)}
 	for _, o := range opts {
 		o(b)
 	}
@@ -108,13 +111,16 @@ func (b *Backend) revoke(ctx context.Context, id clientv3.LeaseID) {
 
 // Close implements backend.Backend. Later calls return backend.ErrClosed.
 // It ends every Subscription (closing its channel) and waits for their
-// goroutines; it does not close the etcd client.
+// goroutines, and revokes the etcd leases it kept for reuse (waiting at most
+// two seconds); it does not close the etcd client.
 func (b *Backend) Close() error {
 	b.mu.Lock()
 	b.closed.Store(true)
 	b.mu.Unlock()
 	b.cancel()
 	b.subs.Wait()
+	b.keeper.close()
+	b.drainPool()
 	err := b.watcher.Close()
 	if errors.Is(err, context.Canceled) {
 		err = nil

@@ -34,18 +34,16 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	}
 }
 
-// grant makes one attempt at Grant: LeaseGrant, then one Txn.
+// grant makes one attempt at Grant: an etcd lease (a keep-alive of a pooled
+// one, or LeaseGrant), then one Txn.
 func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	k := b.keys(req.Key)
 	asked := seconds(req.Timeout, req.Margin)
-	sent := time.Now()
-	lg, err := b.cli.Grant(ctx, asked)
+	el, err := b.acquire(ctx, asked)
 	if err != nil {
-		// Nothing refers to the etcd lease, if one was made: the grant did
-		// not happen.
-		return backend.Lease{}, fmt.Errorf("etcd lease grant: %w", err)
+		return backend.Lease{}, err
 	}
-	m := meta{asked: asked, granted: lg.TTL, margin: req.Margin, leaseID: req.LeaseID}
+	m := meta{asked: asked, granted: el.ttl, margin: req.Margin, leaseID: req.LeaseID}
 	tctx, p := track(ctx)
 	resp, err := b.kv.Txn(tctx).
 		If(clientv3.Compare(clientv3.CreateRevision(k.lease), "=", 0)).
@@ -56,7 +54,7 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 			[]clientv3.Op{
 				// The only write of the ID record: its ModRevision is the
 				// token of the most recent lease (see Inspect).
-				clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(lg.ID)),
+				clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(el.id)),
 				clientv3.OpPut(k.id, req.LeaseID),
 			})).
 		Else(clientv3.OpGet(k.lease)).
@@ -64,44 +62,37 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 	if err != nil {
 		err = mutationError("grant txn", err, reached(p))
 		if !errors.Is(err, backend.ErrOutcomeUnknown) {
-			b.revoke(ctx, lg.ID)
+			b.revoke(ctx, el.id)
 		}
+		// After a lost answer the etcd lease may hold the key: it is
+		// neither revoked nor reused.
 		return backend.Lease{}, err
 	}
 	if resp.Succeeded {
 		inner := resp.Responses[0].GetResponseTxn()
 		if !inner.Succeeded {
-			return lease(req.Key, m, resp.Header.Revision, sent), nil
+			return lease(req.Key, m, resp.Header.Revision, el.set), nil
 		}
-		b.revoke(ctx, lg.ID)
+		// From here on, the Txn attached nothing to the etcd lease.
+		b.recycle(ctx, el.id, asked, el.ttl)
 		if rel := inner.Responses[0].GetResponseRange().Kvs; len(rel) == 1 && string(rel[0].Value) == req.LeaseID {
 			return backend.Lease{}, backend.ErrLeaseNotFound // granted, then released
 		}
 		return backend.Lease{}, backend.ErrLeaseExpired // granted, then expired
 	}
+	b.recycle(ctx, el.id, asked, el.ttl)
 	kvs := resp.Responses[0].GetResponseRange().Kvs
 	if len(kvs) != 1 {
-		b.revoke(ctx, lg.ID)
 		return backend.Lease{}, errors.New("etcdbackend: grant txn: lease key missing from response")
 	}
 	held, err := decodeMeta(kvs[0].Value)
 	if err != nil {
-		b.revoke(ctx, lg.ID)
 		return backend.Lease{}, err
 	}
 	if held.leaseID != req.LeaseID {
-		// Learn the holder's time left while the unused etcd lease is
-		// revoked: one more RPC, but no more round trips.
-		revoked := make(chan struct{})
-		go func() {
-			defer close(revoked)
-			b.revoke(ctx, lg.ID)
-		}()
 		remaining, _, _ := b.timeToLive(ctx, clientv3.LeaseID(kvs[0].Lease))
-		<-revoked
 		return backend.Lease{}, &backend.HeldError{Remaining: remaining}
 	}
-	b.revoke(ctx, lg.ID)
 	return b.resentGrant(ctx, req.Key, held, kvs[0])
 }
 
@@ -137,7 +128,8 @@ func (b *Backend) resentGrant(ctx context.Context, key string, m meta, kv *mvccp
 }
 
 // lease returns the record of a lease granted or renewed to m's terms; sent
-// is the local time just before the etcd lease was granted or renewed.
+// is the local time just before the request that set the etcd lease's TTL
+// (LeaseGrant or a keep-alive) was sent.
 func lease(key string, m meta, token int64, sent time.Time) backend.Lease {
 	granted := time.Duration(m.granted) * time.Second
 	return backend.Lease{

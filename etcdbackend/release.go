@@ -36,7 +36,9 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 		return mutationError("release txn", err, reached(p))
 	}
 	if resp.Succeeded {
-		b.revokeDeleted(ctx, resp.Responses[0])
+		// The delete detached the only key of its etcd lease: keep that
+		// lease for a later grant (see pool.go).
+		b.recycleDeleted(ctx, resp.Responses[0])
 		return nil
 	}
 	var st state
@@ -68,7 +70,8 @@ var errBusy = errors.New("etcdbackend: force release: the key's lease kept chang
 // never end a newer lease than the one it read), and records that lease's
 // ID as released, so its holder's Renew gets ErrLeaseNotFound and a resent
 // Release returns nil, as after the holder's own release. It then revokes
-// the lease's etcd lease.
+// the lease's etcd lease: it never reuses it, as the lease's holder may still
+// be renewing it.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return false, err

@@ -172,11 +172,17 @@ func (b *Backend) relet(ctx context.Context, req backend.Request, k keys, st sta
 		}
 		// The old lease ran out, perhaps before the Txn: undo by ending the
 		// lease as if it had expired, and report that.
-		_, derr := b.kv.Txn(ctx).
+		undo, derr := b.kv.Txn(ctx).
 			If(clientv3.Compare(clientv3.LeaseValue(k.lease), "=", lg.ID)).
 			Then(clientv3.OpDelete(k.lease)).
 			Commit()
-		b.revoke(ctx, lg.ID)
+		if derr == nil && undo.Succeeded {
+			// Otherwise the key left lg by another's hand: a release
+			// (which may have pooled lg, see pool.go), a forced release
+			// or another renewal (which revoked it), so lg is not ours to
+			// revoke.
+			b.revoke(ctx, lg.ID)
+		}
 		if derr != nil {
 			// The move happened and stands: whatever the undo's error,
 			// the renewal's outcome is unknown.

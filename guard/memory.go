@@ -3,6 +3,10 @@ package guard
 import (
 	"context"
 	"sync"
+
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencing-go/fencing"
 )
 
 // Memory is a Guard that keeps fences in process memory: for a resource
@@ -16,6 +20,17 @@ import (
 type Memory struct {
 	mu        sync.Mutex
 	resources map[string]*fence
+	metrics   *fencing.GuardMetrics
+}
+
+// MemoryOption configures a Memory.
+type MemoryOption func(*Memory)
+
+// WithMeterProvider counts the writes the Memory refuses for a stale token
+// on mp (fencing.MetricStaleTokens; default the global provider, a no-op
+// until an OpenTelemetry SDK is installed).
+func WithMeterProvider(mp metric.MeterProvider) MemoryOption {
+	return func(m *Memory) { m.metrics = fencing.NewGuardMetrics(mp, "memory") }
 }
 
 // fence is one resource's high-water mark and the lock that makes its check
@@ -26,8 +41,15 @@ type fence struct {
 }
 
 // NewMemory returns a Memory with no fences.
-func NewMemory() *Memory {
-	return &Memory{resources: make(map[string]*fence)}
+func NewMemory(opts ...MemoryOption) *Memory {
+	m := &Memory{resources: make(map[string]*fence)}
+	for _, o := range opts {
+		o(m)
+	}
+	if m.metrics == nil {
+		m.metrics = fencing.NewGuardMetrics(nil, "memory")
+	}
+	return m
 }
 
 var _ Guard = (*Memory)(nil)
@@ -59,7 +81,7 @@ func (m *Memory) Write(ctx context.Context, resource string, token uint64, write
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if token < f.token {
-		return StaleError(resource, token, f.token)
+		return m.metrics.Observe(ctx, StaleError(resource, token, f.token))
 	}
 	if write != nil {
 		if err := write(); err != nil {

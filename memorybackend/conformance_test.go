@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/memorybackend"
@@ -37,6 +39,9 @@ func (h *fakeClockHarness) PresetToken(_ context.Context, b backend.Backend, key
 	memorybackend.PresetToken(b.(*memorybackend.Backend), key, token)
 	return nil
 }
+
+// No goroutine of a Hold, Lock or subscription outlives its test.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness())

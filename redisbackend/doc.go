@@ -13,7 +13,7 @@
 //	<prefix>{<base64url(key)>}:token
 //
 // that holds the key's highest token, the most recent lease's ID, its expiry
-// (server microseconds) and whether it was released (records.go has the
+// (server microseconds, or a mark that it was released) (records.go has the
 // layout, lua/ the scripts). The hash has no TTL and
 // is never deleted: the highest token must outlive every lease, or a later
 // grant could reissue it. That costs about 200 bytes plus the key per key

@@ -155,7 +155,7 @@ func (b *Backend) states(ctx context.Context, rks []string) ([]backend.KeyInfo, 
 	send := func(source bool, which []int) error {
 		pipe := b.client.Pipeline()
 		for _, i := range which {
-			cmds[i] = inspectScript.cmd(ctx, source, rks[i:i+1], nil)
+			cmds[i] = inspectScript.cmd(ctx, source, rks[i], nil)
 			_ = pipe.Process(ctx, cmds[i])
 		}
 		_, err := pipe.Exec(ctx)
@@ -179,7 +179,7 @@ func (b *Backend) states(ctx context.Context, rks []string) ([]backend.KeyInfo, 
 	}
 	infos := make([]backend.KeyInfo, 0, len(rks))
 	for i, c := range cmds {
-		reply, err := c.StringSlice()
+		reply, err := c.Slice()
 		if err != nil {
 			return nil, sendError(ctx, "list", err)
 		}

@@ -19,10 +19,17 @@ import (
 //
 //	token   highest token ever minted on the key (a decimal int64)
 //	id      the most recent lease's ID
-//	exp     when that lease ends: server TIME in microseconds since the epoch
-//	rel     "1" once that lease was released (by its holder or by force)
+//	exp     when that lease ends: server TIME in microseconds since the epoch,
+//	        or "r" once it was released (by its holder or by force)
 //	ttl     its granted timeout in milliseconds (as sent)
 //	margin  its margin in nanoseconds (as sent)
+//
+// Released is a value of exp rather than a field of its own so that every
+// script but a resent grant reads at most three fields: each field an
+// HMGET returns costs the server about half a microsecond (docs/redis-bench.md).
+// A record written before this layout (a field rel, "1" once released)
+// reads correctly except that a lease released then reads as live until
+// its exp passes: never two live leases, a later grant only waits longer.
 //
 // and a release publishes on the key's channel, in the same hash slot:
 //
@@ -74,7 +81,7 @@ var errBadReply = errors.New("redis: unexpected script reply")
 
 // statusError turns a script's status into the contract's verdict (nil for
 // "ok"): the sentinel alone, or a *backend.HeldError.
-func statusError(reply []string) error {
+func statusError(reply []any) error {
 	if len(reply) == 0 {
 		return fmt.Errorf("%w: %w: empty", backend.ErrOutcomeUnknown, errBadReply)
 	}
@@ -84,7 +91,7 @@ func statusError(reply []string) error {
 	case "held":
 		var left int64
 		if len(reply) == 2 {
-			left, _ = strconv.ParseInt(reply[1], 10, 64)
+			left, _ = replyInt(reply[1])
 		}
 		return &backend.HeldError{Remaining: time.Duration(max(left, 0)) * time.Microsecond}
 	case "expired":
@@ -94,46 +101,50 @@ func statusError(reply []string) error {
 	case "exhausted":
 		return backend.ErrTokenSpaceExhausted
 	default:
-		return fmt.Errorf("%w: %w: status %q", backend.ErrOutcomeUnknown, errBadReply, reply[0])
+		return fmt.Errorf("%w: %w: status %v", backend.ErrOutcomeUnknown, errBadReply, reply[0])
 	}
 }
 
-// parseLease reads {"ok", token, exp µs, ttl ms, margin ns}.
-func parseLease(reply []string, key, leaseID string) (backend.Lease, error) {
-	if len(reply) != 5 {
-		return backend.Lease{}, fmt.Errorf("%w: %d values, want 5", errBadReply, len(reply))
+// parseLease reads {"ok", token, exp µs} (a new lease or renewal: its ttl
+// and margin are the request's, as the script stored them) or {"ok",
+// token, exp µs, ttl ms, margin ns} (the lease a resent grant was given).
+func parseLease(reply []any, key, leaseID string, ttl, margin time.Duration) (backend.Lease, error) {
+	if len(reply) != 3 && len(reply) != 5 {
+		return backend.Lease{}, fmt.Errorf("%w: %d values, want 3 or 5", errBadReply, len(reply))
 	}
-	n, err := parseInts(reply[1:])
-	if err != nil {
+	var n [4]int64
+	if err := parseInts(n[:len(reply)-1], reply[1:]); err != nil {
 		return backend.Lease{}, err
 	}
-	tok, exp, ttl, margin := n[0], n[1], n[2], n[3]
+	if len(reply) == 5 {
+		ttl, margin = time.Duration(n[2])*time.Millisecond, time.Duration(n[3])
+	}
 	return backend.Lease{
 		Key:       key,
 		LeaseID:   leaseID,
-		Token:     uint64(tok),
-		TTL:       time.Duration(ttl) * time.Millisecond,
-		Margin:    time.Duration(margin),
-		ExpiresAt: time.UnixMicro(exp),
+		Token:     uint64(n[0]),
+		TTL:       ttl,
+		Margin:    margin,
+		ExpiresAt: time.UnixMicro(n[1]),
 	}, nil
 }
 
 // parseState reads the inspect script's reply: {} for a key never leased,
 // else {live, token, max token, exp µs, µs left}.
-func parseState(reply []string) (backend.KeyState, error) {
+func parseState(reply []any) (backend.KeyState, error) {
 	if len(reply) == 0 {
 		return backend.KeyState{}, nil
 	}
 	if len(reply) != 5 {
 		return backend.KeyState{}, fmt.Errorf("%w: %d values, want 5", errBadReply, len(reply))
 	}
-	n, err := parseInts(reply[1:])
-	if err != nil {
+	var n [5]int64
+	if err := parseInts(n[:], reply); err != nil {
 		return backend.KeyState{}, err
 	}
-	tok, maxTok, exp, left := n[0], n[1], n[2], n[3]
+	live, tok, maxTok, exp, left := n[0], n[1], n[2], n[3], n[4]
 	st := backend.KeyState{MaxToken: uint64(maxTok)}
-	if reply[0] == "1" {
+	if live == 1 {
 		st.Live, st.Token = true, uint64(tok)
 		st.ExpiresAt = time.UnixMicro(exp)
 		st.Remaining = time.Duration(left) * time.Microsecond
@@ -141,16 +152,28 @@ func parseState(reply []string) (backend.KeyState, error) {
 	return st, nil
 }
 
-// parseInts reads a reply's decimal fields: tokens, times, durations, all
-// non-negative Redis integers (so a token fits an int64 too).
-func parseInts(fields []string) ([]int64, error) {
-	n := make([]int64, len(fields))
+// parseInts reads a reply's integer fields into n: tokens, times,
+// durations, all non-negative Redis integers (so a token fits an int64
+// too). The scripts reply with a Lua number (an integer reply) what they
+// computed below 2^53, and with the stored string what they read.
+func parseInts(n []int64, fields []any) error {
 	for i, f := range fields {
-		v, err := strconv.ParseInt(f, 10, 64)
+		v, err := replyInt(f)
 		if err != nil || v < 0 {
-			return nil, fmt.Errorf("%w %q: field %d is not a non-negative integer", errBadReply, fields, i+1)
+			return fmt.Errorf("%w %v: field %d is not a non-negative integer", errBadReply, fields, i+1)
 		}
 		n[i] = v
 	}
-	return n, nil
+	return nil
+}
+
+// replyInt reads an integer reply or a decimal string reply.
+func replyInt(v any) (int64, error) {
+	switch v := v.(type) {
+	case int64:
+		return v, nil
+	case string:
+		return strconv.ParseInt(v, 10, 64)
+	}
+	return 0, fmt.Errorf("%w: %T", errBadReply, v)
 }

@@ -40,8 +40,8 @@ type Backend struct {
 	waitTimeout time.Duration
 	checkMode   ConfigMode
 	logger      *slog.Logger
-	maxToken    string // MaxToken in decimal, the grant script's limit
-	publish     string // "spublish" on a Cluster, else "publish"
+	maxToken    any // MaxToken in decimal, the grant script's limit
+	publish     any // "spublish" on a Cluster, else "publish"
 	closed      atomic.Bool
 	notifier    notifier
 }
@@ -139,18 +139,14 @@ func (b *Backend) grantOrRenew(ctx context.Context, op string, s *script, req ba
 	ttl := ceil(req.Timeout, time.Millisecond)
 	total := ceil(ttl+req.Margin, time.Microsecond)
 	reply, err := b.run(ctx, op, s, req.Key, b.minReplicas,
-		req.LeaseID,
-		strconv.FormatInt(ttl.Milliseconds(), 10),
-		strconv.FormatInt(int64(req.Margin), 10),
-		strconv.FormatInt(total.Microseconds(), 10),
-		b.maxToken)
+		req.LeaseID, ttl.Milliseconds(), int64(req.Margin), total.Microseconds(), b.maxToken)
 	if err != nil {
 		return backend.Lease{}, err
 	}
 	if err := statusError(reply); err != nil {
 		return backend.Lease{}, err
 	}
-	lease, err := parseLease(reply, req.Key, req.LeaseID)
+	lease, err := parseLease(reply, req.Key, req.LeaseID, ttl, req.Margin)
 	if err != nil {
 		// The script ran, but we cannot tell what it did.
 		return backend.Lease{}, fmt.Errorf("%w: redis %s: %w", backend.ErrOutcomeUnknown, op, err)
@@ -183,7 +179,7 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 	if err := backend.CheckKey(key); err != nil {
 		return 0, false, err
 	}
-	s, err := tokenScript.run(ctx, b.client, []string{b.RedisKey(key)}).Text()
+	s, err := tokenScript.run(ctx, b.client, b.RedisKey(key)).Text()
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
 	}
@@ -210,16 +206,16 @@ func (b *Backend) Close() error {
 // run runs script s on key's record for op and returns its reply, waiting
 // for minReplicas replicas when it is positive. Errors are classified by
 // sendError.
-func (b *Backend) run(ctx context.Context, op string, s *script, key string, minReplicas int, args ...any) ([]string, error) {
-	keys := []string{b.RedisKey(key)}
+func (b *Backend) run(ctx context.Context, op string, s *script, key string, minReplicas int, args ...any) ([]any, error) {
+	rk := b.RedisKey(key)
 	if minReplicas <= 0 {
-		reply, err := s.run(ctx, b.client, keys, args...).StringSlice()
+		reply, err := s.run(ctx, b.client, rk, args...).Slice()
 		if err != nil {
 			return nil, sendError(ctx, op, err)
 		}
 		return reply, nil
 	}
-	return b.runAndWait(ctx, op, s, keys, args)
+	return b.runAndWait(ctx, op, s, rk, args)
 }
 
 // ceil rounds d up to a multiple of unit. d is at most backend.MaxDuration,

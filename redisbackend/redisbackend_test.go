@@ -221,8 +221,8 @@ func TestConfigCheckUnreachable(t *testing.T) {
 	b.Close()
 }
 
-// TestTokenExhaustion: tokens are exact up to math.MaxInt64 (they never pass
-// through a Lua double) and the next grant fails without wrapping.
+// TestTokenExhaustion: tokens are exact up to math.MaxInt64 (past 2^53 they
+// never pass through a Lua double) and the next grant fails without wrapping.
 func TestTokenExhaustion(t *testing.T) {
 	srv := redistest.Start(t, persistent)
 	client := srv.Client()
@@ -250,6 +250,66 @@ func TestTokenExhaustion(t *testing.T) {
 	// released one.
 	if err := b.Release(ctx, "k", "last"); err != nil {
 		t.Fatalf("re-release of the last lease: %v", err)
+	}
+}
+
+// TestTokensAcross2To53: the grant script adds 1 to a token in Lua below
+// 2^53-1 and has Redis add above; at the boundary, where a double stops
+// holding every integer, each grant still gets exactly the next token.
+func TestTokensAcross2To53(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	const start = 1<<53 - 3
+	if err := client.HSet(ctx, b.RedisKey("k"), "token", strconv.FormatInt(start, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range int64(5) {
+		id := "lease-" + strconv.FormatInt(i, 10)
+		lease := mustGrant(t, b, "k", id)
+		if want := uint64(start + 1 + i); lease.Token != want {
+			t.Fatalf("grant %d: token = %d, want %d", i, lease.Token, want)
+		}
+		if got, want := counter(t, client, b, "k"), strconv.FormatInt(start+1+i, 10); got != want {
+			t.Fatalf("grant %d: stored token = %s, want %s", i, got, want)
+		}
+		mustRelease(t, b, "k", id)
+	}
+}
+
+// TestOldLayoutRecord: a record written before released was a value of exp
+// (a field rel, "1" once released) keeps its token, and its lease, released
+// or not, holds the key until its exp passes: never a second live lease.
+func TestOldLayoutRecord(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	future := strconv.FormatInt(time.Now().Add(time.Hour).UnixMicro(), 10)
+	past := strconv.FormatInt(time.Now().Add(-time.Hour).UnixMicro(), 10)
+	old := func(key, exp, rel string) {
+		t.Helper()
+		err := client.HSet(ctx, b.RedisKey(key), "token", "41", "id", "old", "exp", exp, "rel", rel, "ttl", "60000", "margin", "0").Err()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	old("live", future, "0")
+	old("released", future, "1")
+	old("ended", past, "1")
+	for _, key := range []string{"live", "released"} {
+		var held *backend.HeldError
+		if _, err := b.Grant(ctx, req(key, "new")); !errors.As(err, &held) {
+			t.Fatalf("Grant on an old record whose exp is ahead (%s): %v, want a HeldError", key, err)
+		}
+	}
+	if lease := mustGrant(t, b, "ended", "new"); lease.Token != 42 {
+		t.Fatalf("Grant on an old ended record: token %d, want 42", lease.Token)
+	}
+	mustRelease(t, b, "live", "old")
+	if lease := mustGrant(t, b, "live", "new"); lease.Token != 42 {
+		t.Fatalf("Grant after releasing an old live lease: token %d, want 42", lease.Token)
 	}
 }
 

@@ -47,7 +47,7 @@ func (b *Backend) checkWaitOptions() error {
 
 // runAndWait sends the script and WAIT in one pipeline on one connection to
 // the primary that owns the key, so WAIT covers the script's writes.
-func (b *Backend) runAndWait(ctx context.Context, op string, s *script, keys []string, args []any) ([]string, error) {
+func (b *Backend) runAndWait(ctx context.Context, op string, s *script, key string, args []any) ([]any, error) {
 	for attempt := 0; ; attempt++ {
 		var node *redis.Client
 		switch c := b.client.(type) {
@@ -55,18 +55,18 @@ func (b *Backend) runAndWait(ctx context.Context, op string, s *script, keys []s
 			node = c
 		case *redis.ClusterClient:
 			var err error
-			if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
+			if node, err = c.MasterForKey(ctx, key); err != nil {
 				return nil, fmt.Errorf("redis %s: find the key's primary: %w", op, err)
 			}
 		default: // New rejects other clients
 			return nil, fmt.Errorf("redis %s: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", op, b.client)
 		}
 		pipe := node.Pipeline()
-		eval := s.cmd(ctx, attempt > 0, keys, args)
+		eval := s.cmd(ctx, attempt > 0, key, args)
 		_ = pipe.Process(ctx, eval)
 		wait := pipe.Do(ctx, "wait", b.minReplicas, ceil(b.waitTimeout, time.Millisecond).Milliseconds())
 		_, _ = pipe.Exec(ctx) // errors are on the commands
-		reply, err := eval.StringSlice()
+		reply, err := eval.Slice()
 		if attempt == 0 && isNoScript(err) {
 			continue // the server lacks the script: nothing ran; send its source
 		}

@@ -11,14 +11,18 @@ import (
 )
 
 // The scripts keep a key's whole record in one hash without a TTL (see
-// records.go). Each is prelude.lua, which reads the server's clock and the
-// record, followed by the operation. Expiry is decided by the server's TIME
-// inside the script, never by a time the client sends. Microsecond
-// timestamps (about 1.8e15) plus at most MaxDuration (3.2e13 µs) stay far
-// below 2^53, so Lua's doubles hold them exactly; string.format('%.0f')
-// writes them back without an exponent. Tokens never pass through a Lua
-// number. Scripts call TIME and then write: Redis 5 and later replicate a
-// script by its effects, the only mode in Redis 7.
+// records.go). Each is prelude.lua, which reads the server's clock,
+// followed by the operation, which reads only the fields it needs. Expiry
+// is decided by the server's TIME inside the script, never by a time the
+// client sends. Microsecond timestamps (about 1.8e15) plus at most
+// MaxDuration (3.2e13 µs) stay far below 2^53, so Lua's doubles hold them
+// exactly; string.format('%.0f') writes them back without an exponent. A
+// token passes through a Lua number only below 2^53-1, where a double holds
+// it and its successor exactly; beyond, the grant script has Redis add
+// (HINCRBY) and reads the sum back as a string. That spares a grant two
+// calls (each redis.call costs the server about a microsecond). Scripts
+// call TIME and then write: Redis 5 and later replicate a script by its
+// effects, the only mode in Redis 7.
 //
 // Every script reads first and writes last, and writes only after every
 // check passed, so a script that fails changes nothing. Limits (the largest
@@ -52,41 +56,43 @@ var (
 )
 
 // script is a Lua script run by its SHA1 (EVALSHA), with its source (EVAL)
-// when the server's script cache lacks it.
+// when the server's script cache lacks it. The two are also kept boxed, so
+// that putting them in a command's arguments does not allocate.
 type script struct {
-	src, hash string
+	src, hash       string
+	srcArg, hashArg any
 }
 
 func newScript(body string) *script {
 	src := preludeLua + body
 	sum := sha1.Sum([]byte(src))
-	return &script{src: src, hash: hex.EncodeToString(sum[:])}
+	hash := hex.EncodeToString(sum[:])
+	return &script{src: src, hash: hash, srcArg: src, hashArg: hash}
 }
 
-// cmd returns the script's EVALSHA (or, with source set, EVAL) command.
-// go-redis never resends it (see onceCmd).
-func (s *script) cmd(ctx context.Context, source bool, keys []string, args []any) onceCmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
+// cmd returns the script's EVALSHA (or, with source set, EVAL) command on
+// the one key it reads and writes. go-redis never resends it (see
+// onceCmd).
+func (s *script) cmd(ctx context.Context, source bool, key string, args []any) onceCmd {
+	a := make([]any, 0, 4+len(args))
 	if source {
-		a = append(a, "eval", s.src)
+		a = append(a, "eval", s.srcArg)
 	} else {
-		a = append(a, "evalsha", s.hash)
+		a = append(a, "evalsha", s.hashArg)
 	}
-	a = append(a, len(keys))
-	for _, k := range keys {
-		a = append(a, k)
-	}
+	// numkeys as a string: go-redis's Cluster routing reads it as one.
+	a = append(a, "1", key)
 	a = append(a, args...)
 	return onceCmd{redis.NewCmd(ctx, a...)}
 }
 
 // run sends the script once by its SHA1, and its source if the server
 // lacks it, in one round trip when the cache has it.
-func (s *script) run(ctx context.Context, c processor, keys []string, args ...any) *redis.Cmd {
-	cmd := s.cmd(ctx, false, keys, args)
+func (s *script) run(ctx context.Context, c processor, key string, args ...any) *redis.Cmd {
+	cmd := s.cmd(ctx, false, key, args)
 	_ = c.Process(ctx, cmd)
 	if isNoScript(cmd.Err()) { // nothing ran: send the source
-		cmd = s.cmd(ctx, true, keys, args)
+		cmd = s.cmd(ctx, true, key, args)
 		_ = c.Process(ctx, cmd)
 	}
 	return cmd.Cmd

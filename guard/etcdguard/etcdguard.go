@@ -7,9 +7,12 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/fencing-go/fencing/guard"
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/guard"
 )
 
 // DefaultPrefix is the prefix of the fence keys unless WithPrefix gives
@@ -19,8 +22,9 @@ const DefaultPrefix = "fencing-fence/"
 // Guard fences resources whose data is in etcd. It is safe for concurrent
 // use.
 type Guard struct {
-	cli    *clientv3.Client
-	prefix string
+	cli     *clientv3.Client
+	prefix  string
+	metrics *fencing.GuardMetrics
 }
 
 // Option configures a Guard.
@@ -31,11 +35,21 @@ type Option func(*Guard)
 // refused (with an empty prefix, every write is).
 func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
 
+// WithMeterProvider counts the writes the Guard refuses for a stale token on
+// mp (fencing.MetricStaleTokens; default the global provider, a no-op until
+// an OpenTelemetry SDK is installed).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(g *Guard) { g.metrics = fencing.NewGuardMetrics(mp, "etcdguard") }
+}
+
 // New returns a Guard on cli. The Guard never closes cli.
 func New(cli *clientv3.Client, opts ...Option) *Guard {
 	g := &Guard{cli: cli, prefix: DefaultPrefix}
 	for _, opt := range opts {
 		opt(g)
+	}
+	if g.metrics == nil {
+		g.metrics = fencing.NewGuardMetrics(nil, "etcdguard")
 	}
 	return g
 }
@@ -87,7 +101,7 @@ func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ..
 	if !resp.Succeeded {
 		inner := resp.Responses[0].GetResponseTxn()
 		if inner.Succeeded {
-			return nil, stale(resource, token, inner)
+			return nil, g.metrics.Observe(ctx, stale(resource, token, inner))
 		}
 		responses = inner.Responses
 	}

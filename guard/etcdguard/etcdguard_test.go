@@ -8,10 +8,12 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/etcdguard"
 	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/metrictest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -142,5 +144,20 @@ func TestRefusesWritesToFences(t *testing.T) {
 		if _, err := g.Write(ctx, "r", 1, op); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
+	}
+}
+
+func TestCountsStaleTokens(t *testing.T) {
+	mp := metrictest.New(t)
+	g := etcdguard.New(etcdtest.Client(t), etcdguard.WithPrefix("metrics-fence/"), etcdguard.WithMeterProvider(mp))
+	ctx := context.Background()
+	if err := g.Admit(ctx, "r", 7); err != nil {
+		t.Fatalf("Admit 7: %v", err)
+	}
+	if err := g.Admit(ctx, "r", 6); !errors.Is(err, guard.ErrStaleToken) {
+		t.Fatalf("Admit 6 after 7: %v, want ErrStaleToken", err)
+	}
+	if got := mp.Sum(t, fencing.MetricStaleTokens); got != 1 {
+		t.Fatalf("%s = %d, want 1", fencing.MetricStaleTokens, got)
 	}
 }

@@ -7,9 +7,12 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
-	"github.com/redis/go-redis/v9"
 )
 
 var (
@@ -36,6 +39,7 @@ type Guard struct {
 	client  redis.Scripter
 	cluster bool
 	prefix  string
+	metrics *fencing.GuardMetrics
 }
 
 // Option configures a Guard.
@@ -45,6 +49,13 @@ type Option func(*Guard)
 // should hold no braces, which would move the hash tag into the prefix.
 func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
 
+// WithMeterProvider counts the writes the Guard refuses for a stale token on
+// mp (fencing.MetricStaleTokens; default the global provider, a no-op until
+// an OpenTelemetry SDK is installed).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(g *Guard) { g.metrics = fencing.NewGuardMetrics(mp, "redisguard") }
+}
+
 // New returns a Guard on client: a *redis.Client, a *redis.ClusterClient, or
 // any client that runs scripts. On a *redis.ClusterClient every written key
 // must be in the fence's hash slot (see Tag). The Guard never closes client.
@@ -53,6 +64,9 @@ func New(client redis.Scripter, opts ...Option) *Guard {
 	g := &Guard{client: client, cluster: cluster, prefix: DefaultPrefix}
 	for _, opt := range opts {
 		opt(g)
+	}
+	if g.metrics == nil {
+		g.metrics = fencing.NewGuardMetrics(nil, "redisguard")
 	}
 	return g
 }
@@ -151,9 +165,9 @@ func (g *Guard) run(ctx context.Context, script *redis.Script, resource string, 
 	if redis.HasErrorPrefix(err, staleReply) {
 		fence, perr := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(err.Error(), staleReply)), 10, 64)
 		if perr == nil {
-			return nil, guard.StaleError(resource, token, fence)
+			return nil, g.metrics.Observe(ctx, guard.StaleError(resource, token, fence))
 		}
-		return nil, fmt.Errorf("%w: token %d", guard.ErrStaleToken, token)
+		return nil, g.metrics.Observe(ctx, fmt.Errorf("%w: token %d", guard.ErrStaleToken, token))
 	}
 	return nil, fmt.Errorf("redisguard: %w", err)
 }

@@ -8,9 +8,11 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/redisguard"
+	"github.com/fencing-go/fencing/internal/metrictest"
 	"github.com/fencing-go/fencing/internal/redistest"
 	"github.com/redis/go-redis/v9"
 )
@@ -205,5 +207,20 @@ func TestClusterRefusesCrossSlotKeys(t *testing.T) {
 	}
 	if v := c.Get(ctx, "orders/42:total").Val(); v != "" {
 		t.Errorf("a refused write wrote %q", v)
+	}
+}
+
+func TestCountsStaleTokens(t *testing.T) {
+	mp := metrictest.New(t)
+	g := redisguard.New(redistest.Start(t, redistest.Config{}).Client(), redisguard.WithMeterProvider(mp))
+	ctx := context.Background()
+	if err := g.Admit(ctx, "r", 7); err != nil {
+		t.Fatalf("Admit 7: %v", err)
+	}
+	if err := g.Write(ctx, "r", 6, redisguard.Set(redisguard.Tag("r")+"v", "x")); !errors.Is(err, guard.ErrStaleToken) {
+		t.Fatalf("Write 6 after 7: %v, want ErrStaleToken", err)
+	}
+	if got := mp.Sum(t, fencing.MetricStaleTokens); got != 1 {
+		t.Fatalf("%s = %d, want 1", fencing.MetricStaleTokens, got)
 	}
 }

@@ -9,6 +9,9 @@ import (
 	"regexp"
 	"strconv"
 
+	"go.opentelemetry.io/otel/metric"
+
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
 )
@@ -76,6 +79,7 @@ type Guard struct {
 	dialect                Dialect
 	table                  string
 	create, admit, fenceQL string
+	metrics                *fencing.GuardMetrics
 }
 
 // Option configures a Guard.
@@ -84,6 +88,13 @@ type Option func(*Guard)
 // WithTable names the fences table (default DefaultTable): an unquoted SQL
 // identifier, optionally qualified by a schema ("app.fences").
 func WithTable(name string) Option { return func(g *Guard) { g.table = name } }
+
+// WithMeterProvider counts the writes the Guard refuses for a stale token on
+// mp (fencing.MetricStaleTokens; default the global provider, a no-op until
+// an OpenTelemetry SDK is installed).
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(g *Guard) { g.metrics = fencing.NewGuardMetrics(mp, "sqlguard") }
+}
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
@@ -102,6 +113,9 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 	g.create = fmt.Sprintf(d.create, g.table)
 	g.admit = fmt.Sprintf(d.admit, g.table)
 	g.fenceQL = fmt.Sprintf(d.fence, g.table)
+	if g.metrics == nil {
+		g.metrics = fencing.NewGuardMetrics(nil, "sqlguard")
+	}
 	return g, nil
 }
 
@@ -139,7 +153,7 @@ func (g *Guard) Admit(ctx context.Context, ex Execer, resource string, token uin
 		return fmt.Errorf("sqlguard: admit: rows affected: %w", err)
 	}
 	if n == 0 {
-		return g.stale(ctx, ex, resource, token)
+		return g.metrics.Observe(ctx, g.stale(ctx, ex, resource, token))
 	}
 	return nil
 }

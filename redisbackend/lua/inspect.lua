@@ -1,6 +1,9 @@
--- inspect: replies {live, token, max token, exp, µs left} ('1' or '0' for
--- live; '0' for the fields of a lease that is not live), or {} for a key
+-- inspect: replies {live, token, max token, exp, µs left} (1 or 0 for
+-- live; 0 for the fields of a lease that is not live), or {} for a key
 -- never leased. Never the lease ID.
+local h = redis.call('HMGET', key, 'token', 'exp')
+local tok = h[1]
 if not tok then return {} end
-if live then return {'1', tok, tok, exp, string.format('%.0f', tonumber(exp) - now)} end
-return {'0', '0', tok, '0', '0'}
+local e = tonumber(h[2])
+if e and now < e then return {1, tok, tok, e, e - now} end
+return {0, 0, tok, 0, 0}

@@ -1,9 +1,11 @@
 -- release: ARGV = lease ID, channel, publish command (PUBLISH or SPUBLISH).
 -- Replies {'ok'} or a status; a release that ends a live lease publishes
 -- on the key's channel.
-if id ~= ARGV[1] then return {'notfound'} end
-if rel then return {'ok'} end
-if not live then return {'expired'} end
-redis.call('HSET', key, 'rel', '1')
+local h = redis.call('HMGET', key, 'id', 'exp')
+if h[1] ~= ARGV[1] then return {'notfound'} end
+if h[2] == 'r' then return {'ok'} end
+local e = tonumber(h[2])
+if not (e and now < e) then return {'expired'} end
+redis.call('HSET', key, 'exp', 'r')
 redis.call(ARGV[3], ARGV[2], '')
 return {'ok'}

@@ -1,6 +1,8 @@
--- renew: ARGV as grant. Replies {'ok', token, exp, ttl, margin} or a status.
-if id ~= ARGV[1] or rel then return {'notfound'} end
-if not live then return {'expired'} end
-exp = string.format('%.0f', now + tonumber(ARGV[4]))
-redis.call('HSET', key, 'exp', exp, 'ttl', ARGV[2], 'margin', ARGV[3])
-return {'ok', tok, exp, ARGV[2], ARGV[3]}
+-- renew: ARGV as grant. Replies {'ok', token, exp} or a status.
+local h = redis.call('HMGET', key, 'token', 'id', 'exp')
+if h[2] ~= ARGV[1] or h[3] == 'r' then return {'notfound'} end
+local e = tonumber(h[3])
+if not (e and now < e) then return {'expired'} end
+e = now + tonumber(ARGV[4])
+redis.call('HSET', key, 'exp', e, 'ttl', ARGV[2], 'margin', ARGV[3])
+return {'ok', h[1], e}
