@@ -182,7 +182,8 @@ func TestFailoverWithoutWaitReissuesToken(t *testing.T) {
 // Coordinator's resends); so the token the promoted replica mints again was never
 // relied on, and the history is linearizable.
 func TestFailoverWithMinReplicas(t *testing.T) {
-	history, err, _, reissued := failover(t, redisbackend.WithMinReplicas(1, 300*time.Millisecond))
+	// Patient enough for a loaded machine while the replica is linked.
+	history, err, _, reissued := failover(t, redisbackend.WithMinReplicas(1, 2*time.Second))
 	if !errors.Is(err, backend.ErrOutcomeUnknown) || !errors.Is(err, redisbackend.ErrReplication) {
 		t.Fatalf("the unreplicated grant: %v, want ErrOutcomeUnknown and ErrReplication", err)
 	}
