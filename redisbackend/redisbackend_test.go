@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"errors"
 	"log/slog"
-	"math"
 	"strconv"
 	"strings"
 	"sync"
@@ -219,38 +218,6 @@ func TestConfigCheckUnreachable(t *testing.T) {
 		t.Fatalf("New with ConfigIgnore: %v", err)
 	}
 	b.Close()
-}
-
-// TestTokenExhaustion: tokens are exact up to math.MaxInt64 (past 2^53 they
-// never pass through a Lua double) and the next grant fails without wrapping.
-func TestTokenExhaustion(t *testing.T) {
-	srv := redistest.Start(t, persistent)
-	client := srv.Client()
-	b := newBackend(t, client)
-	ctx := context.Background()
-	if err := client.HSet(ctx, b.RedisKey("k"), "token", strconv.FormatInt(math.MaxInt64-1, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
-	lease := mustGrant(t, b, "k", "last")
-	if lease.Token != math.MaxInt64 || redisbackend.MaxToken != math.MaxInt64 {
-		t.Fatalf("token = %d, want exactly %d", lease.Token, int64(math.MaxInt64))
-	}
-	if tok, ok, err := b.Token(ctx, "k"); err != nil || !ok || tok != math.MaxInt64 {
-		t.Fatalf("Token = %d, %v, %v; want %d, true", tok, ok, err, int64(math.MaxInt64))
-	}
-	mustRelease(t, b, "k", "last")
-	_, err := b.Grant(ctx, req("k", "one-too-many"))
-	if !errors.Is(err, backend.ErrTokenSpaceExhausted) {
-		t.Fatalf("Grant past MaxToken: %v, want ErrTokenSpaceExhausted", err)
-	}
-	if got := counter(t, client, b, "k"); got != strconv.FormatInt(math.MaxInt64, 10) {
-		t.Fatalf("counter after the refused grant = %s", got)
-	}
-	// The refused grant changed nothing: the last lease is still the
-	// released one.
-	if err := b.Release(ctx, "k", "last"); err != nil {
-		t.Fatalf("re-release of the last lease: %v", err)
-	}
 }
 
 // TestTokensAcross2To53: the grant script adds 1 to a token in Lua below
