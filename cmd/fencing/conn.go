@@ -169,6 +169,18 @@ func (s *session) wrap(ctx context.Context, err error) error {
 
 // open connects to the backend the flags choose and checks that it
 // answers. logTo receives the library's logs with --verbose.
+// start opens the backend for a command that makes one request: it returns
+// the session, a context bounded by the request timeout, and one function
+// that cancels that context and closes the session.
+func (f *connFlags) start(cmd *cobra.Command) (*session, context.Context, func(), error) {
+	s, err := f.open(cmd.Context(), cmd.ErrOrStderr())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	ctx, cancel := s.call(cmd.Context())
+	return s, ctx, func() { cancel(); s.Close() }, nil
+}
+
 func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error) {
 	if f.requestTimeout <= 0 {
 		return nil, fmt.Errorf("%w: --request-timeout %v is not positive", errUsage, f.requestTimeout)

@@ -20,13 +20,11 @@ coordinator's clock with the time it has left. It never shows the lease ID.`,
   FENCING_REDIS_ADDR=localhost:6379 fencing get orders/42 --json`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			s, err := conn.open(cmd.Context(), cmd.ErrOrStderr())
+			s, ctx, done, err := conn.start(cmd)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			ctx, cancel := s.call(cmd.Context())
-			defer cancel()
+			defer done()
 			st, err := s.c.Inspect(ctx, args[0])
 			if err != nil {
 				return s.wrap(ctx, err)

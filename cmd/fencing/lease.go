@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -75,13 +76,11 @@ with status 3.`,
   id=$(echo "$lease" | jq -r .lease_id)`,
 		Args: cobra.ExactArgs(1),
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			s, err := conn.open(cmd.Context(), cmd.ErrOrStderr())
+			s, ctx, done, err := conn.start(cmd)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			ctx, cancel := s.call(cmd.Context())
-			defer cancel()
+			defer done()
 			l, err := s.c.Grant(ctx, args[0], lf.ttl, lf.margin)
 			if err != nil {
 				return outcomeHint(s.wrap(ctx, err))
@@ -113,13 +112,11 @@ release --force exits with status 4: stop using its token.`,
 			if leaseID == "" {
 				return fmt.Errorf("%w: renew needs --lease-id (or FENCING_LEASE_ID)", errUsage)
 			}
-			s, err := conn.open(cmd.Context(), cmd.ErrOrStderr())
+			s, ctx, done, err := conn.start(cmd)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			ctx, cancel := s.call(cmd.Context())
-			defer cancel()
+			defer done()
 			l, err := s.c.Renew(ctx, args[0], leaseID, lf.ttl, lf.margin)
 			if err != nil {
 				return s.wrap(ctx, err)
@@ -182,13 +179,11 @@ the old holder already sent are stopped only by resources that check tokens.`,
 			case !force && yes:
 				return fmt.Errorf("%w: --yes goes with --force", errUsage)
 			}
-			s, err := conn.open(cmd.Context(), cmd.ErrOrStderr())
+			s, ctx, done, err := conn.start(cmd)
 			if err != nil {
 				return err
 			}
-			defer s.Close()
-			ctx, cancel := s.call(cmd.Context())
-			defer cancel()
+			defer done()
 			if !force {
 				if err := s.c.Release(ctx, key, leaseID); err != nil {
 					return s.wrap(ctx, err)
@@ -207,10 +202,12 @@ the old holder already sent are stopped only by resources that check tokens.`,
 				return forceResult(cmd.OutOrStdout(), conn.jsonOut, key, false, st)
 			}
 			if !yes {
-				cancel() // the question may take a while; no request is open
 				if err := confirm(cmd, key, st); err != nil {
 					return err
 				}
+				// The question may have taken a while: the request gets a
+				// timeout of its own.
+				var cancel context.CancelFunc
 				ctx, cancel = s.call(cmd.Context())
 				defer cancel()
 			}
