@@ -2,8 +2,6 @@ package fencing_test
 
 import (
 	"context"
-	"fmt"
-	"strconv"
 	"testing"
 	"time"
 
@@ -13,17 +11,13 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
-	"github.com/fencing-go/fencing/redisbackend"
+	"github.com/fencing-go/fencing/internal/redistest"
 )
 
 // PresetToken implements conformance.TokenPresetter for the Redis
-// container: it writes the token field of the key's hash.
+// container.
 func (h *redisHarness) PresetToken(ctx context.Context, b backend.Backend, key string, token uint64) error {
-	rb, ok := b.(*redisbackend.Backend)
-	if !ok {
-		return fmt.Errorf("PresetToken: %T is not a *redisbackend.Backend", b)
-	}
-	return h.client.HSet(ctx, rb.RedisKey(key), "token", strconv.FormatUint(token, 10)).Err()
+	return redistest.PresetToken(ctx, h.client, b, key, token)
 }
 
 // TestIntegrationFaultHistories runs the fault workload of package
