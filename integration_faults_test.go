@@ -88,18 +88,6 @@ func faultHistory(t *testing.T, bs []backend.Backend, traits conformance.Traits,
 	t.Helper()
 	rec := conformance.NewRecorder(nil)
 	w := conformance.Workload{Keys: []string{"k0", "k1", "k2"}, Timeout: timeout, Margin: timeout / 4, CallTimeout: time.Second, Seed: 3}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan conformance.WorkloadStats, 1)
-	go func() { done <- w.Run(ctx, rec, bs) }()
-	time.Sleep(time.Second)
-	fault()
-	time.Sleep(time.Second)
-	cancel()
-	st := <-done
-	t.Logf("workload: %v", st)
-	if st.Grants < 10 || st.Failed+st.Unknown == 0 {
-		t.Fatalf("the workload (%v) did not exercise the fault", st)
-	}
+	w.RunAround(t, rec, bs, fault)
 	conformance.CheckLinearizable(t, rec.History(), traits)
 }

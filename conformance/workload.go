@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
@@ -142,4 +143,29 @@ func (w Workload) client(ctx context.Context, b backend.Backend, n int) Workload
 func isVerdict(err error) bool {
 	return errors.Is(err, backend.ErrLeaseHeld) || errors.Is(err, backend.ErrLeaseExpired) ||
 		errors.Is(err, backend.ErrLeaseNotFound) || errors.Is(err, backend.ErrTokenSpaceExhausted)
+}
+
+// RunAround runs w on clients, as Run does, around faults: each fault
+// happens a second after the one before (the first a second after the calls
+// begin), and the calls go on for a second after the last. It fails t unless
+// the faults were exercised: at least 10 grants, and some calls that failed
+// or whose outcome was unknown. Check rec's history afterwards.
+func (w Workload) RunAround(t testing.TB, rec *Recorder, clients []backend.Backend, faults ...func()) WorkloadStats {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan WorkloadStats, 1)
+	go func() { done <- w.Run(ctx, rec, clients) }()
+	for _, fault := range faults {
+		time.Sleep(time.Second)
+		fault()
+	}
+	time.Sleep(time.Second)
+	cancel()
+	st := <-done
+	t.Logf("workload: %v", st)
+	if st.Grants < 10 || st.Failed+st.Unknown == 0 {
+		t.Fatalf("the workload (%v) did not exercise the faults", st)
+	}
+	return st
 }

@@ -164,23 +164,14 @@ func clusterHistory(t *testing.T, cl *etcdtest.Cluster, fault func(ctx context.C
 	}
 	rec := conformance.NewRecorder(nil)
 	w := conformance.Workload{Keys: []string{"k0", "k1", "k2"}, Timeout: 800 * time.Millisecond, Margin: 200 * time.Millisecond, CallTimeout: 2 * time.Second, Seed: 2}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan conformance.WorkloadStats, 1)
-	go func() { done <- w.Run(ctx, rec, bs) }()
-	fctx, fcancel := context.WithTimeout(ctx, time.Minute)
-	time.Sleep(time.Second) // the workload gets going
-	err = fault(fctx, leader, proxy)
-	fcancel()
-	time.Sleep(time.Second) // calls after the fault
-	cancel()
-	st := <-done
-	if err != nil {
-		t.Fatalf("fault: %v", err)
-	}
-	t.Logf("workload: %v", st)
-	if st.Grants < 10 || st.Failed+st.Unknown == 0 {
-		t.Fatalf("the workload (%v) did not exercise the fault", st)
+	var faultErr error
+	w.RunAround(t, rec, bs, func() {
+		fctx, fcancel := context.WithTimeout(context.Background(), time.Minute)
+		defer fcancel()
+		faultErr = fault(fctx, leader, proxy)
+	})
+	if faultErr != nil {
+		t.Fatalf("fault: %v", faultErr)
 	}
 	conformance.CheckLinearizable(t, rec.History(), faultTraits())
 }

@@ -54,21 +54,11 @@ func faultHistory(t *testing.T, srv *redistest.Server, faults int, fault func(),
 	}
 	rec := conformance.NewRecorder(nil)
 	w := conformance.Workload{Keys: []string{"k0", "k1", "k2"}, Timeout: 300 * time.Millisecond, Margin: 100 * time.Millisecond, CallTimeout: time.Second, Seed: 1}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan conformance.WorkloadStats, 1)
-	go func() { done <- w.Run(ctx, rec, bs) }()
-	for range faults {
-		time.Sleep(time.Second)
-		fault()
+	all := make([]func(), faults)
+	for i := range all {
+		all[i] = fault
 	}
-	time.Sleep(time.Second)
-	cancel()
-	st := <-done
-	t.Logf("workload: %v", st)
-	if st.Grants < 10 || st.Failed+st.Unknown == 0 {
-		t.Fatalf("the workload (%v) did not exercise the faults", st)
-	}
+	w.RunAround(t, rec, bs, all...)
 	return rec.History()
 }
 
