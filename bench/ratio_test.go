@@ -62,6 +62,14 @@ func BenchmarkRatios(b *testing.B) {
 			})
 			return err
 		}},
+		{"pipecheck", func() error {
+			_, err := c.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.HMGet(ctx, "bench:tx:key", "token", "exp")
+				p.Time(ctx)
+				return nil
+			})
+			return err
+		}},
 		{"grantrelease", func() error {
 			lease, err := coord.Grant(ctx, "key", leaseTTL)
 			if err != nil {
@@ -113,6 +121,7 @@ func BenchmarkRatios(b *testing.B) {
 	}
 	b.ReportMetric(median["luafloor"]/median["ping"], "luafloor/ping")
 	b.ReportMetric(median["txcheck"]/median["ping"], "txcheck/ping")
+	b.ReportMetric(median["pipecheck"]/median["ping"], "pipecheck/ping")
 	b.ReportMetric(median["grantrelease"]/median["pingpair"], "grantrelease/pingpair")
 	b.ReportMetric(median["renew"]/median["ping"], "renew/ping")
 	b.ReportMetric(median["check"]/median["ping"], "check/ping")

@@ -74,6 +74,12 @@ func sendError(ctx context.Context, op string, err error) error {
 // succeeded and are not told apart from a lost reply, so they stay
 // ambiguous.
 func notSent(err error) bool {
+	if abandoned(err) {
+		return false // its caller stopped waiting after it was sent (batch.go)
+	}
+	if errors.As(err, new(notSentError)) || errors.Is(err, backend.ErrClosed) {
+		return true // it never left the backend's queue (batch.go)
+	}
 	if errors.Is(err, redis.ErrClosed) || errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) {
 		return true
 	}

@@ -44,6 +44,8 @@ type Backend struct {
 	publish     any // "spublish" on a Cluster, else "publish"
 	closed      atomic.Bool
 	notifier    notifier
+	batch       *batcher // sends Grant, Renew, Release and Token
+	pipeToken   bool     // Token as HMGET and TIME, not a script (see Token)
 }
 
 // Option configures a Backend.
@@ -105,6 +107,9 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 		return nil, err
 	}
 	b.notifier.b = b
+	b.batch = newBatcher(client)
+	_, isCluster := client.(*redis.ClusterClient)
+	b.pipeToken = !isCluster
 	return b, nil
 }
 
@@ -170,8 +175,15 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	return statusError(reply)
 }
 
-// Token implements backend.Backend. It is one read-only script, so it is
-// as exact as the other operations: the server's clock decides liveness.
+// Token implements backend.Backend. The server's clock decides liveness,
+// as in every other operation. On a Cluster it is one read-only script.
+// Elsewhere it is cheaper (no script: docs/redis-bench.md): HMGET of the
+// record and then TIME, pipelined on one connection, so the clock is read
+// after the record. A lease the record shows live at a TIME before its end
+// was live when the record was read, and a released or never-granted one
+// was not live then either. Only a lease that looks ended by its time (it
+// expired, or TIME came late and a renewal moved its end meanwhile) is
+// asked again, by the script, which reads both at one instant.
 func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return 0, false, err
@@ -179,13 +191,68 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 	if err := backend.CheckKey(key); err != nil {
 		return 0, false, err
 	}
-	s, err := tokenScript.run(ctx, b.client, b.RedisKey(key)).Text()
+	rk := b.RedisKey(key)
+	if b.pipeToken {
+		tok, live, sure, err := b.pipelinedToken(ctx, rk)
+		if sure || err != nil {
+			return tok, live, err
+		}
+	}
+	s, err := tokenScript.run(ctx, b.batch, rk).Text()
 	if errors.Is(err, redis.Nil) {
 		return 0, false, nil
 	}
 	if err != nil {
 		return 0, false, sendError(ctx, "token", err)
 	}
+	return parseToken(s)
+}
+
+// pipelinedToken reads the record and then the server's clock (see
+// Token). sure is false when the script must decide.
+func (b *Backend) pipelinedToken(ctx context.Context, rk string) (tok uint64, live, sure bool, err error) {
+	fields := redis.NewCmd(ctx, "hmget", rk, "token", "exp")
+	clock := redis.NewCmd(ctx, "time")
+	if err := b.batch.do(ctx, fields, clock); abandoned(err) {
+		return 0, false, true, sendError(ctx, "token", err)
+	}
+	h, err := fields.Slice()
+	if err == nil {
+		var t []any
+		if t, err = clock.Slice(); err == nil {
+			return readToken(h, t)
+		}
+	}
+	return 0, false, true, sendError(ctx, "token", err)
+}
+
+// readToken reads the replies of HMGET token exp and TIME.
+func readToken(h, t []any) (tok uint64, live, sure bool, err error) {
+	if len(h) != 2 || len(t) != 2 {
+		return 0, false, true, fmt.Errorf("redis token: %w: %d fields, %d clock values", errBadReply, len(h), len(t))
+	}
+	exp, _ := h[1].(string)
+	if exp == "" || exp == "r" {
+		return 0, false, true, nil // never leased, or released
+	}
+	sec, _ := t[0].(string)
+	usec, _ := t[1].(string)
+	e, err1 := strconv.ParseInt(exp, 10, 64)
+	s, err2 := strconv.ParseInt(sec, 10, 64)
+	us, err3 := strconv.ParseInt(usec, 10, 64)
+	if err := errors.Join(err1, err2, err3); err != nil {
+		return 0, false, true, fmt.Errorf("redis token: %w: %w", errBadReply, err)
+	}
+	if s*1_000_000+us >= e {
+		return 0, false, false, nil // looks ended: ask the script
+	}
+	ts, _ := h[0].(string)
+	tok, live, err = parseToken(ts)
+	return tok, live, true, err
+}
+
+// parseToken reads a live lease's token.
+func parseToken(s string) (uint64, bool, error) {
 	tok, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
 		return 0, false, fmt.Errorf("redis token: %w %q: %w", errBadReply, s, err)
@@ -199,6 +266,7 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 // close the client, which belongs to the caller.
 func (b *Backend) Close() error {
 	b.closed.Store(true)
+	b.batch.close()
 	b.notifier.close()
 	return nil
 }
@@ -209,7 +277,7 @@ func (b *Backend) Close() error {
 func (b *Backend) run(ctx context.Context, op string, s *script, key string, minReplicas int, args ...any) ([]any, error) {
 	rk := b.RedisKey(key)
 	if minReplicas <= 0 {
-		reply, err := s.run(ctx, b.client, rk, args...).Slice()
+		reply, err := s.run(ctx, b.batch, rk, args...).Slice()
 		if err != nil {
 			return nil, sendError(ctx, op, err)
 		}

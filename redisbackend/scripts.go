@@ -90,12 +90,24 @@ func (s *script) cmd(ctx context.Context, source bool, key string, args []any) o
 // lacks it, in one round trip when the cache has it.
 func (s *script) run(ctx context.Context, c processor, key string, args ...any) *redis.Cmd {
 	cmd := s.cmd(ctx, false, key, args)
-	_ = c.Process(ctx, cmd)
+	if err := c.Process(ctx, cmd); abandoned(err) {
+		return failed(ctx, err)
+	}
 	if isNoScript(cmd.Err()) { // nothing ran: send the source
 		cmd = s.cmd(ctx, true, key, args)
-		_ = c.Process(ctx, cmd)
+		if err := c.Process(ctx, cmd); abandoned(err) {
+			return failed(ctx, err)
+		}
 	}
 	return cmd.Cmd
+}
+
+// failed returns a command that failed with err, for a caller that must
+// not read the command it sent (see abandoned).
+func failed(ctx context.Context, err error) *redis.Cmd {
+	cmd := redis.NewCmd(ctx)
+	cmd.SetErr(err)
+	return cmd
 }
 
 // processor is what runs a command: a client, a node's client, a pipeline.

@@ -1,0 +1,277 @@
+package redisbackend
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// batcher sends the backend's requests, coalescing concurrent ones into
+// pipelines. A request that finds no other request of the backend in
+// flight goes out at once on the caller's goroutine, as a lone command
+// would; one that finds others in flight joins a queue that one goroutine
+// (the flusher) sends as one pipeline, one write and one read for the
+// whole batch. Under load that spares the client and the server most of
+// their per-command system calls and wake-ups, which on a busy machine
+// cost more than the scripts themselves (docs/redis-bench.md); alone, a
+// request pays nothing for it.
+//
+// What a caller sees is what a lone command gives: the commands are
+// onceCmd, and a pipeline that holds one is never resent by go-redis
+// either, so each request still goes out at most once. A caller whose
+// context ends while its request is queued takes it back (nothing was
+// sent: its error is the context's); once the flusher has taken it, the
+// caller stops waiting and gets the context's error on a command whose
+// outcome is unknown. The flusher sends a batch under a context that ends
+// at the latest of its requests' deadlines (none if one has none, so the
+// client's timeouts apply). Close fails the queue and sets the callers
+// of the batch in flight free in the same way.
+type batcher struct {
+	client   processPipeliner
+	inFlight atomic.Int64 // requests sent or queued and not yet answered
+
+	mu      sync.Mutex
+	queue   []*queued
+	started bool
+	closed  bool
+	wake    chan struct{} // one token: the queue has work
+	closing chan struct{} // closed by close: callers stop waiting
+	ctx     context.Context
+	cancel  context.CancelFunc
+	done    chan struct{} // closed when the flusher returns
+}
+
+// processPipeliner is what the batcher needs of a go-redis client.
+type processPipeliner interface {
+	processor
+	Pipeline() redis.Pipeliner
+}
+
+// maxBatch bounds the commands of one pipeline, so that one batch's
+// replies stay a modest read and a large queue is sent in a few writes.
+const maxBatch = 128
+
+// queued is a request waiting for the flusher. state moves from
+// stateQueued to stateTaken (by the flusher) or stateAbandoned (by a
+// caller whose context ended first), exactly once.
+type queued struct {
+	ctx   context.Context
+	cmds  []redis.Cmder
+	state atomic.Int32
+	done  chan struct{} // closed once the commands have their replies
+}
+
+const (
+	stateQueued int32 = iota
+	stateTaken
+	stateAbandoned
+)
+
+func newBatcher(client processPipeliner) *batcher {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &batcher{client: client, wake: make(chan struct{}, 1), closing: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+}
+
+// Process implements processor: it sends cmd as described on batcher.
+func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
+	return b.do(ctx, cmd)
+}
+
+// do sends cmds, in order on one connection when they are batched, and
+// returns the first command's error, or a context error when ctx ended
+// first. The commands' errors are set in every case but one: a caller
+// that stops waiting for a batch already sent must not read them.
+func (b *batcher) do(ctx context.Context, cmds ...redis.Cmder) error {
+	defer b.inFlight.Add(-1)
+	if b.inFlight.Add(1) == 1 {
+		return b.direct(ctx, cmds)
+	}
+	q := &queued{ctx: ctx, cmds: cmds, done: make(chan struct{})}
+	if !b.enqueue(q) {
+		err := backend.ErrClosed
+		setErr(cmds, err)
+		return err
+	}
+	var cause error
+	select {
+	case <-q.done:
+		return cmds[0].Err()
+	case <-ctx.Done():
+		cause = ctx.Err()
+	case <-b.closing:
+		cause = backend.ErrClosed
+	}
+	if q.state.CompareAndSwap(stateQueued, stateAbandoned) {
+		err := notSentError{cause}
+		setErr(cmds, err)
+		return err
+	}
+	// The flusher has it: its outcome is unknown. The commands belong to
+	// the flusher until it closes done.
+	return errAbandoned{cause}
+}
+
+// notSentError is the error of a request that never left the queue.
+type notSentError struct{ err error }
+
+func (e notSentError) Error() string { return "not sent: " + e.err.Error() }
+func (e notSentError) Unwrap() error { return e.err }
+
+// errAbandoned is the error of a request whose caller stopped waiting
+// after the flusher took it: it may have run. Its commands still belong
+// to the flusher, so the caller must not read them.
+type errAbandoned struct{ err error }
+
+func (e errAbandoned) Error() string { return "stopped waiting for the reply: " + e.err.Error() }
+func (e errAbandoned) Unwrap() error { return e.err }
+
+// abandoned reports whether err, returned by do, says that the caller must
+// not read its commands.
+func abandoned(err error) bool { return errors.As(err, new(errAbandoned)) }
+
+// direct sends cmds on the caller's goroutine: one command alone, several
+// as one pipeline.
+func (b *batcher) direct(ctx context.Context, cmds []redis.Cmder) error {
+	if len(cmds) == 1 {
+		return b.client.Process(ctx, cmds[0])
+	}
+	pipe := b.client.Pipeline()
+	for _, c := range cmds {
+		_ = pipe.Process(ctx, c)
+	}
+	_, _ = pipe.Exec(ctx) // errors are on the commands
+	return cmds[0].Err()
+}
+
+// enqueue queues q for the flusher, starting it the first time; false
+// once the batcher is closed.
+func (b *batcher) enqueue(q *queued) bool {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return false
+	}
+	b.queue = append(b.queue, q)
+	if !b.started {
+		b.started = true
+		go b.flush()
+	}
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default: // already signalled
+	}
+	return true
+}
+
+// flush sends the queue, batch after batch, until the batcher is closed.
+func (b *batcher) flush() {
+	defer close(b.done)
+	var spare []*queued
+	var cmds []redis.Cmder
+	for {
+		select {
+		case <-b.wake:
+		case <-b.ctx.Done():
+			return
+		}
+		for {
+			b.mu.Lock()
+			batch := b.queue
+			switch {
+			case len(batch) > maxBatch:
+				batch = batch[:maxBatch:maxBatch]
+				b.queue = b.queue[maxBatch:]
+			default:
+				b.queue, spare = spare, nil // spare never shares an array with the queue
+			}
+			b.mu.Unlock()
+			if len(batch) == 0 {
+				spare = batch
+				break
+			}
+			cmds = b.send(batch, cmds[:0])
+			for _, q := range batch {
+				if q.state.Load() == stateTaken {
+					close(q.done)
+				}
+			}
+			clear(batch)
+			spare = batch[:0]
+		}
+	}
+}
+
+// send takes the batch's requests that are still wanted and sends them as
+// one pipeline, returning cmds (reused by the next batch).
+func (b *batcher) send(batch []*queued, cmds []redis.Cmder) []redis.Cmder {
+	var latest time.Time
+	unbounded := false
+	for _, q := range batch {
+		if !q.state.CompareAndSwap(stateQueued, stateTaken) {
+			continue // its caller gave up
+		}
+		cmds = append(cmds, q.cmds...)
+		if dl, ok := q.ctx.Deadline(); !ok {
+			unbounded = true
+		} else if dl.After(latest) {
+			latest = dl
+		}
+	}
+	if len(cmds) == 0 {
+		return cmds
+	}
+	ctx := b.ctx
+	if !unbounded {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, latest)
+		defer cancel()
+	}
+	if len(cmds) == 1 {
+		_ = b.client.Process(ctx, cmds[0])
+	} else {
+		pipe := b.client.Pipeline()
+		for _, c := range cmds {
+			_ = pipe.Process(ctx, c)
+		}
+		_, _ = pipe.Exec(ctx) // errors are on the commands
+	}
+	for i := range cmds {
+		cmds[i] = nil
+	}
+	return cmds
+}
+
+// close fails what is queued (never sent) and the callers of the batch in
+// flight (its outcome unknown), and returns once the flusher has. The
+// flusher may still be waiting for that batch's replies, which go-redis
+// bounds only by deadlines: the batch's (the latest of its callers') or,
+// without one, the client's read timeout.
+func (b *batcher) close() {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return
+	}
+	b.closed = true
+	b.queue = nil
+	started := b.started
+	b.mu.Unlock()
+	close(b.closing)
+	b.cancel()
+	if started {
+		<-b.done
+	}
+}
+
+func setErr(cmds []redis.Cmder, err error) {
+	for _, c := range cmds {
+		c.SetErr(err)
+	}
+}
