@@ -80,18 +80,27 @@ func newBatcher(client processPipeliner) *batcher {
 
 // Process implements processor: it sends cmd as described on batcher.
 func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
-	return b.do(ctx, cmd)
+	defer b.inFlight.Add(-1)
+	if b.inFlight.Add(1) == 1 {
+		return b.client.Process(ctx, cmd)
+	}
+	return b.wait(ctx, []redis.Cmder{cmd})
 }
 
-// do sends cmds, in order on one connection when they are batched, and
-// returns the first command's error, or a context error when ctx ended
-// first. The commands' errors are set in every case but one: a caller
-// that stops waiting for a batch already sent must not read them.
+// do sends cmds, in order on one connection, and returns the first
+// command's error, or a context error when ctx ended first. The commands'
+// errors are set in every case but one: a caller that stops waiting for a
+// batch already sent (abandoned) must not read them.
 func (b *batcher) do(ctx context.Context, cmds ...redis.Cmder) error {
 	defer b.inFlight.Add(-1)
 	if b.inFlight.Add(1) == 1 {
 		return b.direct(ctx, cmds)
 	}
+	return b.wait(ctx, cmds)
+}
+
+// wait queues cmds for the flusher and waits for their replies.
+func (b *batcher) wait(ctx context.Context, cmds []redis.Cmder) error {
 	q := &queued{ctx: ctx, cmds: cmds, done: make(chan struct{})}
 	if !b.enqueue(q) {
 		err := backend.ErrClosed
@@ -133,14 +142,16 @@ func (e errAbandoned) Unwrap() error { return e.err }
 
 // abandoned reports whether err, returned by do, says that the caller must
 // not read its commands.
-func abandoned(err error) bool { return errors.As(err, new(errAbandoned)) }
-
-// direct sends cmds on the caller's goroutine: one command alone, several
-// as one pipeline.
-func (b *batcher) direct(ctx context.Context, cmds []redis.Cmder) error {
-	if len(cmds) == 1 {
-		return b.client.Process(ctx, cmds[0])
+func abandoned(err error) bool {
+	if err == nil {
+		return false
 	}
+	var a errAbandoned
+	return errors.As(err, &a)
+}
+
+// direct sends cmds on the caller's goroutine as one pipeline.
+func (b *batcher) direct(ctx context.Context, cmds []redis.Cmder) error {
 	pipe := b.client.Pipeline()
 	for _, c := range cmds {
 		_ = pipe.Process(ctx, c)
