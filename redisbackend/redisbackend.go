@@ -262,7 +262,11 @@ func parseToken(s string) (uint64, bool, error) {
 
 // Close implements backend.Backend: later calls return backend.ErrClosed,
 // and every NotifyFree subscription ends (its channel is closed) with the
-// connections and goroutines the backend started for them. Close does not
+// connections and goroutines the backend started for them. Requests still
+// queued for a shared round trip fail with backend.ErrClosed, unsent; the
+// callers of a batch in flight get ErrOutcomeUnknown at once, and Close
+// returns when that batch's replies came or its deadline passed (see
+// docs/redis.md, "Concurrent requests share round trips"). Close does not
 // close the client, which belongs to the caller.
 func (b *Backend) Close() error {
 	b.closed.Store(true)
