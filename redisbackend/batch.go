@@ -13,14 +13,14 @@ import (
 )
 
 // batcher sends the backend's requests, coalescing concurrent ones into
-// pipelines. A request that finds no other request of the backend in
-// flight goes out at once on the caller's goroutine, as a lone command
-// would; one that finds others in flight joins a queue that one goroutine
-// (the flusher) sends as one pipeline, one write and one read for the
-// whole batch. Under load that spares the client and the server most of
-// their per-command system calls and wake-ups, which on a busy machine
-// cost more than the scripts themselves (docs/redis-bench.md); alone, a
-// request pays nothing for it.
+// pipelines. A request that finds fewer than directInFlight others of the
+// backend in flight goes out at once on the caller's goroutine, as a lone
+// command would; one that finds more joins a queue that one goroutine (the
+// flusher) sends as one pipeline, one write and one read for the whole
+// batch. Under load that spares the client and the server most of their
+// per-command system calls and wake-ups, which on a busy machine cost more
+// than the scripts themselves (docs/redis-bench.md); at low concurrency
+// the requests keep their own connections and round trips.
 //
 // What a caller sees is what a lone command gives: the commands are
 // onceCmd, and a pipeline that holds one is never resent by go-redis
@@ -53,6 +53,16 @@ type processPipeliner interface {
 	Pipeline() redis.Pipeliner
 }
 
+// directInFlight is how many requests go out on their callers' goroutines
+// at once before the rest are batched. Measured against sending every
+// request directly (docs/redis-bench.md): batching from the second request
+// on cost 10-40% of the throughput at 2 to 8 goroutines (one batch on the
+// wire at a time serializes what separate connections run in parallel) and
+// gained 1.3-1.7x at 32; from the ninth on it costs nothing measurable up
+// to 8 and gains 1.7x at 32 and 2.1x at 64; from the seventeenth on it
+// gains less (1.6x at 32).
+const directInFlight = 8
+
 // maxBatch bounds the commands of one pipeline, so that one batch's
 // replies stay a modest read and a large queue is sent in a few writes.
 const maxBatch = 128
@@ -81,7 +91,7 @@ func newBatcher(client processPipeliner) *batcher {
 // Process implements processor: it sends cmd as described on batcher.
 func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 	defer b.inFlight.Add(-1)
-	if b.inFlight.Add(1) == 1 {
+	if b.inFlight.Add(1) <= directInFlight {
 		return b.client.Process(ctx, cmd)
 	}
 	return b.wait(ctx, []redis.Cmder{cmd})
@@ -93,7 +103,7 @@ func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 // batch already sent (abandoned) must not read them.
 func (b *batcher) do(ctx context.Context, cmds ...redis.Cmder) error {
 	defer b.inFlight.Add(-1)
-	if b.inFlight.Add(1) == 1 {
+	if b.inFlight.Add(1) <= directInFlight {
 		return b.direct(ctx, cmds)
 	}
 	return b.wait(ctx, cmds)

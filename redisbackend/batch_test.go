@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/redisbackend"
 )
 
 // pipelineSizes is a go-redis hook that records the size of every
@@ -127,15 +128,28 @@ func TestQueuedRequestGivenUp(t *testing.T) {
 		}
 	}
 
-	// a goes out alone and hangs; b, sent while a is in flight, goes out
-	// in the sender's batch and hangs too, keeping the sender busy.
-	aDone, bDone, cDone := make(chan error, 1), make(chan error, 1), make(chan error, 1)
-	p.arm(faultStall)
-	go grant("a", 3*time.Second, aDone)
-	waitStalled(1)
+	// hang starts n lone requests (sent on their callers' goroutines) whose
+	// replies hang until their deadline, so that later requests are batched.
+	hang := func(prefix string, n int, timeout time.Duration) []chan error {
+		t.Helper()
+		var done []chan error
+		for i := range n {
+			p.arm(faultStall)
+			d := make(chan error, 1)
+			go grant(fmt.Sprintf("%s%d", prefix, i), timeout, d)
+			waitStalled(p.stalled.Load() + 1)
+			done = append(done, d)
+		}
+		return done
+	}
+
+	// The a's go out alone and hang; b, sent while they are in flight, goes
+	// out in the sender's batch and hangs too, keeping the sender busy.
+	aDone := hang("a", redisbackend.DirectInFlight, 3*time.Second)
+	bDone, cDone := make(chan error, 1), make(chan error, 1)
 	p.arm(faultStall)
 	go grant("b", 1500*time.Millisecond, bDone)
-	waitStalled(2)
+	waitStalled(redisbackend.DirectInFlight + 1)
 	// c waits behind b's batch and gives up first.
 	go grant("c", 200*time.Millisecond, cDone)
 	if err := <-cDone; !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, backend.ErrOutcomeUnknown) {
@@ -144,25 +158,25 @@ func TestQueuedRequestGivenUp(t *testing.T) {
 	if err := <-bDone; !errors.Is(err, backend.ErrOutcomeUnknown) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("batched grant whose reply hung: %v, want ErrOutcomeUnknown and DeadlineExceeded", err)
 	}
-	if err := <-aDone; !errors.Is(err, backend.ErrOutcomeUnknown) {
-		t.Fatalf("lone grant whose reply hung: %v, want ErrOutcomeUnknown", err)
+	for _, d := range aDone {
+		if err := <-d; !errors.Is(err, backend.ErrOutcomeUnknown) {
+			t.Fatalf("lone grant whose reply hung: %v, want ErrOutcomeUnknown", err)
+		}
 	}
 	mustGrant(t, b, "after", "x") // the sender is free again
-	if a, bb, c := counter(t, raw, b, "a"), counter(t, raw, b, "b"), counter(t, raw, b, "c"); a != "1" || bb != "1" || c != "" {
-		t.Fatalf("counters a=%q b=%q c=%q; want 1, 1 and never granted", a, bb, c)
+	if a, bb, c := counter(t, raw, b, "a0"), counter(t, raw, b, "b"), counter(t, raw, b, "c"); a != "1" || bb != "1" || c != "" {
+		t.Fatalf("counters a0=%q b=%q c=%q; want 1, 1 and never granted", a, bb, c)
 	}
 
 	// Close with a batch in flight and a request queued behind it: the
 	// queued one fails with ErrClosed, unsent; the batch's caller is let go
 	// at once, its outcome unknown; Close returns once the sender has, when
 	// the hung batch reaches its deadline.
-	dDone, eDone, fDone := make(chan error, 1), make(chan error, 1), make(chan error, 1)
-	p.arm(faultStall)
-	go grant("d", 1500*time.Millisecond, dDone)
-	waitStalled(3)
+	dDone := hang("d", redisbackend.DirectInFlight, 1500*time.Millisecond)
+	eDone, fDone := make(chan error, 1), make(chan error, 1)
 	p.arm(faultStall)
 	go grant("e", 1500*time.Millisecond, eDone)
-	waitStalled(4)
+	waitStalled(2*redisbackend.DirectInFlight + 2)
 	go grant("f", 10*time.Second, fDone)
 	time.Sleep(100 * time.Millisecond) // f is queued
 	start := time.Now()
@@ -182,7 +196,9 @@ func TestQueuedRequestGivenUp(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("Close did not return after the hung batch's deadline")
 	}
-	<-dDone // the lone request is on its caller's goroutine: it ends at its deadline
+	for _, d := range dDone {
+		<-d // a lone request is on its caller's goroutine: it ends at its deadline
+	}
 	if got := counter(t, raw, b, "f"); got != "" {
 		t.Fatalf("the queued grant reached the server: counter %s", got)
 	}

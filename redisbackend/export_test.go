@@ -1,0 +1,4 @@
+package redisbackend
+
+// DirectInFlight is directInFlight, for the tests of batching.
+const DirectInFlight = directInFlight
