@@ -40,8 +40,8 @@ func redisSection(t *testing.T, r *report) {
 		return func() (time.Duration, error) { return commandCPU(ctx, rc, cmds) }
 	}
 	ours := stats("evalsha", "eval", "hmget", "time") // Token outside Cluster: HMGET, TIME
-	lockCmds := stats("set", "evalsha", "eval") // redislock, redsync: SET NX PX, a script
-	refreshCmds := stats("evalsha", "eval")     // redislock's Refresh is one script
+	lockCmds := stats("set", "evalsha", "eval")       // redislock, redsync: SET NX PX, a script
+	refreshCmds := stats("evalsha", "eval")           // redislock's Refresh is one script
 	pingCmds := stats("ping")
 	coord := newCoordinator(t, rc, "bench:report:")
 	locker := redislock.New(rc)
