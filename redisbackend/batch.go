@@ -133,7 +133,7 @@ func (b *batcher) wait(ctx context.Context, cmds []redis.Cmder) error {
 	}
 	// The flusher has it: its outcome is unknown. The commands belong to
 	// the flusher until it closes done.
-	return errAbandoned{cause}
+	return abandonedError{cause}
 }
 
 // notSentError is the error of a request that never left the queue.
@@ -142,13 +142,13 @@ type notSentError struct{ err error }
 func (e notSentError) Error() string { return "not sent: " + e.err.Error() }
 func (e notSentError) Unwrap() error { return e.err }
 
-// errAbandoned is the error of a request whose caller stopped waiting
+// abandonedError is the error of a request whose caller stopped waiting
 // after the flusher took it: it may have run. Its commands still belong
 // to the flusher, so the caller must not read them.
-type errAbandoned struct{ err error }
+type abandonedError struct{ err error }
 
-func (e errAbandoned) Error() string { return "stopped waiting for the reply: " + e.err.Error() }
-func (e errAbandoned) Unwrap() error { return e.err }
+func (e abandonedError) Error() string { return "stopped waiting for the reply: " + e.err.Error() }
+func (e abandonedError) Unwrap() error { return e.err }
 
 // abandoned reports whether err, returned by do, says that the caller must
 // not read its commands.
@@ -156,7 +156,7 @@ func abandoned(err error) bool {
 	if err == nil {
 		return false
 	}
-	var a errAbandoned
+	var a abandonedError
 	return errors.As(err, &a)
 }
 
