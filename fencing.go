@@ -25,6 +25,7 @@ package fencing
 import (
 	"context"
 	cryptorand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -154,9 +155,12 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 // that is not the key's lease ErrLeaseNotFound.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	start := c.obs.now(ctx)
-	_, err := resend(c, ctx, func() (struct{}, error) {
-		return struct{}{}, c.backend.Release(ctx, key, leaseID)
-	})
+	err := c.backend.Release(ctx, key, leaseID)
+	if err != nil {
+		_, err = resend(c, ctx, struct{}{}, err, func() (struct{}, error) {
+			return struct{}{}, c.backend.Release(ctx, key, leaseID)
+		})
+	}
 	c.obs.done(ctx, opRelease, key, start, 0, err)
 	if err != nil {
 		return requestError("release", key, leaseID, err)
@@ -214,20 +218,30 @@ func newIDSource() *idSource {
 // alphabet, as crypto/rand.Text makes, each 5 random bits (130 in all), at
 // a third of its cost.
 func (c *Coordinator) newLeaseID() string {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 	g := c.ids.pool.Get().(*rand.ChaCha8)
-	var id [26]byte
-	var bits uint64
-	for i := range id {
-		if i%12 == 0 { // 12 characters use 60 of a draw's 64 bits
-			bits = g.Uint64()
-		}
-		id[i] = alphabet[bits&31]
-		bits >>= 5
-	}
+	a, b, d := g.Uint64(), g.Uint64(), g.Uint64()
 	c.ids.pool.Put(g)
+	// Two characters (10 bits) at a time: 12 from each of a and b (60 of
+	// their 64 bits), 2 from d.
+	var id [26]byte
+	for i := 0; i < 12; i += 2 {
+		binary.LittleEndian.PutUint16(id[i:], base32Pairs[a&1023])
+		binary.LittleEndian.PutUint16(id[12+i:], base32Pairs[b&1023])
+		a, b = a>>10, b>>10
+	}
+	binary.LittleEndian.PutUint16(id[24:], base32Pairs[d&1023])
 	return string(id[:])
 }
+
+// base32Pairs maps 10 bits to two characters of the RFC 4648 base32
+// alphabet, the low 5 bits first, as little-endian uint16s.
+var base32Pairs = func() (t [1024]uint16) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+	for i := range t {
+		t[i] = uint16(alphabet[i&31]) | uint16(alphabet[i>>5])<<8
+	}
+	return t
+}()
 
 // request builds a grant or renew request. Its arguments are checked by the
 // backend, which every backend must do (package conformance holds them to
@@ -254,7 +268,10 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
-	rec, err := resend(c, ctx, func() (backend.Lease, error) { return call(ctx, req) })
+	rec, err := call(ctx, req)
+	if err != nil {
+		rec, err = resend(c, ctx, rec, err, func() (backend.Lease, error) { return call(ctx, req) })
+	}
 	c.obs.request(ctx, op, req.Key, sent, rec.Token, err)
 	if err != nil {
 		return Lease{}, requestError(op, req.Key, req.LeaseID, err)
@@ -294,16 +311,18 @@ func requestError(op, key, leaseID string, err error) error {
 	return opError(op, key, err)
 }
 
-// resend runs call, and runs it again (it carries the same lease ID) while
-// its outcome is unknown, up to the Coordinator's retry budget. When a resend
-// ends without a verdict (the context ended, the backend was closed) after an
-// attempt whose outcome was unknown, the error wraps ErrOutcomeUnknown too:
-// the earlier attempt may have taken effect, and the caller must not read
-// "canceled" as "nothing happened".
-func resend[T any](c *Coordinator, ctx context.Context, call func() (T, error)) (T, error) {
+// resend takes the result of a request's first attempt, v and err (not
+// nil), and runs call (which carries the same lease ID) again while the
+// outcome is unknown, up to the Coordinator's retry budget. When a resend
+// ends without a verdict (the context ended, the backend was closed) after
+// an attempt whose outcome was unknown, the error wraps ErrOutcomeUnknown
+// too: the earlier attempt may have taken effect, and the caller must not
+// read "canceled" as "nothing happened". The first attempt is the caller's
+// own call, so that the common case, a first attempt with a verdict, costs
+// no call through a function value.
+func resend[T any](c *Coordinator, ctx context.Context, v T, err error, call func() (T, error)) (T, error) {
 	var uncertain error
 	for attempt := 0; ; attempt++ {
-		v, err := call()
 		switch {
 		case err == nil:
 			return v, nil
@@ -315,6 +334,7 @@ func resend[T any](c *Coordinator, ctx context.Context, call func() (T, error)) 
 		if !c.retry(ctx, err, attempt) {
 			return v, err
 		}
+		v, err = call()
 	}
 }
 
