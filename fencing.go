@@ -160,14 +160,14 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 // not an error; releasing an expired one returns ErrLeaseExpired and one
 // that is not the key's lease ErrLeaseNotFound.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
-	start := c.obs.now(ctx)
+	sp := c.obs.begin(ctx)
 	err := c.backend.Release(ctx, key, leaseID)
 	if err != nil {
 		_, err = resend(c, ctx, struct{}{}, err, func() (struct{}, error) {
 			return struct{}{}, c.backend.Release(ctx, key, leaseID)
 		})
 	}
-	c.obs.done(ctx, opRelease, key, start, 0, err)
+	c.obs.done(ctx, sp, opRelease, key, 0, err)
 	if err != nil {
 		return requestError("release", key, leaseID, err)
 	}
@@ -197,9 +197,9 @@ func (c *Coordinator) ValidateToken(ctx context.Context, key string, token uint6
 // Token returns the token of key's live lease, with live == true, or zero
 // and live == false when no lease on key is live.
 func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live bool, err error) {
-	start := c.obs.now(ctx)
+	sp := c.obs.begin(ctx)
 	token, live, err = c.backend.Token(ctx, key)
-	c.obs.done(ctx, opToken, key, start, token, err)
+	c.obs.done(ctx, sp, opToken, key, token, err)
 	if err != nil {
 		return 0, false, opError("token", key, err)
 	}

@@ -268,37 +268,50 @@ func BackendName(b backend.Backend) string {
 	return t.String()
 }
 
-// now returns the time a request starts, or the zero time when its duration
-// would not be recorded, which saves reading the clock.
-func (o *observer) now(ctx context.Context) time.Time {
-	if o.recording() && o.duration.Enabled(ctx) {
-		return time.Now()
+// span is a request being recorded: whether metrics may be recorded (see
+// recording), checked once when it began, and when it started (zero: its
+// duration is not recorded, which saves reading the clock).
+type span struct {
+	rec   bool
+	start time.Time
+}
+
+// begin starts recording a request.
+func (o *observer) begin(ctx context.Context) span {
+	if !o.recording() {
+		return span{}
 	}
-	return time.Time{}
+	if o.duration.Enabled(ctx) {
+		return span{rec: true, start: time.Now()}
+	}
+	return span{rec: true}
 }
 
 // request records a grant or renewal (name "grant" or "renew") sent at
 // start, which minted or kept token.
 func (o *observer) request(ctx context.Context, name string, key string, start time.Time, token uint64, err error) {
-	o.done(ctx, opOf(name), key, start, token, err)
+	sp := span{rec: o.recording()}
+	if sp.rec {
+		sp.start = start
+	}
+	o.done(ctx, sp, opOf(name), key, token, err)
 }
 
-// done records a request of kind k that started at start (zero: not
-// timed), and logs the mutating ones.
-func (o *observer) done(ctx context.Context, k op, key string, start time.Time, token uint64, err error) {
-	if rec := o.recording(); rec || o.log != nil {
-		o.record(ctx, rec, k, key, start, token, err)
+// done records a request of kind k begun as sp, and logs the mutating ones.
+func (o *observer) done(ctx context.Context, sp span, k op, key string, token uint64, err error) {
+	if sp.rec || o.log != nil {
+		o.record(ctx, sp, k, key, token, err)
 	}
 }
 
 // record is done's work when something may record or log.
-func (o *observer) record(ctx context.Context, rec bool, k op, key string, start time.Time, token uint64, err error) {
-	if rec {
+func (o *observer) record(ctx context.Context, sp span, k op, key string, token uint64, err error) {
+	if sp.rec {
 		// Each call checks Enabled first: passing the options to a disabled
 		// instrument would still allocate.
 		attrs := o.opAttrs[k][outcomeOf(err)]
-		if !start.IsZero() && o.duration.Enabled(ctx) {
-			o.duration.Record(ctx, time.Since(start).Seconds(), attrs)
+		if !sp.start.IsZero() && o.duration.Enabled(ctx) {
+			o.duration.Record(ctx, time.Since(sp.start).Seconds(), attrs)
 		}
 		switch {
 		case k == opGrant:
@@ -314,10 +327,10 @@ func (o *observer) record(ctx context.Context, rec bool, k op, key string, start
 	}
 }
 
-// forced records a ForceRelease that started at start.
-func (o *observer) forced(ctx context.Context, key string, start time.Time, ended bool, err error) {
-	o.done(ctx, opForceRelease, key, start, 0, err)
-	if ended && err == nil && o.recording() {
+// forced records a ForceRelease begun as sp.
+func (o *observer) forced(ctx context.Context, key string, sp span, ended bool, err error) {
+	o.done(ctx, sp, opForceRelease, key, 0, err)
+	if ended && err == nil && sp.rec {
 		add(ctx, o.releases, o.opAttrs[opForceRelease][outOK])
 	}
 	if o.log != nil && err == nil {
