@@ -18,7 +18,8 @@ const memoryTTL = time.Hour
 
 // memorySection compares the in-memory backend, called through
 // fencing.Coordinator as users call it, with the original single-mutex
-// design (see original), each at its user-facing call.
+// design (see original), each at its user-facing call, then times the Lock
+// handoff (see memoryHandoff).
 func memorySection(t *testing.T, r *report) {
 	ctx := context.Background()
 
