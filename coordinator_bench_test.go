@@ -26,3 +26,21 @@ func BenchmarkGrantRefused(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkGrantRelease is the Coordinator's Grant and Release of a free key
+// on the in-memory backend, the path bench's memory report times, for
+// profiling: go test -run '^$' -bench GrantRelease -cpuprofile cpu.out.
+func BenchmarkGrantRelease(b *testing.B) {
+	c := fencing.New(memorybackend.New())
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		l, err := c.Grant(ctx, "orders/w00/0001", time.Hour)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := c.Release(ctx, l.Key, l.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

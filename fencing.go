@@ -25,10 +25,12 @@ package fencing
 import (
 	"context"
 	cryptorand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
@@ -61,6 +63,10 @@ type Lease struct {
 	// Deadline is the local time (with a monotonic reading) by which the
 	// holder must stop relying on the lease: the moment just before the
 	// request was sent plus the timeout asked for, without the margin.
+	// Go compares it by its monotonic reading (time.Until, Before, After);
+	// its wall-clock reading, which only printing and Round(0) use, is
+	// derived from a wall-clock reading at most a second older, so a step
+	// of the wall clock within that second may not show in it.
 	Deadline time.Time
 }
 
@@ -78,6 +84,7 @@ type Coordinator struct {
 	defaultMargin time.Duration
 	retries       int
 	ids           *idSource
+	clock         sendClock
 	obs           observer // metrics and logs (metrics.go)
 }
 
@@ -153,11 +160,14 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 // not an error; releasing an expired one returns ErrLeaseExpired and one
 // that is not the key's lease ErrLeaseNotFound.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
-	start := c.obs.now(ctx)
-	_, err := resend(c, ctx, func() (struct{}, error) {
-		return struct{}{}, c.backend.Release(ctx, key, leaseID)
-	})
-	c.obs.done(ctx, opRelease, key, start, 0, err)
+	sp := c.obs.begin(ctx)
+	err := c.backend.Release(ctx, key, leaseID)
+	if err != nil {
+		_, err = resend(c, ctx, struct{}{}, err, func() (struct{}, error) {
+			return struct{}{}, c.backend.Release(ctx, key, leaseID)
+		})
+	}
+	c.obs.done(ctx, sp, opRelease, key, 0, err)
 	if err != nil {
 		return requestError("release", key, leaseID, err)
 	}
@@ -187,9 +197,9 @@ func (c *Coordinator) ValidateToken(ctx context.Context, key string, token uint6
 // Token returns the token of key's live lease, with live == true, or zero
 // and live == false when no lease on key is live.
 func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live bool, err error) {
-	start := c.obs.now(ctx)
+	sp := c.obs.begin(ctx)
 	token, live, err = c.backend.Token(ctx, key)
-	c.obs.done(ctx, opToken, key, start, token, err)
+	c.obs.done(ctx, sp, opToken, key, token, err)
 	if err != nil {
 		return 0, false, opError("token", key, err)
 	}
@@ -214,19 +224,56 @@ func newIDSource() *idSource {
 // alphabet, as crypto/rand.Text makes, each 5 random bits (130 in all), at
 // a third of its cost.
 func (c *Coordinator) newLeaseID() string {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
 	g := c.ids.pool.Get().(*rand.ChaCha8)
-	var id [26]byte
-	var bits uint64
-	for i := range id {
-		if i%12 == 0 { // 12 characters use 60 of a draw's 64 bits
-			bits = g.Uint64()
-		}
-		id[i] = alphabet[bits&31]
-		bits >>= 5
-	}
+	a, b, d := g.Uint64(), g.Uint64(), g.Uint64()
 	c.ids.pool.Put(g)
+	// Two characters (10 bits) at a time: 12 from each of a and b (60 of
+	// their 64 bits), 2 from d.
+	var id [26]byte
+	for i := 0; i < 12; i += 2 {
+		binary.LittleEndian.PutUint16(id[i:], base32Pairs[a&1023])
+		binary.LittleEndian.PutUint16(id[12+i:], base32Pairs[b&1023])
+		a, b = a>>10, b>>10
+	}
+	binary.LittleEndian.PutUint16(id[24:], base32Pairs[d&1023])
 	return string(id[:])
+}
+
+// base32Pairs maps 10 bits to two characters of the RFC 4648 base32
+// alphabet, the low 5 bits first, as little-endian uint16s.
+var base32Pairs = func() (t [1024]uint16) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
+	for i := range t {
+		t[i] = uint16(alphabet[i&31]) | uint16(alphabet[i>>5])<<8
+	}
+	return t
+}()
+
+// clockRefresh is how old the wall-clock reading of a sendClock may be.
+const clockRefresh = time.Second
+
+// sendClock reads the local clock for the moment a request leaves, from
+// which its Deadline counts. time.Now reads two clocks, the wall clock and
+// the monotonic one (about 50 ns against 30 ns for the monotonic one alone
+// on the VM of docs/benchmarks.md); the monotonic reading is what Deadline
+// is compared by, and the wall reading is only what a Deadline prints as.
+type sendClock struct {
+	base atomic.Pointer[time.Time] // a time.Now at most clockRefresh old
+}
+
+// now returns the current time: its monotonic reading is read now, and its
+// wall reading is that of a time.Now at most clockRefresh old plus the
+// monotonic time since (so it is off only by a step of the wall clock
+// within the last clockRefresh).
+func (c *sendClock) now() time.Time {
+	if b := c.base.Load(); b != nil {
+		if d := time.Since(*b); d >= 0 && d < clockRefresh {
+			return b.Add(d)
+		}
+	}
+	t := time.Now()
+	c.base.Store(&t)
+	return t
 }
 
 // request builds a grant or renew request. Its arguments are checked by the
@@ -250,11 +297,14 @@ func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margin
 // sentBefore when that is set (an earlier attempt with the same ID, whose
 // outcome was unknown, may be the one that took effect).
 func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, sentBefore time.Time, call func(context.Context, backend.Request) (backend.Lease, error)) (Lease, error) {
-	sent := time.Now()
+	sent := c.clock.now()
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
-	rec, err := resend(c, ctx, func() (backend.Lease, error) { return call(ctx, req) })
+	rec, err := call(ctx, req)
+	if err != nil {
+		rec, err = resend(c, ctx, rec, err, func() (backend.Lease, error) { return call(ctx, req) })
+	}
 	c.obs.request(ctx, op, req.Key, sent, rec.Token, err)
 	if err != nil {
 		return Lease{}, requestError(op, req.Key, req.LeaseID, err)
@@ -294,16 +344,18 @@ func requestError(op, key, leaseID string, err error) error {
 	return opError(op, key, err)
 }
 
-// resend runs call, and runs it again (it carries the same lease ID) while
-// its outcome is unknown, up to the Coordinator's retry budget. When a resend
-// ends without a verdict (the context ended, the backend was closed) after an
-// attempt whose outcome was unknown, the error wraps ErrOutcomeUnknown too:
-// the earlier attempt may have taken effect, and the caller must not read
-// "canceled" as "nothing happened".
-func resend[T any](c *Coordinator, ctx context.Context, call func() (T, error)) (T, error) {
+// resend takes the result of a request's first attempt, v and err (not
+// nil), and runs call (which carries the same lease ID) again while the
+// outcome is unknown, up to the Coordinator's retry budget. When a resend
+// ends without a verdict (the context ended, the backend was closed) after
+// an attempt whose outcome was unknown, the error wraps ErrOutcomeUnknown
+// too: the earlier attempt may have taken effect, and the caller must not
+// read "canceled" as "nothing happened". The first attempt is the caller's
+// own call, so that the common case, a first attempt with a verdict, costs
+// no call through a function value.
+func resend[T any](c *Coordinator, ctx context.Context, v T, err error, call func() (T, error)) (T, error) {
 	var uncertain error
 	for attempt := 0; ; attempt++ {
-		v, err := call()
 		switch {
 		case err == nil:
 			return v, nil
@@ -315,6 +367,7 @@ func resend[T any](c *Coordinator, ctx context.Context, call func() (T, error)) 
 		if !c.retry(ctx, err, attempt) {
 			return v, err
 		}
+		v, err = call()
 	}
 }
 

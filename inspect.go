@@ -25,9 +25,9 @@ func (c *Coordinator) Inspect(ctx context.Context, key string) (KeyState, error)
 	if !ok {
 		return KeyState{}, opError("inspect", key, unsupported("backend.Inspector"))
 	}
-	start := c.obs.now(ctx)
+	sp := c.obs.begin(ctx)
 	st, err := i.Inspect(ctx, key)
-	c.obs.done(ctx, opInspect, key, start, st.Token, err)
+	c.obs.done(ctx, sp, opInspect, key, st.Token, err)
 	if err != nil {
 		return KeyState{}, opError("inspect", key, err)
 	}
@@ -45,9 +45,9 @@ func (c *Coordinator) ForceRelease(ctx context.Context, key string) (bool, error
 	if !ok {
 		return false, opError("force release", key, unsupported("backend.ForceReleaser"))
 	}
-	start := c.obs.now(ctx)
+	sp := c.obs.begin(ctx)
 	ended, err := f.ForceRelease(ctx, key)
-	c.obs.forced(ctx, key, start, ended, err)
+	c.obs.forced(ctx, key, sp, ended, err)
 	if err != nil {
 		return false, opError("force release", key, err)
 	}
@@ -63,9 +63,9 @@ func (c *Coordinator) List(ctx context.Context, prefix, cursor string, limit int
 	if !ok {
 		return nil, "", fmt.Errorf("list: %w", unsupported("backend.Lister"))
 	}
-	start := c.obs.now(ctx)
+	sp := c.obs.begin(ctx)
 	page, next, err := l.List(ctx, prefix, cursor, limit)
-	c.obs.done(ctx, opList, prefix, start, 0, err)
+	c.obs.done(ctx, sp, opList, prefix, 0, err)
 	if err != nil {
 		return nil, "", fmt.Errorf("list: %w", err)
 	}

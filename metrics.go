@@ -140,14 +140,20 @@ func outcomeOf(err error) outcome {
 }
 
 // observer records a Coordinator's metrics and logs. Every method is cheap
-// when nothing is configured: one atomic load per instrument (the global
-// provider's Enabled) and a nil check for the logger.
+// when nothing is configured: on the global provider with no SDK installed,
+// one atomic load per request (see recording), and a nil check for the
+// logger.
 type observer struct {
 	mp    metric.MeterProvider
 	mpSet bool
 	log   *slog.Logger
 
-	on       bool // instruments were created
+	on bool // instruments were created
+	// global is the provider the instruments were made on when it is the
+	// global package's delegating default, else nil. Such a provider
+	// records nothing until otel.SetMeterProvider installs another, and
+	// from then on otel.GetMeterProvider returns that one instead.
+	global   metric.MeterProvider
 	duration metric.Float64Histogram
 	grants   metric.Int64Counter
 	renewals metric.Int64Counter
@@ -173,6 +179,9 @@ func (o *observer) init(b backend.Backend) {
 	}
 	if mp == nil {
 		return
+	}
+	if isGlobalDelegate(mp) {
+		o.global = mp
 	}
 	m := mp.Meter(MeterName)
 	var err error
@@ -203,6 +212,27 @@ func (o *observer) init(b backend.Backend) {
 	o.lostAttrs[1] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String("deadline")))
 	o.bAttrs = metric.WithAttributeSet(attribute.NewSet(be))
 	o.on = true
+}
+
+// globalPkg is the package of the delegating MeterProvider that
+// otel.GetMeterProvider returns until otel.SetMeterProvider is called.
+const globalPkg = "go.opentelemetry.io/otel/internal/global"
+
+// isGlobalDelegate reports whether mp is the global package's delegating
+// default provider. Its instruments forward to the provider installed later
+// by otel.SetMeterProvider, and record nothing before.
+func isGlobalDelegate(mp metric.MeterProvider) bool {
+	t := reflect.TypeOf(mp)
+	return t != nil && t.Kind() == reflect.Pointer && t.Elem().PkgPath() == globalPkg
+}
+
+// recording reports whether an instrument may record: false without
+// instruments, and false while they were made on the global default and
+// no SDK has been installed since (otel.GetMeterProvider still returns the
+// default). That costs one atomic load per call instead of one Enabled per
+// instrument. Once an SDK is installed, each instrument's Enabled decides.
+func (o *observer) recording() bool {
+	return o.on && (o.global == nil || otel.GetMeterProvider() != o.global)
 }
 
 // add adds one to c if c is enabled.
@@ -238,30 +268,50 @@ func BackendName(b backend.Backend) string {
 	return t.String()
 }
 
-// now returns the time a request starts, or the zero time when its duration
-// would not be recorded, which saves reading the clock.
-func (o *observer) now(ctx context.Context) time.Time {
-	if o.on && o.duration.Enabled(ctx) {
-		return time.Now()
+// span is a request being recorded: whether metrics may be recorded (see
+// recording), checked once when it began, and when it started (zero: its
+// duration is not recorded, which saves reading the clock).
+type span struct {
+	rec   bool
+	start time.Time
+}
+
+// begin starts recording a request.
+func (o *observer) begin(ctx context.Context) span {
+	if !o.recording() {
+		return span{}
 	}
-	return time.Time{}
+	if o.duration.Enabled(ctx) {
+		return span{rec: true, start: time.Now()}
+	}
+	return span{rec: true}
 }
 
 // request records a grant or renewal (name "grant" or "renew") sent at
 // start, which minted or kept token.
 func (o *observer) request(ctx context.Context, name string, key string, start time.Time, token uint64, err error) {
-	o.done(ctx, opOf(name), key, start, token, err)
+	sp := span{rec: o.recording()}
+	if sp.rec {
+		sp.start = start
+	}
+	o.done(ctx, sp, opOf(name), key, token, err)
 }
 
-// done records a request of kind k that started at start (zero: not
-// timed), and logs the mutating ones.
-func (o *observer) done(ctx context.Context, k op, key string, start time.Time, token uint64, err error) {
-	if o.on {
+// done records a request of kind k begun as sp, and logs the mutating ones.
+func (o *observer) done(ctx context.Context, sp span, k op, key string, token uint64, err error) {
+	if sp.rec || o.log != nil {
+		o.record(ctx, sp, k, key, token, err)
+	}
+}
+
+// record is done's work when something may record or log.
+func (o *observer) record(ctx context.Context, sp span, k op, key string, token uint64, err error) {
+	if sp.rec {
 		// Each call checks Enabled first: passing the options to a disabled
 		// instrument would still allocate.
 		attrs := o.opAttrs[k][outcomeOf(err)]
-		if !start.IsZero() && o.duration.Enabled(ctx) {
-			o.duration.Record(ctx, time.Since(start).Seconds(), attrs)
+		if !sp.start.IsZero() && o.duration.Enabled(ctx) {
+			o.duration.Record(ctx, time.Since(sp.start).Seconds(), attrs)
 		}
 		switch {
 		case k == opGrant:
@@ -277,10 +327,10 @@ func (o *observer) done(ctx context.Context, k op, key string, start time.Time, 
 	}
 }
 
-// forced records a ForceRelease that started at start.
-func (o *observer) forced(ctx context.Context, key string, start time.Time, ended bool, err error) {
-	o.done(ctx, opForceRelease, key, start, 0, err)
-	if o.on && ended && err == nil {
+// forced records a ForceRelease begun as sp.
+func (o *observer) forced(ctx context.Context, key string, sp span, ended bool, err error) {
+	o.done(ctx, sp, opForceRelease, key, 0, err)
+	if ended && err == nil && sp.rec {
 		add(ctx, o.releases, o.opAttrs[opForceRelease][outOK])
 	}
 	if o.log != nil && err == nil {
@@ -290,14 +340,14 @@ func (o *observer) forced(ctx context.Context, key string, start time.Time, ende
 
 // locked records a Lock that got its key after waiting since start.
 func (o *observer) locked(ctx context.Context, start time.Time) {
-	if !start.IsZero() && o.lockWait.Enabled(ctx) {
+	if !start.IsZero() && o.recording() && o.lockWait.Enabled(ctx) {
 		o.lockWait.Record(ctx, time.Since(start).Seconds(), o.bAttrs)
 	}
 }
 
 // lockStart is now for Lock's wait, which has an instrument of its own.
 func (o *observer) lockStart(ctx context.Context) time.Time {
-	if o.on && o.lockWait.Enabled(ctx) {
+	if o.recording() && o.lockWait.Enabled(ctx) {
 		return time.Now()
 	}
 	return time.Time{}
@@ -306,7 +356,7 @@ func (o *observer) lockStart(ctx context.Context) time.Time {
 // leaseLost records a held lease lost with err.
 func (o *observer) leaseLost(key string, token uint64, err error) {
 	ctx := context.Background()
-	if o.on {
+	if o.recording() {
 		reason := 1
 		if errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound) {
 			reason = 0

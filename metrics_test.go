@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
@@ -204,6 +207,56 @@ func TestMetricsOffWithNilProvider(t *testing.T) {
 	l := e.grant(t, "k", time.Minute) // must not panic
 	if err := e.c.Release(context.Background(), "k", l.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestMetricsGlobalProviderInstalledLater checks the default: a Coordinator
+// made before the program installs an SDK with otel.SetMeterProvider records
+// on it from then on, as does one made after. It runs in a process of its
+// own, since the global provider can be installed only once.
+func TestMetricsGlobalProviderInstalledLater(t *testing.T) {
+	const env = "FENCING_TEST_GLOBAL_PROVIDER"
+	if os.Getenv(env) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMetricsGlobalProviderInstalledLater$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), env+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestMetricsGlobalProviderInstalledLater")) {
+			t.Fatalf("the test in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
+	if !fencing.IsGlobalDelegate(otel.GetMeterProvider()) {
+		t.Fatalf("otel.GetMeterProvider() = %T, not recognised as the global default: a Coordinator pays an Enabled call per instrument", otel.GetMeterProvider())
+	}
+	ctx := context.Background()
+	grantRelease := func(c *fencing.Coordinator) {
+		t.Helper()
+		l, err := c.Grant(ctx, "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Release(ctx, "k", l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := fencing.New(memorybackend.New())
+	grantRelease(before) // nothing to record on yet
+	m := newMeter(t)
+	otel.SetMeterProvider(m.mp)
+	if fencing.IsGlobalDelegate(otel.GetMeterProvider()) {
+		t.Fatal("the installed SDK provider is taken for the global default")
+	}
+	grantRelease(before)
+	after := fencing.New(memorybackend.New())
+	grantRelease(after)
+	if got := m.value(fencing.MetricGrants, op("grant", "ok")); got != 2 {
+		t.Errorf("grants = %d, want 2 (one per Coordinator, after SetMeterProvider); points %v", got, m.collect(fencing.MetricGrants))
+	}
+	if got := m.value(fencing.MetricReleases, op("release", "ok")); got != 2 {
+		t.Errorf("releases = %d, want 2; points %v", got, m.collect(fencing.MetricReleases))
+	}
+	if got := m.value(fencing.MetricOperationDuration, op("release", "ok")); got != 2 {
+		t.Errorf("release durations = %d, want 2; points %v", got, m.collect(fencing.MetricOperationDuration))
 	}
 }
 

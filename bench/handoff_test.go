@@ -24,6 +24,27 @@ type handoffOp struct {
 	fn   func() (time.Duration, error)
 }
 
+// handoffMedians runs rounds rounds of ops, each round in a fresh random
+// order, and returns each op's median in µs, by name.
+func handoffMedians(t *testing.T, ops []handoffOp, rounds int) map[string]float64 {
+	t.Helper()
+	times := make([][]time.Duration, len(ops))
+	for range rounds {
+		for _, i := range rand.Perm(len(ops)) {
+			d, err := ops[i].fn()
+			if err != nil {
+				t.Fatalf("handoff: %s: %v", ops[i].name, err)
+			}
+			times[i] = append(times[i], d)
+		}
+	}
+	medians := make(map[string]float64, len(ops))
+	for i, op := range ops {
+		medians[op.name] = medianMicros(times[i])
+	}
+	return medians
+}
+
 // handoffOps returns BenchmarkHandoff's rounds (see there), on clients and
 // keys of their own.
 func handoffOps(tb testing.TB) []handoffOp {

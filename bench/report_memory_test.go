@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -17,7 +18,8 @@ const memoryTTL = time.Hour
 
 // memorySection compares the in-memory backend, called through
 // fencing.Coordinator as users call it, with the original single-mutex
-// design (see original), each at its user-facing call.
+// design (see original), each at its user-facing call, then times the Lock
+// handoff (see memoryHandoff).
 func memorySection(t *testing.T, r *report) {
 	ctx := context.Background()
 
@@ -101,6 +103,80 @@ func memorySection(t *testing.T, r *report) {
 			}},
 		},
 	})
+
+	r.notes = append(r.notes, memoryHandoff(t, 10*r.rounds))
+}
+
+// memoryHandoff times rounds handoffs on the in-memory backend, shuffled
+// each round with two floors taken after the same pause, and returns them
+// as a Markdown table of medians:
+//
+//   - handoff: a waiting Coordinator.Lock (woken by the holder's Release
+//     through backend.Notifier, then one grant), from the Release's call to
+//     the Lock returning;
+//   - grant+release: one Grant and Release, cold after the pause;
+//   - wake: a goroutine parked on a channel, from the send to its running.
+func memoryHandoff(t *testing.T, rounds int) string {
+	ctx := context.Background()
+	coord := fencing.New(memorybackend.New())
+	const key = "orders/handoff"
+	type locked struct {
+		at  time.Time
+		h   *fencing.Held
+		err error
+	}
+	ops := []handoffOp{
+		{"handoff", func() (time.Duration, error) {
+			l, err := coord.Grant(ctx, key, memoryTTL)
+			if err != nil {
+				return 0, err
+			}
+			got := make(chan locked, 1)
+			go func() {
+				h, err := coord.Lock(ctx, key, memoryTTL)
+				got <- locked{time.Now(), h, err}
+			}()
+			time.Sleep(waiterSettle)
+			releasing := time.Now()
+			if err := coord.Release(ctx, key, l.ID); err != nil {
+				return 0, err
+			}
+			r := <-got
+			if r.err != nil {
+				return 0, r.err
+			}
+			return r.at.Sub(releasing), r.h.Release(ctx)
+		}},
+		{"grant+release", func() (time.Duration, error) {
+			time.Sleep(waiterSettle)
+			start := time.Now()
+			l, err := coord.Grant(ctx, key, memoryTTL)
+			if err != nil {
+				return 0, err
+			}
+			err = coord.Release(ctx, key, l.ID)
+			return time.Since(start), err
+		}},
+		{"wake", func() (time.Duration, error) {
+			ch, woke := make(chan struct{}), make(chan time.Time)
+			go func() {
+				<-ch
+				woke <- time.Now()
+			}()
+			time.Sleep(waiterSettle)
+			sent := time.Now()
+			ch <- struct{}{}
+			return (<-woke).Sub(sent), nil
+		}},
+	}
+	m := handoffMedians(t, ops, rounds)
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "\nLock handoff in memory, %d shuffled rounds (%v pause before each), medians:\n\n", rounds, waiterSettle)
+	sb.WriteString("| round | µs | in cold grant+releases |\n|---|---:|---:|\n")
+	for _, op := range ops {
+		fmt.Fprintf(&sb, "| %s | %.1f | %.2f |\n", op.name, m[op.name], m[op.name]/m["grant+release"])
+	}
+	return sb.String()
 }
 
 // atLeast checks that the first peer's median ratio is at least x.

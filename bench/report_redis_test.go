@@ -4,7 +4,6 @@ import (
 	"context"
 	cryptorand "crypto/rand"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"runtime"
@@ -244,20 +243,7 @@ func spin(t *testing.T) string {
 // medians in µs and their ratios to PING.
 func handoffTable(t *testing.T, rounds int) string {
 	ops := handoffOps(t)
-	times := make([][]time.Duration, len(ops))
-	for range rounds {
-		for _, i := range rand.Perm(len(ops)) {
-			d, err := ops[i].fn()
-			if err != nil {
-				t.Fatalf("handoff: %s: %v", ops[i].name, err)
-			}
-			times[i] = append(times[i], d)
-		}
-	}
-	medians := make(map[string]float64, len(ops))
-	for i, op := range ops {
-		medians[op.name] = medianMicros(times[i])
-	}
+	medians := handoffMedians(t, ops, rounds)
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nLock handoff on Redis, from the holder's release returning to the waiter's lock call returning (%d shuffled rounds, medians; see BenchmarkHandoff):\n\n", rounds)
 	sb.WriteString("| round | µs | in PINGs | target |\n|---|---:|---:|---|\n")

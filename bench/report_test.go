@@ -44,7 +44,7 @@ var reportSections = []struct {
 	name string
 	run  func(t *testing.T, r *report)
 }{
-	{"memory", memorySection}, // vs the original single-mutex design
+	{"memory", memorySection}, // vs the original single-mutex design; the Lock handoff
 	{"redis", redisSection},   // vs redislock, redsync and PING; server CPU from INFO commandstats
 	{"etcd", etcdSection},     // vs concurrency.Mutex (fresh and shared Session), Txn and Get floors
 }

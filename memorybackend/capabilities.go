@@ -73,6 +73,9 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 
 // notify wakes key's subscriptions. The caller holds s.mu.
 func (s *shard) notify(key string) {
+	if len(s.subs) == 0 { // no waiter in the shard: skip the map lookup
+		return
+	}
 	for sub := range s.subs[key] {
 		select {
 		case sub.freed <- struct{}{}:

@@ -74,9 +74,13 @@ func WithMaxToken(max uint64) Option {
 	return func(b *Backend) { b.maxToken = max }
 }
 
-// New returns an empty in-memory backend. It has 16 shards per
-// runtime.GOMAXPROCS at the time of the call, rounded up to a power of two,
-// from 32 to 1024.
+// New returns an empty in-memory backend. It has 128 shards per
+// runtime.GOMAXPROCS at the time of the call, at most 256: enough that
+// goroutines on different keys seldom write to the same shard (each such
+// write moves the shard's cache lines between cores), few enough that the
+// first allocations of a shard (its index, arena chunk and live lease)
+// stay a small part of each key's memory when there are only a thousand
+// keys. Its fixed cost is 128 bytes per shard.
 func New(opts ...Option) *Backend {
 	b := &Backend{maxToken: math.MaxUint64, keySeed: maphash.MakeSeed(), idSeed: maphash.MakeSeed()}
 	for _, o := range opts {
@@ -87,7 +91,7 @@ func New(opts ...Option) *Backend {
 	} else {
 		b.base = b.clock.Now()
 	}
-	n := min(max(16*runtime.GOMAXPROCS(0), 32), 1024)
+	n := min(128*runtime.GOMAXPROCS(0), 256)
 	shift := bits.Len(uint(n - 1)) // log2 of n rounded up to a power of two
 	b.shards = make([]shard, 1<<shift)
 	b.shardShift = uint(64 - shift)

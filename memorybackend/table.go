@@ -36,16 +36,25 @@ import (
 // otherwise hash<<32 | (ref+1), where hash is the low 32 bits of the key's
 // hash: the slot's home is hash & mask, and a probe compares the key's
 // bytes only when all 32 bits match. The index doubles when it is 7/8 full.
+//
+// # Cache lines
+//
+// A shard is two cache lines. The first holds what every operation writes
+// (the lock, the free list, the sweep) or reads (the index and live
+// slices), so an operation on a shard that another core used last moves
+// one line of it between the cores, not two; the second holds what only
+// inserts and waiters change.
 type shard struct {
 	mu    sync.Mutex
+	free  uint32 // 1 + the first free liveLease, 0 when none
+	sweep uint32 // the liveLease the next sweep looks at
 	index []uint64
-	count int      // records
-	arena [][]byte // chunks; only the last one grows
 	live  []liveLease
-	free  uint32                                // 1 + the first free liveLease, 0 when none
-	sweep uint32                                // the liveLease the next sweep looks at
-	subs  map[string]map[*subscription]struct{} // NotifyFree waiters; nil until the first
-	_     [24]byte                              // keep neighbouring shards' locks off one cache line
+
+	arena  [][]byte                              // chunks; only the last one grows
+	count  int                                   // records
+	subs   map[string]map[*subscription]struct{} // NotifyFree waiters; nil until the first
+	chunk0 [1][]byte                             // arena's backing array while it has one chunk
 }
 
 // A liveLease is the part of a live lease that an ended one does not need.
@@ -67,8 +76,8 @@ const (
 	chunkBits    = 16
 	chunkSize    = 1 << chunkBits
 	refChunk     = chunkBits - 3 // a ref's bits below this are the offset/8 in a chunk
-	minArena     = 128
-	minIndex     = 8
+	minArena     = 64
+	minIndex     = 4
 )
 
 // record is a record's bytes, from its start.
@@ -155,6 +164,9 @@ func (s *shard) allocRecord(n int) uint32 {
 	n = (n + 7) &^ 7
 	last := len(s.arena) - 1
 	if last < 0 || len(s.arena[last])+n > chunkSize {
+		if last < 0 {
+			s.arena = s.chunk0[:0] // no allocation for a shard of one chunk
+		}
 		s.arena = append(s.arena, make([]byte, 0, max(minArena, n)))
 		last++
 	}

@@ -1,0 +1,5 @@
+package fencing
+
+// IsGlobalDelegate exposes isGlobalDelegate to the tests of package
+// fencing_test.
+var IsGlobalDelegate = isGlobalDelegate
