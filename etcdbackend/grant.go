@@ -23,11 +23,13 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
 	// A Txn that names an etcd lease which ran out before the Txn arrived
-	// fails as a whole, so trying again with a fresh etcd lease is safe.
+	// fails as a whole, so trying again with a fresh etcd lease is safe; so
+	// is trying again after a Txn that wrote nothing (errGrantRace).
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
 		l, err := b.grant(ctx, req)
-		if attempt < attempts && errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
+		retry := errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, errGrantRace)
+		if attempt < attempts && retry && ctx.Err() == nil {
 			continue
 		}
 		return l, err
@@ -50,14 +52,13 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		Then(clientv3.OpTxn(
 			// The key is free. Is this a resent grant whose lease has ended?
 			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.id), "=", req.LeaseID)},
-			[]clientv3.Op{clientv3.OpGet(k.released)},
+			nil,
 			[]clientv3.Op{
 				// The only write of the ID record: its ModRevision is the
 				// token of the most recent lease (see Inspect).
 				clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(el.id)),
 				clientv3.OpPut(k.id, req.LeaseID),
 			})).
-		Else(clientv3.OpGet(k.lease)).
 		Commit()
 	if err != nil {
 		err = mutationError("grant txn", err, reached(p))
@@ -75,25 +76,63 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		}
 		// From here on, the Txn attached nothing to the etcd lease.
 		b.recycle(ctx, el.id, asked, el.ttl)
-		if rel := inner.Responses[0].GetResponseRange().Kvs; len(rel) == 1 && string(rel[0].Value) == req.LeaseID {
-			return backend.Lease{}, backend.ErrLeaseNotFound // granted, then released
-		}
-		return backend.Lease{}, backend.ErrLeaseExpired // granted, then expired
+		return backend.Lease{}, b.endedGrant(ctx, k, req.LeaseID, resp)
 	}
 	b.recycle(ctx, el.id, asked, el.ttl)
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) != 1 {
-		return backend.Lease{}, errors.New("etcdbackend: grant txn: lease key missing from response")
+	return b.heldGrant(ctx, k, req, resp)
+}
+
+// The grant Txn carries no reads: every grant would pay for them (each op
+// of a Txn is encoded, decoded and copied several times on its way through
+// etcd), and only a refused grant needs them. A refused grant reads the
+// key's records afterwards, as they were at the revision its Txn ran at
+// (the Txn wrote nothing, so that is the revision its response names): the
+// answer is the one reads inside the Txn would have given.
+
+// errGrantRace means a refused grant could not read the records as its Txn
+// saw them (compacted away since): the grant, which changed nothing, is
+// tried again.
+var errGrantRace = errors.New("etcdbackend: grant: the key's records were compacted before they could be read")
+
+// refusedState reads the key's records at the revision of a grant Txn
+// that wrote nothing.
+func (b *Backend) refusedState(ctx context.Context, k keys, resp *clientv3.TxnResponse) (state, error) {
+	st, err := b.readAt(ctx, k, resp.Header.Revision)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return state{}, errGrantRace
 	}
-	held, err := decodeMeta(kvs[0].Value)
-	if err != nil {
+	return st, err
+}
+
+// heldGrant answers a grant whose Txn found the key's lease key: the key is
+// held by another lease (a *HeldError), or by this one (a resent grant: the
+// lease unchanged).
+func (b *Backend) heldGrant(ctx context.Context, k keys, req backend.Request, resp *clientv3.TxnResponse) (backend.Lease, error) {
+	st, err := b.refusedState(ctx, k, resp)
+	switch {
+	case err != nil:
 		return backend.Lease{}, err
-	}
-	if held.leaseID != req.LeaseID {
-		remaining, _, _ := b.timeToLive(ctx, clientv3.LeaseID(kvs[0].Lease))
+	case st.lease == nil:
+		return backend.Lease{}, errors.New("etcdbackend: grant txn: lease key missing at the txn's revision")
+	case st.meta.leaseID != req.LeaseID:
+		remaining, _, _ := b.timeToLive(ctx, clientv3.LeaseID(st.lease.Lease))
 		return backend.Lease{}, &backend.HeldError{Remaining: remaining}
 	}
-	return b.resentGrant(ctx, req.Key, held, kvs[0])
+	return b.resentGrant(ctx, req.Key, st.meta, st.lease)
+}
+
+// endedGrant answers a grant whose Txn found the key free and leaseID its
+// most recent lease: a resent grant of a lease that has ended, released
+// (ErrLeaseNotFound) or expired (ErrLeaseExpired).
+func (b *Backend) endedGrant(ctx context.Context, k keys, leaseID string, resp *clientv3.TxnResponse) error {
+	st, err := b.refusedState(ctx, k, resp)
+	if err != nil {
+		return err
+	}
+	if st.released == leaseID {
+		return backend.ErrLeaseNotFound // granted, then released
+	}
+	return backend.ErrLeaseExpired // granted, then expired
 }
 
 // timeToLive returns how long etcd lease id has left, in whole seconds as

@@ -1,0 +1,119 @@
+package etcdbackend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/etcdtest"
+)
+
+// pastReadKV is the backend's KV, except that before each of its first n
+// reads at a past revision it calls before.
+type pastReadKV struct {
+	clientv3.KV
+	n      atomic.Int32
+	before func(context.Context) error
+}
+
+func (k *pastReadKV) Get(ctx context.Context, key string, opts ...clientv3.OpOption) (*clientv3.GetResponse, error) {
+	if clientv3.OpGet(key, opts...).Rev() > 0 && k.n.Add(-1) >= 0 {
+		if err := k.before(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return k.KV.Get(ctx, key, opts...)
+}
+
+// TestRefusedAnswersAsTxnSaw: a refused grant or release is answered from
+// the records as its Txn saw them, not as they are when it reads them: a
+// grant refused while the key was held gets a HeldError although the
+// holder released just after the Txn.
+func TestRefusedAnswersAsTxnSaw(t *testing.T) {
+	cli := etcdtest.Client(t)
+	b, err := New(cli, WithPrefix(fmt.Sprintf("refused-test/%d/", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "A", Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	kv := &pastReadKV{KV: b.kv, before: func(ctx context.Context) error { return b.Release(ctx, "k", "A") }}
+	kv.n.Store(1)
+	b.kv = kv
+	_, err = b.Grant(ctx, backend.Request{Key: "k", LeaseID: "B", Timeout: time.Minute})
+	if !errors.Is(err, backend.ErrLeaseHeld) {
+		t.Fatalf("grant refused while held, read after a release: %v, want ErrLeaseHeld", err)
+	}
+	if kv.n.Load() > 0 {
+		t.Fatal("the refused grant read no past revision")
+	}
+}
+
+// TestRefusedAnswersAfterCompaction: a refused grant or release reads the
+// records as its Txn saw them; when a compaction has discarded that
+// revision, it tries again and still gives the right answer.
+func TestRefusedAnswersAfterCompaction(t *testing.T) {
+	m := etcdtest.Start(t)
+	cli := etcdtest.NewClient(t, m.Endpoints())
+	b, err := New(cli, WithPrefix("refused-test/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	// Before the read, a write and a compaction up to it: the read finds
+	// its revision compacted away.
+	ckv := &pastReadKV{KV: b.kv, before: func(ctx context.Context) error {
+		put, err := cli.Put(ctx, "refused-test/other", "x")
+		if err == nil {
+			_, err = cli.Compact(ctx, put.Header.Revision)
+		}
+		return err
+	}}
+	b.kv = ckv
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := func(key, id string) backend.Request {
+		return backend.Request{Key: key, LeaseID: id, Timeout: time.Minute}
+	}
+	a, err := b.Grant(ctx, r("k", "A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"grant of a held key", func() error { _, err := b.Grant(ctx, r("k", "B")); return err }, backend.ErrLeaseHeld},
+		{"resent grant", func() error {
+			l, err := b.Grant(ctx, r("k", "A"))
+			if err == nil && l.Token != a.Token {
+				t.Errorf("resent grant: token %d, want %d", l.Token, a.Token)
+			}
+			return err
+		}, nil},
+		{"release of another lease", func() error { return b.Release(ctx, "k", "B") }, backend.ErrLeaseNotFound},
+		{"release", func() error { return b.Release(ctx, "k", "A") }, nil},
+		{"resent release", func() error { return b.Release(ctx, "k", "A") }, nil},
+		{"grant resent after release", func() error { _, err := b.Grant(ctx, r("k", "A")); return err }, backend.ErrLeaseNotFound},
+	}
+	for _, s := range steps {
+		ckv.n.Store(1)
+		if err := s.call(); !errors.Is(err, s.want) || (s.want == nil && err != nil) {
+			t.Errorf("%s: %v, want %v", s.name, err, s.want)
+		}
+		if n := ckv.n.Load(); n > 0 && s.name != "release" {
+			t.Errorf("%s: read no past revision", s.name)
+		}
+	}
+}
