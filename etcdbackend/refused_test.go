@@ -117,3 +117,61 @@ func TestRefusedAnswersAfterCompaction(t *testing.T) {
 		}
 	}
 }
+
+// TestGrantAfterIDRecordDeleted: a key this backend has granted is granted
+// with one comparison of its ID record; once that record is deleted by hand,
+// the grant's Txn is refused, and the grant goes through as a nested Txn.
+func TestGrantAfterIDRecordDeleted(t *testing.T) {
+	cli := etcdtest.Client(t)
+	b, err := New(cli, WithPrefix(fmt.Sprintf("refused-test/%d/", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := func(id string) backend.Request { return backend.Request{Key: "k", LeaseID: id, Timeout: time.Minute} }
+	a, err := b.Grant(ctx, r("A"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !b.known.has("k") {
+		t.Fatal("a granted key is not known")
+	}
+	if err := b.Release(ctx, "k", "A"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Delete(ctx, b.keys("k").id); err != nil {
+		t.Fatal(err)
+	}
+	l, err := b.Grant(ctx, r("B"))
+	if err != nil {
+		t.Fatalf("grant after the ID record was deleted: %v", err)
+	}
+	if l.Token <= a.Token {
+		t.Fatalf("token %d after %d", l.Token, a.Token)
+	}
+	if !b.known.has("k") {
+		t.Fatal("a granted key is not known")
+	}
+}
+
+// TestKnownKeysBounded: the hint forgets every key once it would hold more
+// than knownMax.
+func TestKnownKeysBounded(t *testing.T) {
+	var k knownKeys
+	for i := range knownMax {
+		k.add(fmt.Sprint(i))
+	}
+	if !k.has("0") || !k.has(fmt.Sprint(knownMax-1)) {
+		t.Fatal("a key added was forgotten before the bound")
+	}
+	k.add("one more")
+	if k.has("0") || !k.has("one more") {
+		t.Fatal("the hint did not start afresh past its bound")
+	}
+	k.remove("one more")
+	if k.has("one more") {
+		t.Fatal("a removed key is still known")
+	}
+}
