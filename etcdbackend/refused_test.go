@@ -31,26 +31,34 @@ func (k *pastReadKV) Get(ctx context.Context, key string, opts ...clientv3.OpOpt
 	return k.KV.Get(ctx, key, opts...)
 }
 
+// refusedBackend returns a backend on a prefix of its own, closed in
+// cleanup, and a context for its calls.
+func refusedBackend(t *testing.T, cli *clientv3.Client) (*Backend, context.Context) {
+	t.Helper()
+	b, err := New(cli, WithPrefix(fmt.Sprintf("refused-test/%d/", time.Now().UnixNano())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	t.Cleanup(cancel)
+	return b, ctx
+}
+
 // TestRefusedAnswersAsTxnSaw: a refused grant or release is answered from
 // the records as its Txn saw them, not as they are when it reads them: a
 // grant refused while the key was held gets a HeldError although the
 // holder released just after the Txn.
 func TestRefusedAnswersAsTxnSaw(t *testing.T) {
 	cli := etcdtest.Client(t)
-	b, err := New(cli, WithPrefix(fmt.Sprintf("refused-test/%d/", time.Now().UnixNano())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	b, ctx := refusedBackend(t, cli)
 	if _, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "A", Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
 	}
 	kv := &pastReadKV{KV: b.kv, before: func(ctx context.Context) error { return b.Release(ctx, "k", "A") }}
 	kv.n.Store(1)
 	b.kv = kv
-	_, err = b.Grant(ctx, backend.Request{Key: "k", LeaseID: "B", Timeout: time.Minute})
+	_, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "B", Timeout: time.Minute})
 	if !errors.Is(err, backend.ErrLeaseHeld) {
 		t.Fatalf("grant refused while held, read after a release: %v, want ErrLeaseHeld", err)
 	}
@@ -65,11 +73,7 @@ func TestRefusedAnswersAsTxnSaw(t *testing.T) {
 func TestRefusedAnswersAfterCompaction(t *testing.T) {
 	m := etcdtest.Start(t)
 	cli := etcdtest.NewClient(t, m.Endpoints())
-	b, err := New(cli, WithPrefix("refused-test/"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b, ctx := refusedBackend(t, cli)
 	// Before the read, a write and a compaction up to it: the read finds
 	// its revision compacted away.
 	ckv := &pastReadKV{KV: b.kv, before: func(ctx context.Context) error {
@@ -80,8 +84,6 @@ func TestRefusedAnswersAfterCompaction(t *testing.T) {
 		return err
 	}}
 	b.kv = ckv
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
 	r := func(key, id string) backend.Request {
 		return backend.Request{Key: key, LeaseID: id, Timeout: time.Minute}
 	}
@@ -123,13 +125,7 @@ func TestRefusedAnswersAfterCompaction(t *testing.T) {
 // the grant's Txn is refused, and the grant goes through as a nested Txn.
 func TestGrantAfterIDRecordDeleted(t *testing.T) {
 	cli := etcdtest.Client(t)
-	b, err := New(cli, WithPrefix(fmt.Sprintf("refused-test/%d/", time.Now().UnixNano())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	b, ctx := refusedBackend(t, cli)
 	r := func(id string) backend.Request { return backend.Request{Key: "k", LeaseID: id, Timeout: time.Minute} }
 	a, err := b.Grant(ctx, r("A"))
 	if err != nil {
