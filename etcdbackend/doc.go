@@ -60,16 +60,20 @@
 // creates the lease key only if it does not exist. The etcd lease is one
 // that an earlier release of this backend freed, renewed by a keep-alive on
 // a stream the backend keeps open (a keep-alive is not a raft proposal), or
-// else a LeaseGrant. When the key is held, the unused etcd lease goes back to
-// the pool and the holder's time left is read for backend.HeldError (one
-// more RPC). Should the etcd lease run out before the Txn arrives (a stall
-// longer than its TTL), the Txn fails as a whole and Grant tries again with
-// another, up to three times. Token is one linearizable read.
-// Renew is a read and a keep-alive; a renewal that asks for a different
-// number of seconds moves the key to a new etcd lease (four more RPCs).
-// Release is one Txn guarded by the lease's identity; it keeps the etcd lease
-// it freed for a later grant of the same seconds (at most 64 are kept;
-// beyond that, and on Close, they are revoked).
+// else a LeaseGrant. The Txns of Grant and Release carry no reads (each op
+// of a Txn costs the server, whichever branch runs): a refused one (the key
+// held, a resent request) reads the key's records afterwards as they were
+// at the Txn's revision, one more RPC. When the key is held, the unused etcd
+// lease goes back to the pool and the holder's time left is read for
+// backend.HeldError (one more RPC). Should the etcd lease run out before the
+// Txn arrives (a stall longer than its TTL), the Txn fails as a whole and
+// Grant tries again with another, up to three times. Token is one
+// linearizable read. Renew is a read and a keep-alive; a renewal that asks
+// for a different number of seconds moves the key to a new etcd lease (four
+// more RPCs). Release is one Txn guarded by the lease's identity (and the
+// read when it is refused); it keeps the etcd lease it freed for a later
+// grant of the same seconds (at most 64 are kept; beyond that, and on Close,
+// they are revoked).
 //
 // # Reusing etcd leases
 //

@@ -26,8 +26,9 @@ type Backend struct {
 	leases  pb.LeaseClient   // the client's Lease service, for keepAliveOnce
 	watcher clientv3.Watcher // the backend's own watch stream, closed by Close
 	closed  atomic.Bool
-	pool    pool   // unused etcd leases, see pool.go
-	keeper  keeper // the keep-alives that reuse them
+	pool    pool      // unused etcd leases, see pool.go
+	keeper  keeper    // the keep-alives that reuse them
+	known   knownKeys // keys seen with an ID record, see known.go
 
 	// Subscriptions: their goroutines run under ctx, which Close cancels.
 	mu     sync.Mutex // guards closed against new subscriptions

@@ -23,11 +23,13 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
 	// A Txn that names an etcd lease which ran out before the Txn arrived
-	// fails as a whole, so trying again with a fresh etcd lease is safe.
+	// fails as a whole, so trying again with a fresh etcd lease is safe; so
+	// is trying again after a Txn that wrote nothing (errGrantAgain).
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
 		l, err := b.grant(ctx, req)
-		if attempt < attempts && errors.Is(err, rpctypes.ErrLeaseNotFound) && ctx.Err() == nil {
+		retry := errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, errGrantAgain)
+		if attempt < attempts && retry && ctx.Err() == nil {
 			continue
 		}
 		return l, err
@@ -44,21 +46,31 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		return backend.Lease{}, err
 	}
 	m := meta{asked: asked, granted: el.ttl, margin: req.Margin, leaseID: req.LeaseID}
+	put := []clientv3.Op{
+		// The only write of the ID record: its ModRevision is the token of
+		// the most recent lease (see Inspect).
+		clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(el.id)),
+		clientv3.OpPut(k.id, req.LeaseID),
+	}
+	// The key must be free, and this must not be a resent grant whose lease
+	// has ended (the ID record names it). etcd fails a comparison of the
+	// value of a key that does not exist, so "the ID record is not
+	// req.LeaseID" is one comparison only for a key whose ID record exists:
+	// one this backend has seen granted (flat, see known.go). Otherwise the
+	// check is a nested Txn, which also passes when there is no ID record.
+	flat := b.known.has(req.Key)
 	tctx, p := track(ctx)
-	resp, err := b.kv.Txn(tctx).
-		If(clientv3.Compare(clientv3.CreateRevision(k.lease), "=", 0)).
-		Then(clientv3.OpTxn(
-			// The key is free. Is this a resent grant whose lease has ended?
-			[]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.id), "=", req.LeaseID)},
-			[]clientv3.Op{clientv3.OpGet(k.released)},
-			[]clientv3.Op{
-				// The only write of the ID record: its ModRevision is the
-				// token of the most recent lease (see Inspect).
-				clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(el.id)),
-				clientv3.OpPut(k.id, req.LeaseID),
-			})).
-		Else(clientv3.OpGet(k.lease)).
-		Commit()
+	txn := b.kv.Txn(tctx)
+	if flat {
+		txn = txn.If(
+			clientv3.Compare(clientv3.CreateRevision(k.lease), "=", 0),
+			clientv3.Compare(clientv3.Value(k.id), "!=", req.LeaseID),
+		).Then(put...)
+	} else {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(k.lease), "=", 0)).
+			Then(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.id), "=", req.LeaseID)}, nil, put))
+	}
+	resp, err := txn.Commit()
 	if err != nil {
 		err = mutationError("grant txn", err, reached(p))
 		if !errors.Is(err, backend.ErrOutcomeUnknown) {
@@ -68,32 +80,58 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		// neither revoked nor reused.
 		return backend.Lease{}, err
 	}
-	if resp.Succeeded {
-		inner := resp.Responses[0].GetResponseTxn()
-		if !inner.Succeeded {
-			return lease(req.Key, m, resp.Header.Revision, el.set), nil
-		}
-		// From here on, the Txn attached nothing to the etcd lease.
-		b.recycle(ctx, el.id, asked, el.ttl)
-		if rel := inner.Responses[0].GetResponseRange().Kvs; len(rel) == 1 && string(rel[0].Value) == req.LeaseID {
-			return backend.Lease{}, backend.ErrLeaseNotFound // granted, then released
-		}
-		return backend.Lease{}, backend.ErrLeaseExpired // granted, then expired
+	if resp.Succeeded && (flat || !resp.Responses[0].GetResponseTxn().Succeeded) {
+		b.known.add(req.Key)
+		return lease(req.Key, m, resp.Header.Revision, el.set), nil
 	}
+	// From here on, the Txn attached nothing to the etcd lease.
 	b.recycle(ctx, el.id, asked, el.ttl)
-	kvs := resp.Responses[0].GetResponseRange().Kvs
-	if len(kvs) != 1 {
-		return backend.Lease{}, errors.New("etcdbackend: grant txn: lease key missing from response")
+	return b.refusedGrant(ctx, k, req, resp, flat)
+}
+
+// The grant Txn carries no reads: every grant would pay for them (each op
+// of a Txn is encoded, decoded and copied several times on its way through
+// etcd), and only a refused grant needs them. A refused grant reads the
+// key's records afterwards, as they were at the revision its Txn ran at
+// (the Txn wrote nothing, so that is the revision its response names): the
+// answer is the one reads inside the Txn would have given.
+
+// errGrantAgain means a grant Txn that wrote nothing should be tried again:
+// its records could not be read as it saw them (compacted away since), or
+// it compared an ID record that did not exist (see grant).
+var errGrantAgain = errors.New("etcdbackend: grant: refused txn could not be answered")
+
+// refusedGrant answers a grant whose Txn wrote nothing, from the key's
+// records at the Txn's revision: the key held by another lease (a
+// *HeldError) or by this one (a resent grant: the lease unchanged), or this
+// lease ended, released (ErrLeaseNotFound) or expired (ErrLeaseExpired).
+func (b *Backend) refusedGrant(ctx context.Context, k keys, req backend.Request, resp *clientv3.TxnResponse, flat bool) (backend.Lease, error) {
+	st, err := b.readAt(ctx, k, resp.Header.Revision)
+	if errors.Is(err, rpctypes.ErrCompacted) {
+		return backend.Lease{}, errGrantAgain
 	}
-	held, err := decodeMeta(kvs[0].Value)
 	if err != nil {
 		return backend.Lease{}, err
 	}
-	if held.leaseID != req.LeaseID {
-		remaining, _, _ := b.timeToLive(ctx, clientv3.LeaseID(kvs[0].Lease))
-		return backend.Lease{}, &backend.HeldError{Remaining: remaining}
+	if st.id == nil {
+		b.known.remove(req.Key) // deleted by hand
+	} else {
+		b.known.add(req.Key)
 	}
-	return b.resentGrant(ctx, req.Key, held, kvs[0])
+	switch {
+	case st.lease != nil && st.meta.leaseID != req.LeaseID:
+		remaining, _, _ := b.timeToLive(ctx, clientv3.LeaseID(st.lease.Lease))
+		return backend.Lease{}, &backend.HeldError{Remaining: remaining}
+	case st.lease != nil:
+		return b.resentGrant(ctx, req.Key, st.meta, st.lease)
+	case st.recentID() == req.LeaseID && st.released == req.LeaseID:
+		return backend.Lease{}, backend.ErrLeaseNotFound // granted, then released
+	case st.recentID() == req.LeaseID:
+		return backend.Lease{}, backend.ErrLeaseExpired // granted, then expired
+	case flat && st.id == nil:
+		return backend.Lease{}, errGrantAgain // now as a nested Txn
+	}
+	return backend.Lease{}, errors.New("etcdbackend: grant txn refused, but the records at its revision allow it")
 }
 
 // timeToLive returns how long etcd lease id has left, in whole seconds as

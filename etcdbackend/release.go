@@ -3,8 +3,9 @@ package etcdbackend
 import (
 	"context"
 	"errors"
-	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing-go/fencing/backend"
@@ -20,39 +21,50 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
 	k := b.keys(key)
-	// The most recent lease is leaseID's and its lease key exists, so the key
-	// is leaseID's: delete it. A stale or resent release of an older lease
-	// fails the first comparison and cannot touch a newer holder's key.
-	tctx, p := track(ctx)
-	resp, err := b.kv.Txn(tctx).
-		If(
-			clientv3.Compare(clientv3.Value(k.id), "=", leaseID),
-			clientv3.Compare(clientv3.CreateRevision(k.lease), "!=", 0),
-		).
-		Then(clientv3.OpDelete(k.lease, clientv3.WithPrevKV()), clientv3.OpPut(k.released, leaseID)).
-		Else(clientv3.OpGet(k.id), clientv3.OpGet(k.released)).
-		Commit()
-	if err != nil {
-		return mutationError("release txn", err, reached(p))
+	const attempts = 3
+	for range attempts {
+		// The most recent lease is leaseID's and its lease key exists, so
+		// the key is leaseID's: delete it. A stale or resent release of an
+		// older lease fails the first comparison and cannot touch a newer
+		// holder's key.
+		tctx, p := track(ctx)
+		resp, err := b.kv.Txn(tctx).
+			If(
+				clientv3.Compare(clientv3.Value(k.id), "=", leaseID),
+				clientv3.Compare(clientv3.CreateRevision(k.lease), "!=", 0),
+			).
+			Then(clientv3.OpDelete(k.lease, clientv3.WithPrevKV()), clientv3.OpPut(k.released, leaseID)).
+			Commit()
+		if err != nil {
+			return mutationError("release txn", err, reached(p))
+		}
+		if resp.Succeeded {
+			// The delete detached the only key of its etcd lease: keep
+			// that lease for a later grant (see pool.go).
+			b.recycleDeleted(ctx, resp.Responses[0])
+			return nil
+		}
+		// The Txn wrote nothing. Its answer is in the records as it saw
+		// them, at the revision its response names (see grant.go: the Txn
+		// carries no reads, which only a refused release needs).
+		st, err := b.readAt(ctx, k, resp.Header.Revision)
+		if errors.Is(err, rpctypes.ErrCompacted) {
+			continue // compacted away since: try again
+		}
+		if err != nil {
+			return err
+		}
+		if st.recentID() == leaseID && st.released == leaseID {
+			return nil // released already: a resent release is harmless
+		}
+		return holderError(leaseID, st)
 	}
-	if resp.Succeeded {
-		// The delete detached the only key of its etcd lease: keep that
-		// lease for a later grant (see pool.go).
-		b.recycleDeleted(ctx, resp.Responses[0])
-		return nil
-	}
-	var st state
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		st.id = kvs[0]
-	}
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
-		st.released = string(kvs[0].Value)
-	}
-	if st.recentID() == leaseID && st.released == leaseID {
-		return nil // released already: a resent release is harmless
-	}
-	return holderError(leaseID, st)
+	return errReleaseCompacted
 }
+
+// errReleaseCompacted means a refused Release could not read the records
+// as its Txn saw them, each time: nothing changed.
+var errReleaseCompacted = errors.New("etcdbackend: release: the key's records were compacted before they could be read")
 
 // revokeDeleted revokes the etcd lease of the lease key that a Txn's
 // delete-with-previous-value op removed.

@@ -31,22 +31,33 @@ func (st state) recentID() string {
 
 // read reads a key's three records in one linearizable request.
 func (b *Backend) read(ctx context.Context, k keys) (state, error) {
-	resp, err := b.kv.Txn(ctx).Then(clientv3.OpGet(k.lease), clientv3.OpGet(k.id), clientv3.OpGet(k.released)).Commit()
+	return b.readAt(ctx, k, 0)
+}
+
+// readAt reads a key's three records as they were at revision rev (0: now),
+// in one linearizable range read. A rev that compaction has discarded gets
+// an error wrapping rpctypes.ErrCompacted.
+func (b *Backend) readAt(ctx context.Context, k keys, rev int64) (state, error) {
+	// The three etcd keys are the only ones from the ID record to the
+	// released record: they share the key's base, which no other key's
+	// records begin with.
+	resp, err := b.kv.Get(ctx, k.id, clientv3.WithRange(k.released+"\x00"), clientv3.WithRev(rev))
 	if err != nil {
 		return state{}, fmt.Errorf("etcd read: %w", err)
 	}
 	var st state
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		st.lease = kvs[0]
-		if st.meta, err = decodeMeta(kvs[0].Value); err != nil {
-			return state{}, err
+	for _, kv := range resp.Kvs {
+		switch string(kv.Key) {
+		case k.lease:
+			st.lease = kv
+			if st.meta, err = decodeMeta(kv.Value); err != nil {
+				return state{}, err
+			}
+		case k.id:
+			st.id = kv
+		case k.released:
+			st.released = string(kv.Value)
 		}
-	}
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
-		st.id = kvs[0]
-	}
-	if kvs := resp.Responses[2].GetResponseRange().Kvs; len(kvs) == 1 {
-		st.released = string(kvs[0].Value)
 	}
 	return st, nil
 }
