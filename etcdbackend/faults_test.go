@@ -199,7 +199,10 @@ func TestClusterFaultHistories(t *testing.T) {
 		cl := etcdtest.StartCluster(t, 3, etcdtest.WithPeerProxies())
 		clusterHistory(t, cl, func(ctx context.Context, m *etcdtest.Member, _ *etcdtest.Proxy) error {
 			cl.Isolate(m)
-			time.Sleep(10 * etcdtest.ElectionMs * time.Millisecond)
+			// Longer than a call's timeout (2 s), so that the calls of the
+			// clients that reach only this member fail or end unknown: at
+			// 10 election timeouts some runs saw none fail.
+			time.Sleep(30 * etcdtest.ElectionMs * time.Millisecond)
 			cl.Heal(m)
 			return nil
 		})
