@@ -33,8 +33,9 @@ import (
 // client's timeouts apply). Close fails the queue and sets the callers
 // of the batch in flight free in the same way.
 type batcher struct {
-	client   processPipeliner
-	inFlight atomic.Int64 // requests sent or queued and not yet answered
+	client     processPipeliner
+	directUpTo int64        // requests in flight sent directly (directInFlight; tests: 0)
+	inFlight   atomic.Int64 // requests sent or queued and not yet answered
 
 	mu      sync.Mutex
 	queue   []*queued
@@ -83,15 +84,15 @@ const (
 	stateAbandoned
 )
 
-func newBatcher(client processPipeliner) *batcher {
+func newBatcher(client processPipeliner, directUpTo int64) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &batcher{client: client, wake: make(chan struct{}, 1), closing: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return &batcher{client: client, directUpTo: directUpTo, wake: make(chan struct{}, 1), closing: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
 // Process implements processor: it sends cmd as described on batcher.
 func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 	defer b.inFlight.Add(-1)
-	if b.inFlight.Add(1) <= directInFlight {
+	if b.inFlight.Add(1) <= b.directUpTo {
 		return b.client.Process(ctx, cmd)
 	}
 	return b.wait(ctx, []redis.Cmder{cmd})
@@ -103,7 +104,7 @@ func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 // batch already sent (abandoned) must not read them.
 func (b *batcher) do(ctx context.Context, cmds ...redis.Cmder) error {
 	defer b.inFlight.Add(-1)
-	if b.inFlight.Add(1) <= directInFlight {
+	if b.inFlight.Add(1) <= b.directUpTo {
 		return b.direct(ctx, cmds)
 	}
 	return b.wait(ctx, cmds)

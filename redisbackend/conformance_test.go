@@ -22,6 +22,7 @@ import (
 type harness struct {
 	client redis.UniversalClient
 	name   string // of the prefixes
+	opts   []redisbackend.Option
 	n      atomic.Int64
 }
 
@@ -33,9 +34,11 @@ func newHarness(t testing.TB) *harness {
 }
 
 func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
-	return redisbackend.NewContext(ctx, h.client,
+	opts := append([]redisbackend.Option{
 		redisbackend.WithPrefix(fmt.Sprintf("%s%d:", h.name, h.n.Add(1))),
-		redisbackend.WithLogger(quietLogger()))
+		redisbackend.WithLogger(quietLogger()),
+	}, h.opts...)
+	return redisbackend.NewContext(ctx, h.client, opts...)
 }
 
 func (h *harness) Wait(ctx context.Context, d time.Duration) error {
@@ -60,6 +63,16 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
+}
+
+// TestConformanceBatched runs the suite with every request sent by the
+// backend's batch sender (see "Concurrent requests share round trips" in
+// docs/redis.md), which otherwise takes over only beyond
+// DirectInFlight requests in flight.
+func TestConformanceBatched(t *testing.T) {
+	h := newHarness(t)
+	h.name, h.opts = "batched", []redisbackend.Option{redisbackend.WithEveryRequestBatched()}
+	conformance.Run(t, h)
 }
 
 func BenchmarkConformance(b *testing.B) {

@@ -69,6 +69,12 @@ func faultHistory(t *testing.T, srv *redistest.Server, faults int, fault func(),
 // after the restart.
 func TestKillRestartHistory(t *testing.T) {
 	conformance.CheckLinearizable(t, killHistory(t, persistent, 2), faultTraits())
+	t.Run("Batched", func(t *testing.T) {
+		// Every request through the batch sender: a kill cuts off whole
+		// batches, and each of their calls must still be classified right.
+		history := killHistory(t, persistent, 2, redisbackend.WithEveryRequestBatched())
+		conformance.CheckLinearizable(t, history, faultTraits())
+	})
 }
 
 // TestPauseHistory: the same workload while the server is frozen (SIGSTOP)
@@ -76,17 +82,25 @@ func TestKillRestartHistory(t *testing.T) {
 // reach the server and run once it resumes, so they must report an unknown
 // outcome; a backend that reported them as failed would fail the check.
 func TestPauseHistory(t *testing.T) {
-	srv := redistest.Start(t, persistent)
-	history := faultHistory(t, srv, 2, func() {
-		if err := srv.Pause(); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(1500 * time.Millisecond)
-		if err := srv.Resume(); err != nil {
-			t.Fatal(err)
-		}
-	})
-	conformance.CheckLinearizable(t, history, faultTraits())
+	for _, batched := range []bool{false, true} {
+		t.Run(map[bool]string{false: "Direct", true: "Batched"}[batched], func(t *testing.T) {
+			var opts []redisbackend.Option
+			if batched {
+				opts = append(opts, redisbackend.WithEveryRequestBatched())
+			}
+			srv := redistest.Start(t, persistent)
+			history := faultHistory(t, srv, 2, func() {
+				if err := srv.Pause(); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(1500 * time.Millisecond)
+				if err := srv.Resume(); err != nil {
+					t.Fatal(err)
+				}
+			}, opts...)
+			conformance.CheckLinearizable(t, history, faultTraits())
+		})
+	}
 }
 
 // TestKillRestartWithoutPersistenceFailsCheck: the same workload on a server

@@ -45,6 +45,7 @@ type Backend struct {
 	closed      atomic.Bool
 	notifier    notifier
 	batch       *batcher // sends Grant, Renew, Release and Token
+	direct      int64    // requests in flight sent before batching starts
 	pipeToken   bool     // Token as HMGET and TIME, not a script (see Token)
 }
 
@@ -85,6 +86,7 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 		checkMode: ConfigRefuse,
 		maxToken:  strconv.FormatInt(MaxToken, 10),
 		publish:   "publish",
+		direct:    directInFlight,
 	}
 	if _, ok := client.(*redis.ClusterClient); ok {
 		b.publish = "spublish" // stays on the key's shard
@@ -107,7 +109,7 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 		return nil, err
 	}
 	b.notifier.b = b
-	b.batch = newBatcher(client)
+	b.batch = newBatcher(client, b.direct)
 	_, isCluster := client.(*redis.ClusterClient)
 	b.pipeToken = !isCluster
 	return b, nil
