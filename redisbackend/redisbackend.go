@@ -110,8 +110,9 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 	}
 	b.notifier.b = b
 	b.batch = newBatcher(client, b.direct)
-	_, isCluster := client.(*redis.ClusterClient)
-	b.pipeToken = !isCluster
+	// One server per client: a Cluster or a Ring would send the keyless
+	// TIME to any of their servers.
+	_, b.pipeToken = client.(*redis.Client)
 	return b, nil
 }
 
@@ -178,8 +179,8 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 }
 
 // Token implements backend.Backend. The server's clock decides liveness,
-// as in every other operation. On a Cluster it is one read-only script.
-// Elsewhere it is cheaper (no script: docs/redis-bench.md): HMGET of the
+// as in every other operation. On a Cluster (or any client but a
+// *redis.Client) it is one read-only script. On a *redis.Client it is cheaper (no script: docs/redis-bench.md): HMGET of the
 // record and then TIME, pipelined on one connection, so the clock is read
 // after the record. A lease the record shows live at a TIME before its end
 // was live when the record was read, and a released or never-granted one
