@@ -179,14 +179,16 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 }
 
 // Token implements backend.Backend. The server's clock decides liveness,
-// as in every other operation. On a Cluster (or any client but a
-// *redis.Client) it is one read-only script. On a *redis.Client it is cheaper (no script: docs/redis-bench.md): HMGET of the
+// as in every other operation. On a *redis.Client, which talks to one
+// server, it is cheaper than a script (docs/redis-bench.md): HMGET of the
 // record and then TIME, pipelined on one connection, so the clock is read
 // after the record. A lease the record shows live at a TIME before its end
 // was live when the record was read, and a released or never-granted one
 // was not live then either. Only a lease that looks ended by its time (it
-// expired, or TIME came late and a renewal moved its end meanwhile) is
-// asked again, by the script, which reads both at one instant.
+// expired, or TIME came late and a renewal moved its end meanwhile), or
+// whose end this code cannot read, is asked again, by the read-only
+// script, which reads both at one instant. On other clients (a Cluster, a
+// Ring), which could send TIME to another server, it is the script alone.
 func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return 0, false, err
@@ -238,13 +240,16 @@ func readToken(h, t []any) (tok uint64, live, sure bool, err error) {
 	if exp == "" || exp == "r" {
 		return 0, false, true, nil // never leased, or released
 	}
+	e, err := strconv.ParseInt(exp, 10, 64)
+	if err != nil {
+		return 0, false, false, nil // not written as digits: the script reads any number
+	}
 	sec, _ := t[0].(string)
 	usec, _ := t[1].(string)
-	e, err1 := strconv.ParseInt(exp, 10, 64)
-	s, err2 := strconv.ParseInt(sec, 10, 64)
-	us, err3 := strconv.ParseInt(usec, 10, 64)
-	if err := errors.Join(err1, err2, err3); err != nil {
-		return 0, false, true, fmt.Errorf("redis token: %w: %w", errBadReply, err)
+	s, err1 := strconv.ParseInt(sec, 10, 64)
+	us, err2 := strconv.ParseInt(usec, 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, false, true, fmt.Errorf("redis token: %w: TIME: %w", errBadReply, err)
 	}
 	if s*1_000_000+us >= e {
 		return 0, false, false, nil // looks ended: ask the script

@@ -608,3 +608,25 @@ func TestTokenScriptIsExact(t *testing.T) {
 		t.Fatalf("foreign Release: %v, want ErrLeaseNotFound", err)
 	}
 }
+
+// TestTokenReadsAnyNumber: a record whose exp is not written as plain
+// digits (a number in exponent form, as a hand-written or foreign record
+// may hold) is read by the token script, which takes any number, and not
+// refused as a bad reply.
+func TestTokenReadsAnyNumber(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	exp := strconv.FormatFloat(float64(now.Add(time.Minute).UnixMicro()), 'e', 9, 64) // "1.764590000e+15"
+	if err := client.HSet(ctx, b.RedisKey("k"), "token", 7, "id", "x", "exp", exp).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if tok, live, err := b.Token(ctx, "k"); err != nil || !live || tok != 7 {
+		t.Fatalf("Token of a live lease whose exp is %s: %d, %v, %v; want 7, live", exp, tok, live, err)
+	}
+}
