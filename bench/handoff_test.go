@@ -24,12 +24,12 @@ type handoffOp struct {
 	fn   func() (time.Duration, error)
 }
 
-// handoffMedians runs rounds rounds of ops, each round in a fresh random
-// order, and returns each op's median in µs, by name.
-func handoffMedians(t *testing.T, ops []handoffOp, rounds int) map[string]float64 {
+// handoffMedians runs rounds of ops while more says so, each round in a
+// fresh random order, and returns each op's median in µs, by name.
+func handoffMedians(t testing.TB, ops []handoffOp, more func() bool) map[string]float64 {
 	t.Helper()
 	times := make([][]time.Duration, len(ops))
-	for range rounds {
+	for more() {
 		for _, i := range rand.Perm(len(ops)) {
 			d, err := ops[i].fn()
 			if err != nil {
@@ -157,19 +157,8 @@ func handoffOps(tb testing.TB) []handoffOp {
 // trips (target: at most two) and in refused grants.
 func BenchmarkHandoff(b *testing.B) {
 	ops := handoffOps(b)
-	times := make([][]time.Duration, len(ops))
-	for b.Loop() {
-		for _, i := range rand.Perm(len(ops)) {
-			d, err := ops[i].fn()
-			if err != nil {
-				b.Fatalf("%s: %v", ops[i].name, err)
-			}
-			times[i] = append(times[i], d)
-		}
-	}
-	median := make(map[string]float64, len(ops))
-	for i, op := range ops {
-		median[op.name] = medianMicros(times[i])
+	median := handoffMedians(b, ops, b.Loop)
+	for _, op := range ops {
 		b.ReportMetric(median[op.name], op.name+"-µs")
 	}
 	b.ReportMetric(median["fencing"]/median["ping"], "fencing/ping")
@@ -177,4 +166,12 @@ func BenchmarkHandoff(b *testing.B) {
 	b.ReportMetric(median["fencing"]/median["redislock-1ms"], "fencing/redislock-1ms")
 	b.ReportMetric(median["fencing"]/median["redislock-10ms"], "fencing/redislock-10ms")
 	b.ReportMetric(0, "ns/op")
+}
+
+// countdown returns a condition for handoffMedians that holds n times.
+func countdown(n int) func() bool {
+	return func() bool {
+		n--
+		return n >= 0
+	}
 }

@@ -169,7 +169,7 @@ func memoryHandoff(t *testing.T, rounds int) string {
 			return (<-woke).Sub(sent), nil
 		}},
 	}
-	m := handoffMedians(t, ops, rounds)
+	m := handoffMedians(t, ops, countdown(rounds))
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nLock handoff in memory, %d shuffled rounds (%v pause before each), medians:\n\n", rounds, waiterSettle)
 	sb.WriteString("| round | µs | in cold grant+releases |\n|---|---:|---:|\n")

@@ -243,7 +243,7 @@ func spin(t *testing.T) string {
 // medians in µs and their ratios to PING.
 func handoffTable(t *testing.T, rounds int) string {
 	ops := handoffOps(t)
-	medians := handoffMedians(t, ops, rounds)
+	medians := handoffMedians(t, ops, countdown(rounds))
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "\nLock handoff on Redis, from the holder's release returning to the waiter's lock call returning (%d shuffled rounds, medians; see BenchmarkHandoff):\n\n", rounds)
 	sb.WriteString("| round | µs | in PINGs | target |\n|---|---:|---:|---|\n")
