@@ -89,7 +89,9 @@ func newBatcher(client processPipeliner, directUpTo int64) *batcher {
 	return &batcher{client: client, directUpTo: directUpTo, wake: make(chan struct{}, 1), closing: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
-// Process implements processor: it sends cmd as described on batcher.
+// Process implements processor: it sends cmd as described on batcher. It
+// is do for one command, without the slice that only a queued request
+// needs.
 func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 	defer b.inFlight.Add(-1)
 	if b.inFlight.Add(1) <= b.directUpTo {
@@ -161,14 +163,24 @@ func abandoned(err error) bool {
 	return errors.As(err, &a)
 }
 
-// direct sends cmds on the caller's goroutine as one pipeline.
+// direct sends cmds on the caller's goroutine.
 func (b *batcher) direct(ctx context.Context, cmds []redis.Cmder) error {
+	b.exec(ctx, cmds)
+	return cmds[0].Err()
+}
+
+// exec sends cmds, one alone, several as one pipeline; their errors are
+// on the commands.
+func (b *batcher) exec(ctx context.Context, cmds []redis.Cmder) {
+	if len(cmds) == 1 {
+		_ = b.client.Process(ctx, cmds[0])
+		return
+	}
 	pipe := b.client.Pipeline()
 	for _, c := range cmds {
 		_ = pipe.Process(ctx, c)
 	}
-	_, _ = pipe.Exec(ctx) // errors are on the commands
-	return cmds[0].Err()
+	_, _ = pipe.Exec(ctx)
 }
 
 // enqueue queues q for the flusher, starting it the first time; false
@@ -255,18 +267,8 @@ func (b *batcher) send(batch []*queued, cmds []redis.Cmder) []redis.Cmder {
 		ctx, cancel = context.WithDeadline(ctx, latest)
 		defer cancel()
 	}
-	if len(cmds) == 1 {
-		_ = b.client.Process(ctx, cmds[0])
-	} else {
-		pipe := b.client.Pipeline()
-		for _, c := range cmds {
-			_ = pipe.Process(ctx, c)
-		}
-		_, _ = pipe.Exec(ctx) // errors are on the commands
-	}
-	for i := range cmds {
-		cmds[i] = nil
-	}
+	b.exec(ctx, cmds)
+	clear(cmds)
 	return cmds
 }
 
