@@ -483,11 +483,13 @@ func (rateTicks) Ticks(min, max float64) []plot.Tick {
 	return ticks
 }
 
-// logTicks marks a log axis at 1, 2 and 5 times each power of 10,
-// labeled, and at the other multiples, unlabeled.
+// logTicks marks a log axis at each multiple of each power of 10 and
+// labels 1, 2 and 5 times each power (only the powers over more than two
+// decades).
 type logTicks struct{}
 
 func (logTicks) Ticks(min, max float64) []plot.Tick {
+	wide := max/min > 300
 	var ticks []plot.Tick
 	for p := math.Pow10(int(math.Floor(math.Log10(min)))); p <= max; p *= 10 {
 		for i := 1; i < 10; i++ {
@@ -496,7 +498,7 @@ func (logTicks) Ticks(min, max float64) []plot.Tick {
 				continue
 			}
 			t := plot.Tick{Value: v}
-			if i == 1 || i == 2 || i == 5 {
+			if i == 1 || !wide && (i == 2 || i == 5) {
 				t.Label = strconv.FormatFloat(v, 'g', -1, 64)
 			}
 			ticks = append(ticks, t)
