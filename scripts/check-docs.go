@@ -11,7 +11,7 @@
 //     [text](path#anchor) or [text](#anchor), names a file that exists, and
 //     an anchor one of that page's headings makes (GitHub's rule: lower
 //     case, punctuation dropped, spaces to hyphens, -1, -2... for repeats);
-//   - every docs/NAME.md that a Go comment or string names exists;
+//   - every docs/*.md page that a Go comment or string names exists;
 //   - every exported name README.md writes as pkg.Name or pkg.Type.Member,
 //     where pkg is the name of one of this module's packages, is declared
 //     in that package (a top-level func, type, const or var, or a method or
