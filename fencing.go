@@ -6,9 +6,10 @@
 // reject a writer whose lease quietly ran out (a GC pause, a slow network):
 // that writer's token is stale.
 //
-// A Coordinator does argument checks, defaults, lease IDs and local deadlines;
-// a backend.Backend (in memory, etcd, Redis or your own) does the atomic work
-// against the coordinator's clock, the only clock that decides expiry.
+// A Coordinator does defaults, lease IDs, resends and local deadlines; a
+// backend.Backend (in memory, etcd, Redis or your own) checks the arguments
+// (backend.CheckRequest) and does the atomic work against the coordinator's
+// clock, the only clock that decides expiry.
 //
 // # Time
 //
@@ -45,8 +46,10 @@ const DefaultMargin = time.Second
 type Lease struct {
 	// Key is the leased key.
 	Key string
-	// ID is the holder's credential: 128 random bits, unguessable from the
-	// key, the token or the time.
+	// ID is the holder's credential: 26 base32 characters carrying 130
+	// bits from a ChaCha8 generator seeded with 256 bits from crypto/rand,
+	// so it cannot be guessed from the key, the token, the time or other
+	// IDs.
 	ID string
 	// Token is the fencing token: larger than every earlier token on Key.
 	// Send it with every write to the protected resource.
@@ -254,9 +257,9 @@ const clockRefresh = time.Second
 
 // sendClock reads the local clock for the moment a request leaves, from
 // which its Deadline counts. time.Now reads two clocks, the wall clock and
-// the monotonic one (about 50 ns against 30 ns for the monotonic one alone
-// on the VM of docs/benchmarks.md); the monotonic reading is what Deadline
-// is compared by, and the wall reading is only what a Deadline prints as.
+// the monotonic one, which costs more than reading the monotonic one alone;
+// the monotonic reading is what Deadline is compared by, and the wall
+// reading is only what a Deadline prints as.
 type sendClock struct {
 	base atomic.Pointer[time.Time] // a time.Now at most clockRefresh old
 }

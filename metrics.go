@@ -25,8 +25,11 @@ const (
 	// MeterName is the instrumentation scope of every instrument.
 	MeterName = "github.com/fencing-go/fencing"
 
-	// MetricOperationDuration is a histogram (seconds) of every request the
-	// Coordinator sends, resends included, by backend, operation and outcome.
+	// MetricOperationDuration is a histogram (seconds) of the Coordinator's
+	// requests to its backend, by backend, operation and outcome: one
+	// sample per call, from its first attempt to its last, so the resends
+	// of a request whose outcome was unknown are in its time, not samples
+	// of their own.
 	MetricOperationDuration = "fencing.operation.duration"
 	// MetricGrants counts grant requests (Grant, Hold and each attempt of
 	// Lock) by outcome; outcome "held" is a conflict with another holder.

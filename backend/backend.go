@@ -2,9 +2,10 @@
 // the records and errors it shares with package fencing.
 //
 // It plays the part that database/sql/driver plays for database/sql: a backend
-// does the atomic work against its own clock (the coordinator's clock), and
-// package fencing does argument checks, defaults, lease IDs and the
-// user-facing types. Backends never import package fencing.
+// checks its arguments (CheckRequest, CheckRelease) and does the atomic work
+// against its own clock (the coordinator's clock), and package fencing does
+// defaults, lease IDs, resends and the user-facing types. Backends never
+// import package fencing.
 //
 // # Contract
 //
@@ -45,8 +46,10 @@
 // ErrLeaseExpired and ErrTokenSpaceExhausted as they are. Backends never
 // name the key in an error; package fencing names it once (see QuoteKey).
 //
-// Optional capabilities (waiting, inspecting) are small interfaces of their
-// own in this package; see Notifier and Inspector.
+// Optional capabilities are small interfaces of their own, in
+// capabilities.go, which package fencing finds by type assertion: Notifier
+// (waiting for a key to come free), Inspector (a key's state), ForceReleaser
+// (ending a lease without its ID) and Lister (enumerating keys).
 //
 // The conformance package holds a backend to this contract.
 package backend
@@ -83,7 +86,8 @@ type Request struct {
 	// Key names the resource; 1 to MaxKeyLength bytes, any bytes.
 	Key string
 	// LeaseID is the holder's credential, chosen by the caller (package
-	// fencing draws 128 random bits). It doubles as the grant's request nonce.
+	// fencing draws 130 random bits; see fencing.Lease.ID). It doubles as
+	// the grant's request nonce.
 	LeaseID string
 	// Timeout is how long the holder may rely on the lease.
 	Timeout time.Duration

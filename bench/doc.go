@@ -10,7 +10,7 @@
 // The benchmarks start their own redis-server (from PATH) on a free loopback
 // port, or use the server at REDIS_ADDR (host:port) when it is set; that
 // server must be one nobody else uses, as the benchmarks write keys under
-// the prefix "bench:". See docs/redis-bench.md in the fencing repository for
+// the prefix "bench:". See docs/benchmarks.md in the fencing repository for
 // results.
 //
 // TestReport is the one-command report of every store against its peers

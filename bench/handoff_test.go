@@ -154,7 +154,7 @@ func handoffOps(tb testing.TB) []handoffOp {
 //     one script round trip a handoff cannot avoid.
 //
 // It reports each one's median (µs) and fencing's handoff in PING round
-// trips (target: at most two) and in refused grants.
+// trips and in refused grants.
 func BenchmarkHandoff(b *testing.B) {
 	ops := handoffOps(b)
 	median := handoffMedians(b, ops, b.Loop)

@@ -12,8 +12,8 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// original is the in-memory coordinator as first designed, the baseline of
-// issue 12, rebuilt from its description: one sync.Mutex over two maps, key
+// original is the in-memory coordinator as first designed, rebuilt from its
+// description: one sync.Mutex over two maps, key
 // -> the key's lease (deleted on release) and key -> the highest token ever
 // minted; time.Now read under the lock; the lease ID made with fmt.Sprintf
 // from the key, the token and the time; argument checks before the lock; no

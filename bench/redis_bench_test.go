@@ -84,7 +84,7 @@ func BenchmarkPingPair(b *testing.B) {
 var luaFloor = redis.NewScript(`return 1`)
 
 // BenchmarkLuaFloor runs the empty script: the floor for any operation that
-// is one Lua script, as every fencing operation is.
+// is one Lua script, as every fencing operation that changes a lease is.
 func BenchmarkLuaFloor(b *testing.B) {
 	c := newClient(b)
 	ctx := context.Background()

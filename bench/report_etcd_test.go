@@ -34,20 +34,14 @@ const etcdTTL = time.Minute
 func etcdSection(t *testing.T, r *report) {
 	cli := startEtcd(t, false)
 	for _, g := range []int{1, 32} {
-		target := "≥ 1.50x (latency)"
-		if g > 1 {
-			target = "≥ 1.50x (throughput)"
-		}
 		r.compare(t, &comparison{
 			store: "etcd", op: "Grant+Release vs Mutex, Session per lock", goroutines: g,
-			target: target, check: atLeast(1.5),
 			contenders: []contender{
 				etcdOurs(t, cli), etcdMutexFreshSession(cli), etcdTxnFloor(cli), etcdGetFloor(cli),
 			},
 		})
 		r.compare(t, &comparison{
 			store: "etcd", op: "Grant+Release vs Mutex, one shared Session", goroutines: g,
-			target: "≥ 0.50x", check: atLeast(0.5),
 			contenders: []contender{etcdOurs(t, cli), etcdMutexSharedSession(t, cli)},
 		})
 	}
@@ -63,7 +57,6 @@ func etcdSection(t *testing.T, r *report) {
 	synced := startEtcd(t, true)
 	r.compare(t, &comparison{
 		store: "etcd, fsync on", op: "Grant+Release vs Mutex, Session per lock", goroutines: 1,
-		target: "≥ 1.50x (latency)", check: atLeast(1.5),
 		contenders: []contender{etcdOurs(t, synced), etcdMutexFreshSession(synced), etcdTxnFloor(synced)},
 	})
 	r.notes = append(r.notes, "etcd rows: one embedded etcd member in the test process (TickMs 10, ElectionMs 100, "+
@@ -250,8 +243,7 @@ func etcdCheckToken(t *testing.T, cli *clientv3.Client, g int) contender {
 // etcdHandoff measures rounds handoffs of each kind, in a shuffled order each
 // round: fencing's Held.Release to a waiting Coordinator.Lock, against
 // Mutex.Unlock to a waiting Mutex.Lock, timed to the waiter's lock returning
-// from the holder's release returning (the measure) and from its
-// call. Each waiter gets the same pause to settle into waiting before the
+// from the holder's release returning and from its call. Each waiter gets the same pause to settle into waiting before the
 // release (longer than etcd's 100 ms watcher sync, which a Mutex waiter's
 // watch from a past revision otherwise waits for: the Mutex's best case). It
 // returns a Markdown table.
@@ -348,11 +340,7 @@ func etcdHandoff(t *testing.T, cli *clientv3.Client, rounds int) string {
 			median(fromCall[i]), slices.Min(fromCall[i]), slices.Max(fromCall[i]))
 	}
 	ratio := median(fromReturn[0]) / median(fromReturn[1])
-	verdict := "met"
-	if ratio > 1.2 {
-		verdict = "NOT met"
-	}
-	fmt.Fprintf(&b, "\nHandoff from the release's return, ours / Mutex (medians): **%.2fx**; target ≤ 1.20x: %s. From the release's call: %.2fx.\n",
-		ratio, verdict, median(fromCall[0])/median(fromCall[1]))
+	fmt.Fprintf(&b, "\nHandoff from the release's return, ours / Mutex (medians): **%.2fx**. From the release's call: %.2fx.\n",
+		ratio, median(fromCall[0])/median(fromCall[1]))
 	return b.String()
 }

@@ -1,7 +1,7 @@
 package bench
 
-// The one-command benchmark report (issue 12): every store side by side with
-// its peers, in interleaved rounds, printed as Markdown for
+// The one-command benchmark report: every store side by side with its
+// peers, in interleaved rounds, printed as Markdown for
 // docs/benchmarks.md.
 //
 //	cd bench && BENCH_REPORT=all go test -run '^TestReport$' -v -timeout 30m
@@ -9,6 +9,8 @@ package bench
 // BENCH_REPORT names the sections to run ("all", or a comma-separated list
 // such as "memory"); BENCH_ROUNDS sets the number of rounds (default 7) and
 // BENCH_BATCH the time one contender's batch aims at (default 50ms).
+// BENCH_PLOTS=dir also draws one plot per store run into dir (see
+// plot_test.go; docs/img holds the committed ones).
 //
 // # Method
 //
@@ -69,7 +71,9 @@ func TestReport(t *testing.T) {
 		}
 		s.run(t, r)
 	}
-	r.print(os.Stdout, before, readMachine())
+	var md strings.Builder
+	r.print(io.MultiWriter(os.Stdout, &md), before, readMachine())
+	writePlotsIfAsked(t, md.String(), before.at)
 }
 
 // report collects a run's results.
@@ -98,11 +102,6 @@ type contender struct {
 type comparison struct {
 	store, op  string
 	goroutines int
-	// target says what is wanted and check whether the run met it; both
-	// may be empty.
-	target string
-	check  func(*comparison) bool
-
 	contenders []contender
 	ops        int        // operations per batch
 	samples    [][]sample // contender -> round
@@ -244,17 +243,6 @@ func (c *comparison) ratios(i int) []float64 {
 	return out
 }
 
-// verdict returns "met" or "NOT met" for the comparison's target, or "".
-func (c *comparison) verdict() string {
-	if c.check == nil {
-		return ""
-	}
-	if c.check(c) {
-		return "met"
-	}
-	return "NOT met"
-}
-
 // allocsPerOp returns contender i's median allocations per operation.
 func (c *comparison) allocsPerOp(i int) float64 {
 	return median(c.perOp(i, func(s sample) float64 { return float64(s.allocs) }))
@@ -278,7 +266,6 @@ type memoryRow struct {
 	keys    int
 	keyLen  int          // bytes of each key
 	perKey  []namedValue // contender -> heap bytes per key
-	target  float64      // ours may hold at most this beyond the key's bytes; 0: none
 	comment string
 }
 
@@ -296,14 +283,14 @@ func (r *report) print(w io.Writer, before, after machine) {
 		before.loadAvg, after.loadAvg, otherCores(before, after))
 	fmt.Fprintf(w, "%d rounds; a batch of each contender aims at %v; ratio = peer time / our time per round (above 1: ours is faster).\n\n", r.rounds, r.batch)
 	if len(r.comps) > 0 {
-		fmt.Fprintln(w, "| store | operation | goroutines | contender | ns/op | ops/s | ratio | per-round ratios | CPU ns/op | server CPU ns/op | allocs/op | target |")
-		fmt.Fprintln(w, "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|---|")
+		fmt.Fprintln(w, "| store | operation | goroutines | contender | ns/op | ops/s | ratio | per-round ratios | CPU ns/op | server CPU ns/op | allocs/op |")
+		fmt.Fprintln(w, "|---|---|---:|---|---:|---:|---:|---|---:|---:|---:|")
 		for _, c := range r.comps {
 			for i, k := range c.contenders {
 				ns := median(c.wallNs(i))
 				cpu := median(c.perOp(i, func(s sample) float64 { return float64(s.cpu) }))
 				allocs := c.allocsPerOp(i)
-				ratio, rounds, server, target := "", "", "", ""
+				ratio, rounds, server := "", "", ""
 				if i > 0 {
 					ratio = fmt.Sprintf("**%.2fx**", median(c.ratios(i)))
 					rounds = formatRatios(c.ratios(i))
@@ -311,29 +298,18 @@ func (r *report) print(w io.Writer, before, after machine) {
 				if k.serverCPU != nil {
 					server = fmt.Sprintf("%.0f", median(c.perOp(i, func(s sample) float64 { return float64(s.server) })))
 				}
-				if i == 1 && c.target != "" {
-					target = c.target + ": " + c.verdict()
-				}
-				fmt.Fprintf(w, "| %s | %s | %d | %s | %.0f | %s | %s | %s | %.0f | %s | %.2f | %s |\n",
-					c.store, c.op, c.goroutines, k.name, ns, formatRate(1e9/ns), ratio, rounds, cpu, server, allocs, target)
+				fmt.Fprintf(w, "| %s | %s | %d | %s | %.0f | %s | %s | %s | %.0f | %s | %.2f |\n",
+					c.store, c.op, c.goroutines, k.name, ns, formatRate(1e9/ns), ratio, rounds, cpu, server, allocs)
 			}
 		}
 		fmt.Fprintln(w)
 	}
 	if len(r.memory) > 0 {
-		fmt.Fprintln(w, "| store | keys | key bytes | contender | heap B/key | beyond the key's bytes | target |")
-		fmt.Fprintln(w, "|---|---:|---:|---|---:|---:|---|")
+		fmt.Fprintln(w, "| store | keys | key bytes | contender | heap B/key | beyond the key's bytes |")
+		fmt.Fprintln(w, "|---|---:|---:|---|---:|---:|")
 		for _, m := range r.memory {
-			for i, v := range m.perKey {
-				target := ""
-				if i == 0 && m.target > 0 {
-					verdict := "met"
-					if v.value-float64(m.keyLen) > m.target {
-						verdict = "NOT met"
-					}
-					target = fmt.Sprintf("≤ %.0f B: %s", m.target, verdict)
-				}
-				fmt.Fprintf(w, "| %s | %d | %d | %s | %.1f | %.1f | %s |\n", m.store, m.keys, m.keyLen, v.name, v.value, v.value-float64(m.keyLen), target)
+			for _, v := range m.perKey {
+				fmt.Fprintf(w, "| %s | %d | %d | %s | %.1f | %.1f |\n", m.store, m.keys, m.keyLen, v.name, v.value, v.value-float64(m.keyLen))
 			}
 		}
 		fmt.Fprintln(w)

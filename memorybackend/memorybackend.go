@@ -14,9 +14,9 @@
 // backend for that, or keys from a bounded set. What stays is small: a key
 // whose lease has ended holds its token, its state, a fingerprint of its last
 // lease's ID and a copy of its bytes in a record with no pointers in it (the
-// garbage collector does not trace it), plus an index slot: with 15-byte keys,
-// about 40 to 60 bytes beyond the key's own bytes (docs/benchmarks.md has the
-// measurement). A live lease holds a further 48 bytes and keeps its lease ID
+// garbage collector does not trace it), plus an index slot: a few dozen
+// bytes beyond the key's own bytes (docs/memory.md has the measured figure).
+// A live lease holds a further 48 bytes and keeps its lease ID
 // string, until it is released, or until it has expired and the key is next
 // touched or a later grant in its shard sweeps it.
 //

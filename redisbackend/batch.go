@@ -19,7 +19,7 @@ import (
 // flusher) sends as one pipeline, one write and one read for the whole
 // batch. Under load that spares the client and the server most of their
 // per-command system calls and wake-ups, which on a busy machine cost more
-// than the scripts themselves (docs/redis-bench.md); at low concurrency
+// than the scripts themselves (docs/benchmarks.md, Redis); at low concurrency
 // the requests keep their own connections and round trips.
 //
 // What a caller sees is what a lone command gives: the commands are
@@ -56,7 +56,7 @@ type processPipeliner interface {
 
 // directInFlight is how many requests go out on their callers' goroutines
 // at once before the rest are batched. Measured against sending every
-// request directly (docs/redis-bench.md): batching from the second request
+// request directly (docs/redis.md): batching from the second request
 // on cost 10-40% of the throughput at 2 to 8 goroutines (one batch on the
 // wire at a time serializes what separate connections run in parallel) and
 // gained 1.3-1.7x at 32; from the ninth on it costs nothing measurable up

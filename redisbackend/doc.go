@@ -1,10 +1,15 @@
 // Package redisbackend is a fencing backend on Redis: a standalone server, a
 // Sentinel-managed primary (go-redis failover client) or a Redis Cluster.
 //
-// The Redis server's clock is the coordinator's clock. Every operation is one
-// Lua script in one round trip (EVALSHA, falling back to EVAL when the
-// server's script cache lacks it); the script reads the server's TIME and
-// decides expiry against it, so no time the client sends ever matters.
+// The Redis server's clock is the coordinator's clock. Grant, Renew,
+// Release, Inspect and ForceRelease are each one Lua script in one round
+// trip (EVALSHA, falling back to EVAL when the server's script cache lacks
+// it); the script reads the server's TIME and decides expiry against it, so
+// no time the client sends ever matters. Token on a *redis.Client is HMGET
+// of the record then TIME, pipelined in one round trip, and asks the
+// read-only token script only when that reply cannot decide (see Token); on
+// other clients it is the script alone. List is SCAN, then the inspect
+// script for the page's keys, pipelined.
 //
 // # Records
 //
@@ -28,8 +33,13 @@
 // Tokens are dense per key (1, 2, 3...; a failed grant uses none up) and are
 // Redis integers, signed 64-bit: the largest is MaxToken (math.MaxInt64).
 // Grant past it fails with backend.ErrTokenSpaceExhausted; tokens never
-// wrap. Tokens never pass through a Lua number (a double), so they stay
-// exact over the whole range.
+// wrap. A token passes through a Lua number (a double) only in the grant
+// script and only below 2^53 - 1, where a double holds it and its successor
+// exactly: there the script adds 1 in Lua and writes the number, which
+// Redis stores as its integer digits. From 2^53 - 1 on, the script has
+// Redis add (HINCRBY) and reads the token back as a string; every other
+// script and Token return the stored string. So tokens stay exact over the
+// whole range.
 //
 // # Durability
 //

@@ -180,7 +180,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 
 // Token implements backend.Backend. The server's clock decides liveness,
 // as in every other operation. On a *redis.Client, which talks to one
-// server, it is cheaper than a script (docs/redis-bench.md): HMGET of the
+// server, it is cheaper than a script (docs/benchmarks.md, Redis): HMGET of the
 // record and then TIME, pipelined on one connection, so the clock is read
 // after the record. A lease the record shows live at a TIME before its end
 // was live when the record was read, and a released or never-granted one
