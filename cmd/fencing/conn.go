@@ -81,7 +81,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 		}
 	}
 	fs.StringVar(&f.backend, "backend", "", "the backend: memory, etcd or redis (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, else memory)")
-	fs.StringVar(&f.prefix, "key-prefix", "", "prefix of the backend's keys in etcd or Redis (default: the backend's, \"fencing/\")")
+	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis)", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
 
@@ -309,6 +309,9 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	defer cancel()
 	if err := client.Ping(cctx).Err(); err != nil {
 		client.Close()
+		if redis.IsAuthError(err) || redis.IsPermissionError(err) {
+			return fmt.Errorf("%w: %s: %w", errAuth, s.where, err)
+		}
 		return s.reachError(err)
 	}
 	opts := []redisbackend.Option{redisbackend.WithConfigCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
@@ -318,11 +321,24 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	b, err := redisbackend.NewContext(cctx, client, opts...)
 	if err != nil {
 		client.Close()
+		var cerr *redisbackend.ConfigError
+		if errors.As(err, &cerr) { // name this tool's flag, not the Go option
+			return reworded{cerr.Describe("--redis-config-check warn"), err}
+		}
 		return err
 	}
 	s.b, s.close = b, func() { b.Close(); client.Close() }
 	return nil
 }
+
+// reworded is err with the message msg.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r reworded) Error() string { return r.msg }
+func (r reworded) Unwrap() error { return r.err }
 
 // redisClient builds the client the flags describe: one server, Sentinel
 // failover or Cluster.
