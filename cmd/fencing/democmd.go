@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 
 	"github.com/spf13/cobra"
@@ -19,9 +20,20 @@ func demoCommand() *cobra.Command {
 		Long:  demo.Description,
 		Args:  cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), args)
+			err := runDemo(cmd.Context(), cmd.OutOrStdout(), args)
+			if errors.Is(err, demo.ErrUsage) {
+				return usageError{err}
+			}
+			return err
 		}),
 	}
 	cmd.Flags().AddGoFlagSet(fs)
 	return cmd
 }
+
+// usageError is an error of the demo's own usage check, which is also this
+// tool's errUsage (exit 2), with the demo's message.
+type usageError struct{ err error }
+
+func (e usageError) Error() string   { return e.err.Error() }
+func (e usageError) Unwrap() []error { return []error{errUsage, e.err} }

@@ -34,7 +34,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/demo"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
@@ -158,7 +157,7 @@ func report(stderr io.Writer, err error) int {
 func exitCodeOf(err error) int {
 	var oe *fencing.OutcomeError
 	switch {
-	case errors.Is(err, errUsage), errors.Is(err, demo.ErrUsage), errors.Is(err, fencing.ErrInvalidKey), errors.Is(err, fencing.ErrInvalidTimeout),
+	case errors.Is(err, errUsage), errors.Is(err, fencing.ErrInvalidKey), errors.Is(err, fencing.ErrInvalidTimeout),
 		errors.Is(err, fencing.ErrInvalidMargin), errors.Is(err, fencing.ErrInvalidOption):
 		return exitUsage
 	case errors.Is(err, fencing.ErrLeaseHeld):
