@@ -341,7 +341,9 @@ func (r reworded) Error() string { return r.msg }
 func (r reworded) Unwrap() error { return r.err }
 
 // redisClient builds the client the flags describe: one server, Sentinel
-// failover or Cluster.
+// failover or Cluster. Its requests end at their context's deadline
+// (ContextTimeoutEnabled), not at go-redis's own read timeout, so that
+// --request-timeout and hold's short release bound hold.
 func (f *connFlags) redisClient() (client redis.UniversalClient, addr string, err error) {
 	if f.redisSentinelMaster != "" && f.redisCluster {
 		return nil, "", fmt.Errorf("%w: --redis-sentinel-master and --redis-cluster exclude each other", errUsage)
@@ -374,6 +376,7 @@ func (f *connFlags) redisClient() (client redis.UniversalClient, addr string, er
 		if f.redisDB != 0 {
 			opt.DB = f.redisDB
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClient(opt), opt.Addr, nil
 	}
 	addrs := strings.Split(f.redisAddr, ",")
@@ -381,17 +384,17 @@ func (f *connFlags) redisClient() (client redis.UniversalClient, addr string, er
 	case f.redisSentinelMaster != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: f.redisSentinelMaster, SentinelAddrs: addrs, SentinelPassword: f.redisSentinelPass,
-			Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg,
+			Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg, ContextTimeoutEnabled: true,
 		}), "sentinels " + f.redisAddr, nil
 	case f.redisCluster:
 		if f.redisDB != 0 {
 			return nil, "", fmt.Errorf("%w: Redis Cluster has only database 0", errUsage)
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: f.redisUser, Password: f.redisPassword, TLSConfig: tlsCfg}), f.redisAddr, nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: f.redisUser, Password: f.redisPassword, TLSConfig: tlsCfg, ContextTimeoutEnabled: true}), f.redisAddr, nil
 	case len(addrs) > 1:
 		return nil, "", fmt.Errorf("%w: --redis-addr lists %d addresses: add --redis-cluster or --redis-sentinel-master", errUsage, len(addrs))
 	}
-	return redis.NewClient(&redis.Options{Addr: addrs[0], Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg}), addrs[0], nil
+	return redis.NewClient(&redis.Options{Addr: addrs[0], Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg, ContextTimeoutEnabled: true}), addrs[0], nil
 }
 
 // tlsConfig loads the TLS files of one backend, or returns nil when none is
