@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -277,10 +278,14 @@ func anyHTTPS(endpoints []string) bool {
 	return false
 }
 
-// reachError reports a server that could not be reached or refused us.
+// reachError reports a server that could not be reached, or (errAuth) that
+// refused etcd's credentials or permission.
 func (s *session) reachError(err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
+	}
+	if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
+		return fmt.Errorf("%w: %s: %w", errAuth, s.where, err)
 	}
 	return fmt.Errorf("%w: %s: %w", errUnreachable, s.where, err)
 }
