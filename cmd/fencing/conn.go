@@ -157,10 +157,14 @@ func (s *session) call(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // wrap turns a request's error into one that says what could not be
-// reached, when that is what happened.
+// reached, or what refused the credentials or permission, when that is
+// what happened.
 func (s *session) wrap(ctx context.Context, err error) error {
 	if err == nil || ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return err
+	}
+	if aerr := s.authError(err); aerr != nil {
+		return aerr
 	}
 	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, fencing.ErrOutcomeUnknown) {
 		return fmt.Errorf("%w: %s did not answer within %v: %w", errUnreachable, s.where, s.timeout, err)
@@ -278,14 +282,29 @@ func anyHTTPS(endpoints []string) bool {
 	return false
 }
 
-// reachError reports a server that could not be reached, or (errAuth) that
-// refused etcd's credentials or permission.
+// authError returns err marked errAuth or errPermission when the server
+// refused the credentials or the user's permission, else nil.
+func (s *session) authError(err error) error {
+	var mark error
+	switch {
+	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty):
+		mark = errAuth
+	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied):
+		mark = errPermission
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %w", mark, s.where, err)
+}
+
+// reachError reports a server that could not be reached, or one that
+// refused the credentials or permission (authError).
 func (s *session) reachError(err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
 	}
-	if errors.Is(err, rpctypes.ErrAuthFailed) || errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrUserEmpty) {
-		return fmt.Errorf("%w: %s: %w", errAuth, s.where, err)
+	if aerr := s.authError(err); aerr != nil {
+		return aerr
 	}
 	return fmt.Errorf("%w: %s: %w", errUnreachable, s.where, err)
 }
@@ -314,9 +333,6 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	defer cancel()
 	if err := client.Ping(cctx).Err(); err != nil {
 		client.Close()
-		if redis.IsAuthError(err) || redis.IsPermissionError(err) {
-			return fmt.Errorf("%w: %s: %w", errAuth, s.where, err)
-		}
 		return s.reachError(err)
 	}
 	opts := []redisbackend.Option{redisbackend.WithConfigCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}

@@ -57,8 +57,11 @@ var errUsage = errors.New("usage error")
 var errUnreachable = errors.New("server unreachable")
 
 // errAuth marks a server that refused the credentials (a wrong or missing
-// password) or the user's permission.
-var errAuth = errors.New("authentication failed")
+// password), errPermission one that refused the user a command (an ACL).
+var (
+	errAuth       = errors.New("authentication failed")
+	errPermission = errors.New("permission denied")
+)
 
 // exitError carries an exit code chosen by a command (hold passes on its
 // child's) with nothing to print.
@@ -164,7 +167,7 @@ func exitCodeOf(err error) int {
 		return exitHeld
 	case errors.Is(err, fencing.ErrLeaseLost), errors.Is(err, fencing.ErrLeaseExpired), errors.Is(err, fencing.ErrLeaseNotFound):
 		return exitLost
-	case errors.Is(err, errAuth), errors.Is(err, redisbackend.ErrAuth), errors.Is(err, redisbackend.ErrPermission):
+	case errors.Is(err, errAuth), errors.Is(err, errPermission), errors.Is(err, redisbackend.ErrAuth), errors.Is(err, redisbackend.ErrPermission):
 		return exitAuth
 	case errors.Is(err, errUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
 		errors.Is(err, context.DeadlineExceeded):

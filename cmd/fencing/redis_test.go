@@ -7,35 +7,44 @@ import (
 	"github.com/fencing-go/fencing/internal/redistest"
 )
 
-// TestRedisAuth: a wrong or missing password, an unknown user and an ACL
-// user that may run nothing are exit 6 with "authentication failed" (never
-// "server unreachable"), in every --redis-config-check mode; the right
-// password works.
+// TestRedisAuth: a wrong or missing password and an unknown user are exit 6
+// with "authentication failed", an ACL user that may run nothing (or not
+// the backend's scripts) exit 6 with "permission denied", never "server
+// unreachable", in every --redis-config-check mode; the right password
+// works.
 func TestRedisAuth(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{AppendOnly: true, Args: []string{
 		"--requirepass", "secret",
 		"--user", "nothing", "on", ">pw", "~*", "&*", "-@all",
+		"--user", "noscripts", "on", ">pw", "~*", "&*", "+@all", "-@scripting",
 	}})
 	for _, c := range []struct {
 		name  string
 		flags []string
 		cause string
+		says  string
 	}{
-		{"MissingPassword", nil, "NOAUTH"},
-		{"WrongPassword", []string{"--redis-password", "wrong"}, "WRONGPASS"},
-		{"WrongUser", []string{"--redis-user", "nobody", "--redis-password", "pw"}, "WRONGPASS"},
-		{"UserWithoutPermission", []string{"--redis-user", "nothing", "--redis-password", "pw"}, "NOPERM"},
+		{"MissingPassword", nil, "NOAUTH", "authentication failed"},
+		{"WrongPassword", []string{"--redis-password", "wrong"}, "WRONGPASS", "authentication failed"},
+		{"WrongUser", []string{"--redis-user", "nobody", "--redis-password", "pw"}, "WRONGPASS", "authentication failed"},
+		{"UserWithoutPermission", []string{"--redis-user", "nothing", "--redis-password", "pw"}, "NOPERM", "permission denied"},
 	} {
 		for _, mode := range []string{"refuse", "warn", "ignore"} {
 			args := append([]string{"grant", "k", "--ttl", "10s", "--redis-addr", srv.Addr(), "--redis-config-check", mode}, c.flags...)
 			r := runBin(t, args...)
-			if r.code != exitAuth || !strings.Contains(r.stderr, "authentication failed") || !strings.Contains(r.stderr, c.cause) ||
+			if r.code != exitAuth || !strings.Contains(r.stderr, c.says) || !strings.Contains(r.stderr, c.cause) ||
 				strings.Contains(r.stderr, "unreachable") {
-				t.Errorf("%s, %s: want exit 6, authentication failed, %s; got %v", c.name, mode, c.cause, r)
+				t.Errorf("%s, %s: want exit 6, %s, %s; got %v", c.name, mode, c.says, c.cause, r)
 			}
 		}
 	}
 	want(t, 0, "grant", "k", "--ttl", "10s", "--redis-addr", srv.Addr(), "--redis-password", "secret")
+	// A user who may connect but not run the backend's scripts: the grant
+	// itself is refused.
+	r := runBin(t, "grant", "k2", "--ttl", "10s", "--redis-addr", srv.Addr(), "--redis-user", "noscripts", "--redis-password", "pw")
+	if r.code != exitAuth || !strings.Contains(r.stderr, "permission denied") || !strings.Contains(r.stderr, "NOPERM") || strings.Contains(r.stderr, "unreachable") {
+		t.Errorf("a user without @scripting: want exit 6 naming NOPERM, got %v", r)
+	}
 }
 
 // TestRedisConfigRefusal: the refusal of a server that can lose tokens
