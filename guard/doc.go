@@ -58,7 +58,8 @@
 //     caller's write.
 //
 // Memory, etcdguard and redisguard implement Guard. sqlguard's Admit takes
-// the caller's transaction as well, since the fence must move in it.
+// the caller's transaction as well, since the fence must move in it, and
+// its Takeover the *sql.DB, for the fence at takeover.
 //
 // The conformance package holds guards to these rules (conformance.RunGuard).
 package guard

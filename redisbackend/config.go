@@ -29,8 +29,14 @@ type ConfigMode int
 // grants through kill -9 of the process, but a crash of the machine loses
 // about the last second or two (everysec) or more (no).
 //
-// Where CONFIG is disabled or renamed (many managed services), New logs a
-// warning that it could not check and goes on, in every mode.
+// Before reading a node's settings, New sends it a PING. When the server
+// refuses the connection's credentials (WRONGPASS, NOAUTH) New fails with
+// an error wrapping ErrAuth, and when the user may not even PING (NOPERM)
+// with one wrapping ErrPermission, in ConfigRefuse and ConfigWarn alike:
+// no setting makes a wrong password work. Where only CONFIG is refused on
+// a connection that works (disabled or renamed, as on many managed
+// services, or NOPERM for an ACL user kept from admin commands), New logs
+// a warning that it could not check and goes on, in every mode.
 const (
 	// ConfigRefuse (the default) makes New fail with ErrUnsafeConfig when a
 	// node is unsafe, and when it cannot reach a node to check. Tokens that
@@ -110,8 +116,14 @@ func (b *Backend) checkConfig(ctx context.Context) error {
 		b.logger.Warn("redisbackend: redis durability caveat", "detail", msg)
 	}
 	if err != nil {
+		if errors.Is(err, ErrAuth) || errors.Is(err, ErrPermission) {
+			return err
+		}
+		if aerr := authError("", err); aerr != nil {
+			return aerr // a Cluster's own CLUSTER SHARDS, refused
+		}
 		if b.checkMode == ConfigRefuse {
-			return fmt.Errorf("redisbackend: check the redis configuration (or use WithConfigCheck(ConfigWarn)): %w", err)
+			return &ConfigError{Err: err}
 		}
 		b.logger.Warn("redisbackend: cannot check the redis configuration", "error", err)
 	}
@@ -119,7 +131,7 @@ func (b *Backend) checkConfig(ctx context.Context) error {
 		return nil
 	}
 	if b.checkMode == ConfigRefuse {
-		return fmt.Errorf("%w: %s (see docs/redis.md; WithConfigCheck(ConfigWarn) runs anyway)", ErrUnsafeConfig, strings.Join(r.unsafe, "; "))
+		return &ConfigError{Unsafe: r.unsafe}
 	}
 	for _, msg := range r.unsafe {
 		b.logger.Warn("redisbackend: unsafe redis configuration: tokens can go back", "detail", msg)
@@ -127,13 +139,78 @@ func (b *Backend) checkConfig(ctx context.Context) error {
 	return nil
 }
 
-// checkNode reads one node's settings into r. It returns only errors that
-// are not a refusal to run CONFIG (those it notes as unreadable).
+// ConfigError is New's error in ConfigRefuse when the check found a
+// setting that can lose tokens (Unsafe; it then wraps ErrUnsafeConfig) or
+// could not reach a node to check it (Err). Its message names the Go
+// option that runs anyway; a program with other knobs (the fencing CLI's
+// --redis-config-check) reads the fields and says its own.
+type ConfigError struct {
+	// Unsafe lists each unsafe setting found, as "node: setting is ...:
+	// why".
+	Unsafe []string
+	// Err is why a node could not be checked, when that is the error.
+	Err error
+}
+
+// Error implements error.
+func (e *ConfigError) Error() string {
+	return e.Describe("WithConfigCheck(ConfigWarn)")
+}
+
+// Describe is the error's message with optOut named as what runs anyway.
+func (e *ConfigError) Describe(optOut string) string {
+	if len(e.Unsafe) > 0 {
+		return fmt.Sprintf("%v: %s (see docs/redis.md; %s runs anyway)", ErrUnsafeConfig, strings.Join(e.Unsafe, "; "), optOut)
+	}
+	return fmt.Sprintf("redisbackend: check the redis configuration (or use %s): %v", optOut, e.Err)
+}
+
+// Unwrap returns ErrUnsafeConfig when a setting is unsafe, and Err.
+func (e *ConfigError) Unwrap() []error {
+	var errs []error
+	if len(e.Unsafe) > 0 {
+		errs = append(errs, ErrUnsafeConfig)
+	}
+	if e.Err != nil {
+		errs = append(errs, e.Err)
+	}
+	return errs
+}
+
+// authError returns err wrapped with ErrAuth or ErrPermission when the
+// server refused the connection's credentials or the user's permission,
+// and nil otherwise. node, when not empty, names the server.
+func authError(node string, err error) error {
+	var sentinel error
+	switch {
+	case redis.IsAuthError(err):
+		sentinel = ErrAuth
+	case redis.IsPermissionError(err):
+		sentinel = ErrPermission
+	default:
+		return nil
+	}
+	if node != "" {
+		return fmt.Errorf("%w: %s: %w", sentinel, node, err)
+	}
+	return fmt.Errorf("%w: %w", sentinel, err)
+}
+
+// checkNode reads one node's settings into r. It returns an error wrapping
+// ErrAuth or ErrPermission when the node refuses the connection (a PING
+// first), and otherwise only errors that are not a refusal to run CONFIG
+// (those it notes as unreadable).
 func (r *configReport) checkNode(ctx context.Context, node string, c redis.Cmdable) error {
+	if err := c.Ping(ctx).Err(); err != nil {
+		if aerr := authError(node, err); aerr != nil {
+			return aerr
+		}
+		return fmt.Errorf("%s: PING: %w", node, err)
+	}
 	get := func(param string) (string, bool, error) {
 		m, err := c.ConfigGet(ctx, param).Result()
 		var rerr redis.Error
-		if errors.As(err, &rerr) { // CONFIG renamed, disabled or not permitted
+		if errors.As(err, &rerr) && !redis.IsAuthError(err) { // CONFIG renamed, disabled or not permitted
 			r.add(&r.unreadable, "%s: CONFIG GET %s: %v", node, param, err)
 			return "", false, nil
 		}

@@ -23,6 +23,15 @@ var (
 	// ErrUnsafeConfig: the server's configuration can lose or evict tokens
 	// (see WithConfigCheck).
 	ErrUnsafeConfig = errors.New("redisbackend: unsafe redis configuration")
+	// ErrAuth: the server refused the connection's credentials (WRONGPASS:
+	// a wrong user name or password; NOAUTH: none given where one is
+	// required). New returns it from its configuration check.
+	ErrAuth = errors.New("redisbackend: authentication failed")
+	// ErrPermission: the server's ACL refused the connection's user a
+	// command it needs (NOPERM). New returns it when the user may not even
+	// PING; a user kept only from CONFIG gets a warning instead (see
+	// WithConfigCheck).
+	ErrPermission = errors.New("redisbackend: permission denied")
 	// ErrInvalidOption: New got a nil client or options it cannot honour.
 	ErrInvalidOption = errors.New("redisbackend: invalid option")
 	// ErrInvalidCursor: List got a cursor that no List of this package

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -81,7 +82,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 		}
 	}
 	fs.StringVar(&f.backend, "backend", "", "the backend: memory, etcd or redis (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, else memory)")
-	fs.StringVar(&f.prefix, "key-prefix", "", "prefix of the backend's keys in etcd or Redis (default: the backend's, \"fencing/\")")
+	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis)", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
 
@@ -156,10 +157,14 @@ func (s *session) call(ctx context.Context) (context.Context, context.CancelFunc
 }
 
 // wrap turns a request's error into one that says what could not be
-// reached, when that is what happened.
+// reached, or what refused the credentials or permission, when that is
+// what happened.
 func (s *session) wrap(ctx context.Context, err error) error {
 	if err == nil || ctx.Err() != nil && errors.Is(err, context.Canceled) {
 		return err
+	}
+	if aerr := s.authError(err); aerr != nil {
+		return aerr
 	}
 	if errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, fencing.ErrOutcomeUnknown) {
 		return fmt.Errorf("%w: %s did not answer within %v: %w", errUnreachable, s.where, s.timeout, err)
@@ -277,10 +282,29 @@ func anyHTTPS(endpoints []string) bool {
 	return false
 }
 
-// reachError reports a server that could not be reached or refused us.
+// authError returns err marked errAuth or errPermission when the server
+// refused the credentials or the user's permission, else nil.
+func (s *session) authError(err error) error {
+	var mark error
+	switch {
+	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty):
+		mark = errAuth
+	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied):
+		mark = errPermission
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %s: %w", mark, s.where, err)
+}
+
+// reachError reports a server that could not be reached, or one that
+// refused the credentials or permission (authError).
 func (s *session) reachError(err error) error {
 	if errors.Is(err, context.Canceled) {
 		return err
+	}
+	if aerr := s.authError(err); aerr != nil {
+		return aerr
 	}
 	return fmt.Errorf("%w: %s: %w", errUnreachable, s.where, err)
 }
@@ -318,14 +342,29 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	b, err := redisbackend.NewContext(cctx, client, opts...)
 	if err != nil {
 		client.Close()
+		var cerr *redisbackend.ConfigError
+		if errors.As(err, &cerr) { // name this tool's flag, not the Go option
+			return reworded{cerr.Describe("--redis-config-check warn"), err}
+		}
 		return err
 	}
 	s.b, s.close = b, func() { b.Close(); client.Close() }
 	return nil
 }
 
+// reworded is err with the message msg.
+type reworded struct {
+	msg string
+	err error
+}
+
+func (r reworded) Error() string { return r.msg }
+func (r reworded) Unwrap() error { return r.err }
+
 // redisClient builds the client the flags describe: one server, Sentinel
-// failover or Cluster.
+// failover or Cluster. Its requests end at their context's deadline
+// (ContextTimeoutEnabled), not at go-redis's own read timeout, so that
+// --request-timeout and hold's short release bound hold.
 func (f *connFlags) redisClient() (client redis.UniversalClient, addr string, err error) {
 	if f.redisSentinelMaster != "" && f.redisCluster {
 		return nil, "", fmt.Errorf("%w: --redis-sentinel-master and --redis-cluster exclude each other", errUsage)
@@ -358,6 +397,7 @@ func (f *connFlags) redisClient() (client redis.UniversalClient, addr string, er
 		if f.redisDB != 0 {
 			opt.DB = f.redisDB
 		}
+		opt.ContextTimeoutEnabled = true
 		return redis.NewClient(opt), opt.Addr, nil
 	}
 	addrs := strings.Split(f.redisAddr, ",")
@@ -365,17 +405,17 @@ func (f *connFlags) redisClient() (client redis.UniversalClient, addr string, er
 	case f.redisSentinelMaster != "":
 		return redis.NewFailoverClient(&redis.FailoverOptions{
 			MasterName: f.redisSentinelMaster, SentinelAddrs: addrs, SentinelPassword: f.redisSentinelPass,
-			Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg,
+			Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg, ContextTimeoutEnabled: true,
 		}), "sentinels " + f.redisAddr, nil
 	case f.redisCluster:
 		if f.redisDB != 0 {
 			return nil, "", fmt.Errorf("%w: Redis Cluster has only database 0", errUsage)
 		}
-		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: f.redisUser, Password: f.redisPassword, TLSConfig: tlsCfg}), f.redisAddr, nil
+		return redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Username: f.redisUser, Password: f.redisPassword, TLSConfig: tlsCfg, ContextTimeoutEnabled: true}), f.redisAddr, nil
 	case len(addrs) > 1:
 		return nil, "", fmt.Errorf("%w: --redis-addr lists %d addresses: add --redis-cluster or --redis-sentinel-master", errUsage, len(addrs))
 	}
-	return redis.NewClient(&redis.Options{Addr: addrs[0], Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg}), addrs[0], nil
+	return redis.NewClient(&redis.Options{Addr: addrs[0], Username: f.redisUser, Password: f.redisPassword, DB: f.redisDB, TLSConfig: tlsCfg, ContextTimeoutEnabled: true}), addrs[0], nil
 }
 
 // tlsConfig loads the TLS files of one backend, or returns nil when none is

@@ -1,27 +1,39 @@
 package main
 
 import (
+	"errors"
 	"flag"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fencing-go/fencing/internal/demo"
 )
 
-// demoCommand wires demo.go's flags and entry point into cobra as they are.
+// demoCommand wires the demo's flags and entry point (internal/demo, which
+// cmd/fencing-demo runs too) into cobra as they are.
 func demoCommand() *cobra.Command {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	runDemo := demoFlags(fs)
+	runDemo := demo.Flags(fs)
 	cmd := &cobra.Command{
 		Use:   "demo",
 		Short: "Show a stale writer being stopped by its fencing token",
-		Long: `Demo plays the classic failure of leases without fencing on the in-memory
-backend: worker A takes a lease, stalls past it, worker B takes the key with a
-larger token and writes, and A's late write is rejected by the store's token
-check. It exits with status 0 when the stale write was rejected.`,
-		Args: cobra.NoArgs,
+		Long:  demo.Description,
+		Args:  cobra.NoArgs,
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			return runDemo(cmd.Context(), cmd.OutOrStdout(), args)
+			err := runDemo(cmd.Context(), cmd.OutOrStdout(), args)
+			if errors.Is(err, demo.ErrUsage) {
+				return usageError{err}
+			}
+			return err
 		}),
 	}
 	cmd.Flags().AddGoFlagSet(fs)
 	return cmd
 }
+
+// usageError is an error of the demo's own usage check, which is also this
+// tool's errUsage (exit 2), with the demo's message.
+type usageError struct{ err error }
+
+func (e usageError) Error() string   { return e.err.Error() }
+func (e usageError) Unwrap() []error { return []error{errUsage, e.err} }

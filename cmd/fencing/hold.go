@@ -15,6 +15,11 @@ import (
 	"github.com/fencing-go/fencing"
 )
 
+// releaseTimeout bounds hold's release after its command ended (or
+// --request-timeout, when shorter), so that hold exits within a second of
+// the command even when the server does not answer.
+const releaseTimeout = 500 * time.Millisecond
+
 // holdFlags are hold's own flags.
 type holdFlags struct {
 	leaseFlags
@@ -36,7 +41,9 @@ func holdCommand() *cobra.Command {
 FENCING_KEY and FENCING_TOKEN in its environment, and renews the lease in the
 background while the command runs. The command must send $FENCING_TOKEN with its
 writes to the protected resource. When the command exits, the lease is released
-and hold exits with the command's status (128+n for a command killed by signal n).
+and hold exits with the command's status (128+n for a command killed by signal n);
+a release the server does not confirm within 500ms is left to the lease's expiry,
+so hold exits within a second of the command.
 
 If the lease is lost while the command runs (a renewal is refused, for instance
 after "release --force", or none is confirmed before the lease's deadline), hold
@@ -90,8 +97,9 @@ func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, key string, argv []
 	defer stop()
 	code, err := runHeld(cmd, h, hf.grace, key, argv)
 	// Release even after an interrupt: the key would otherwise stay blocked
-	// until the lease expires.
-	rctx, cancel := s.call(context.WithoutCancel(cmd.Context()))
+	// until the lease expires. But not for long: the command is done, and a
+	// server that does not answer soon leaves the lease to its expiry.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(cmd.Context()), min(s.timeout, releaseTimeout))
 	defer cancel()
 	rerr := h.Release(rctx)
 	switch {

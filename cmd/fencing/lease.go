@@ -139,10 +139,11 @@ func addLeaseIDFlag(cmd *cobra.Command, id *string) {
 type releaseJSON struct {
 	Key    string `json:"key"`
 	Forced bool   `json:"forced"`
-	// Ended says a live lease was ended (always true for a release by ID
-	// that succeeded).
+	// Ended says that this command ended a live lease: false for a
+	// release by ID of a lease released before (a repeat, which succeeds
+	// and changes nothing) and for --force on a key with no live lease.
 	Ended bool `json:"ended"`
-	// Token is the token of the lease a forced release ended, when known.
+	// Token is the token of the lease this command ended, when known.
 	Token uint64 `json:"token,omitempty"`
 }
 
@@ -185,14 +186,7 @@ the old holder already sent are stopped only by resources that check tokens.`,
 			}
 			defer done()
 			if !force {
-				if err := s.c.Release(ctx, key, leaseID); err != nil {
-					return s.wrap(ctx, err)
-				}
-				if conn.jsonOut {
-					return printJSON(cmd.OutOrStdout(), releaseJSON{Key: key, Ended: true})
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "released %s\n", quote(key))
-				return nil
+				return releaseByID(ctx, cmd.OutOrStdout(), s, conn.jsonOut, key, leaseID)
 			}
 			st, err := s.c.Inspect(ctx, key)
 			if err != nil {
@@ -223,6 +217,35 @@ the old holder already sent are stopped only by resources that check tokens.`,
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "with --force: do not ask for confirmation")
 	conn = addConnFlags(cmd)
 	return cmd
+}
+
+// releaseByID releases leaseID on key and says whether this call ended it.
+// Release succeeds again for a lease released before, so the key's state
+// is read first: a lease that is still live and then released by its ID was
+// ended now; a key with no live lease whose release by ID succeeds had it
+// released already. (Had the lease expired, or had another taken the key,
+// Release fails.)
+func releaseByID(ctx context.Context, w io.Writer, s *session, jsonOut bool, key, leaseID string) error {
+	before, err := s.c.Inspect(ctx, key)
+	if err != nil {
+		return s.wrap(ctx, err)
+	}
+	if err := s.c.Release(ctx, key, leaseID); err != nil {
+		return s.wrap(ctx, err)
+	}
+	var token uint64
+	if before.Live {
+		token = before.Token
+	}
+	if jsonOut {
+		return printJSON(w, releaseJSON{Key: key, Ended: before.Live, Token: token})
+	}
+	if !before.Live {
+		fmt.Fprintf(w, "the lease on %s was released already; nothing changed\n", quote(key))
+		return nil
+	}
+	fmt.Fprintf(w, "released %s (token %d)\n", quote(key), token)
+	return nil
 }
 
 // errNotConfirmed is returned when a forced release was not confirmed.

@@ -34,6 +34,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/redisbackend"
 )
 
 // Exit codes. A command run by hold exits with its own code; these are the
@@ -45,6 +46,7 @@ const (
 	exitHeld        = 3 // the key is held by another holder
 	exitLost        = 4 // the lease ended: expired, released, lost while holding
 	exitUnreachable = 5 // the server did not answer, or the outcome is unknown
+	exitAuth        = 6 // the server refused the credentials or the user's permission
 )
 
 // errUsage marks a command line that could not be understood; the tool
@@ -53,6 +55,13 @@ var errUsage = errors.New("usage error")
 
 // errUnreachable marks a server that could not be reached.
 var errUnreachable = errors.New("server unreachable")
+
+// errAuth marks a server that refused the credentials (a wrong or missing
+// password), errPermission one that refused the user a command (an ACL).
+var (
+	errAuth       = errors.New("authentication failed")
+	errPermission = errors.New("permission denied")
+)
 
 // exitError carries an exit code chosen by a command (hold passes on its
 // child's) with nothing to print.
@@ -124,8 +133,8 @@ Every flag of the backend has an environment variable: FENCING_ and the flag's n
 in capitals with '-' as '_' (FENCING_ETCD_ENDPOINTS, FENCING_REDIS_PASSWORD...).
 
 Exit codes: 0 done, 1 error, 2 bad flags or arguments, 3 held by another holder,
-4 lease ended or lost, 5 server unreachable or outcome unknown; hold passes on
-its command's own code.`,
+4 lease ended or lost, 5 server unreachable or outcome unknown, 6 authentication
+failed or permission denied; hold passes on its command's own code.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
@@ -158,6 +167,8 @@ func exitCodeOf(err error) int {
 		return exitHeld
 	case errors.Is(err, fencing.ErrLeaseLost), errors.Is(err, fencing.ErrLeaseExpired), errors.Is(err, fencing.ErrLeaseNotFound):
 		return exitLost
+	case errors.Is(err, errAuth), errors.Is(err, errPermission), errors.Is(err, redisbackend.ErrAuth), errors.Is(err, redisbackend.ErrPermission):
+		return exitAuth
 	case errors.Is(err, errUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
 		errors.Is(err, context.DeadlineExceeded):
 		return exitUnreachable

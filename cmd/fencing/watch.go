@@ -187,6 +187,10 @@ func (wt *watcher) update(cur map[string]observed, first, prefix bool) {
 			switch {
 			case !first && now.st.Live:
 				wt.emit(key, "granted", now)
+			case !first && now.st.MaxToken > 0:
+				// A key new to the prefix, its first lease granted and
+				// ended between two reads.
+				wt.emit(key, "ended", observed{st: fencing.KeyState{Token: now.st.MaxToken}, readAt: now.readAt})
 			case first && now.st.Live:
 				wt.emit(key, "live", now)
 			case first && !prefix:

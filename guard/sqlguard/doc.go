@@ -24,9 +24,14 @@
 //	}
 //	return tx.Commit()
 //
-// Write does the same around a function. Admit on a *sql.DB instead of a
-// transaction admits with no write, in a transaction of its own: the
-// takeover fence of package guard.
+// Write does the same around a function. Takeover, on the *sql.DB, admits
+// with no write, in a transaction of its own: the fence at takeover of
+// package guard. Admit takes only a *sql.Tx, so a fence meant for the
+// write's transaction cannot be moved outside it by mistake:
+//
+//	if err := g.Takeover(ctx, db, "orders/42", lease.Token); err != nil {
+//		return err // a later holder has already fenced this one out
+//	}
 //
 // # How it works
 //

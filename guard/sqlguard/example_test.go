@@ -89,3 +89,34 @@ func ExampleGuard_Write() {
 		log.Print("a later holder has written: stop")
 	}
 }
+
+// A new holder fences the previous one out before its first write, with
+// Takeover on the database; the previous holder's late transaction is then
+// refused.
+func ExampleGuard_Takeover() {
+	dir, err := os.MkdirTemp("", "sqlguard-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(10000)&_txlock=immediate")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	g, err := sqlguard.New(sqlguard.SQLite)
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := g.CreateTable(ctx, db); err != nil {
+		log.Fatal(err)
+	}
+
+	fmt.Println("token 3 takes over:", g.Takeover(ctx, db, "orders/42", 3))
+	err = g.Write(ctx, db, nil, "orders/42", 2, func(tx *sql.Tx) error { return nil })
+	fmt.Println("token 2 writes: stale:", errors.Is(err, guard.ErrStaleToken))
+	// Output:
+	// token 3 takes over: <nil>
+	// token 2 writes: stale: true
+}

@@ -74,7 +74,7 @@ type sqlStore struct {
 var errWriteFailed = errors.New("the write failed")
 
 func (s *sqlStore) Admit(ctx context.Context, resource string, token uint64) error {
-	return s.g.Admit(ctx, s.db, resource, token)
+	return s.g.Takeover(ctx, s.db, resource, token)
 }
 
 func (s *sqlStore) Write(ctx context.Context, resource string, token uint64, value string) error {

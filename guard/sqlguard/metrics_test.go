@@ -30,10 +30,10 @@ func TestCountsStaleTokens(t *testing.T) {
 	if err := g.CreateTable(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Admit(ctx, db, "r", 7); err != nil {
+	if err := g.Takeover(ctx, db, "r", 7); err != nil {
 		t.Fatalf("Admit 7: %v", err)
 	}
-	if err := g.Admit(ctx, db, "r", 6); !errors.Is(err, guard.ErrStaleToken) {
+	if err := g.Takeover(ctx, db, "r", 6); !errors.Is(err, guard.ErrStaleToken) {
 		t.Fatalf("Admit 6 after 7: %v, want ErrStaleToken", err)
 	}
 	if got := mp.Sum(t, fencing.MetricStaleTokens); got != 1 {

@@ -30,7 +30,7 @@ func TestPostgresSerializable(t *testing.T) {
 	if err := g.CreateTable(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Admit(ctx, db, "r", 1); err != nil {
+	if err := g.Takeover(ctx, db, "r", 1); err != nil {
 		t.Fatal(err)
 	}
 	serializable := &sql.TxOptions{Isolation: sql.LevelSerializable}
@@ -60,7 +60,7 @@ func TestPostgresSerializable(t *testing.T) {
 		t.Fatalf("Admit(3) in a SERIALIZABLE transaction older than the commit of 5: got %v, want a serialization failure", err)
 	}
 	t.Logf("as expected: %v", err)
-	if err := g.Admit(ctx, db, "r", 3); !errors.Is(err, guard.ErrStaleToken) {
+	if err := g.Takeover(ctx, db, "r", 3); !errors.Is(err, guard.ErrStaleToken) {
 		t.Fatalf("retried Admit(3): got %v, want ErrStaleToken", err)
 	}
 }

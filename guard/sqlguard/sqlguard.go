@@ -68,7 +68,8 @@ func (e *TokenRangeError) Error() string {
 // Unwrap returns guard.ErrInvalidToken.
 func (e *TokenRangeError) Unwrap() error { return guard.ErrInvalidToken }
 
-// Execer runs a statement: a *sql.Tx, a *sql.DB or a *sql.Conn.
+// Execer runs a statement: a *sql.Tx, a *sql.DB or a *sql.Conn (for
+// CreateTable).
 type Execer interface {
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
@@ -76,10 +77,10 @@ type Execer interface {
 // Guard admits tokens in the fences table of one database. It holds no
 // connection and is safe for concurrent use.
 type Guard struct {
-	dialect                Dialect
-	table                  string
-	create, admit, fenceQL string
-	metrics                *fencing.GuardMetrics
+	dialect                  Dialect
+	table                    string
+	create, admitQL, fenceQL string
+	metrics                  *fencing.GuardMetrics
 }
 
 // Option configures a Guard.
@@ -111,7 +112,7 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		return nil, fmt.Errorf("%w: table name %q is not an unquoted identifier, optionally schema-qualified", ErrInvalidConfig, g.table)
 	}
 	g.create = fmt.Sprintf(d.create, g.table)
-	g.admit = fmt.Sprintf(d.admit, g.table)
+	g.admitQL = fmt.Sprintf(d.admit, g.table)
 	g.fenceQL = fmt.Sprintf(d.fence, g.table)
 	if g.metrics == nil {
 		g.metrics = fencing.NewGuardMetrics(nil, "sqlguard")
@@ -131,20 +132,40 @@ func (g *Guard) CreateTable(ctx context.Context, ex Execer) error {
 	return nil
 }
 
-// Admit raises resource's fence to token with one statement on ex, or
-// returns an error wrapping guard.ErrStaleToken when the fence is higher. On
-// a transaction, the fence moves only if the transaction commits; on
-// ErrStaleToken nothing was written and the transaction should be rolled
-// back. On a *sql.DB the statement is a transaction of its own: an Admit
-// with no write.
+// Admit raises resource's fence to token with one statement in tx, or
+// returns an error wrapping guard.ErrStaleToken when the fence is higher.
+// The fence moves only if tx commits, with the caller's write; on
+// ErrStaleToken nothing was written and tx should be rolled back.
 //
 // Token 0 and bad resource names get the errors of guard.CheckAdmit, and a
 // token above math.MaxInt64 a *TokenRangeError; nothing is sent for them.
-func (g *Guard) Admit(ctx context.Context, ex Execer, resource string, token uint64) error {
+//
+// Admit takes only a transaction: a fence moved outside the write's
+// transaction would not move with it. Takeover is the admit with no write.
+func (g *Guard) Admit(ctx context.Context, tx *sql.Tx, resource string, token uint64) error {
+	return g.admit(ctx, tx, resource, token)
+}
+
+// Takeover raises resource's fence to token on db, in a statement that is a
+// transaction of its own and writes nothing else: a new holder fences the
+// previous one out before its first write (see "Fence at takeover" in
+// package guard). Its errors are Admit's. To write, use Admit in the
+// write's transaction, or Write.
+func (g *Guard) Takeover(ctx context.Context, db *sql.DB, resource string, token uint64) error {
+	return g.admit(ctx, db, resource, token)
+}
+
+// queryExecer is what Admit and Takeover run on: a *sql.Tx or a *sql.DB.
+type queryExecer interface {
+	Execer
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+func (g *Guard) admit(ctx context.Context, ex queryExecer, resource string, token uint64) error {
 	if err := check(ctx, resource, token); err != nil {
 		return err
 	}
-	res, err := ex.ExecContext(ctx, g.admit, []byte(resource), int64(token))
+	res, err := ex.ExecContext(ctx, g.admitQL, []byte(resource), int64(token))
 	if err != nil {
 		return fmt.Errorf("sqlguard: admit: %w", err)
 	}
@@ -170,14 +191,10 @@ func check(ctx context.Context, resource string, token uint64) error {
 
 // stale returns the error for a refused token, naming the fence when it
 // can read it.
-func (g *Guard) stale(ctx context.Context, ex Execer, resource string, token uint64) error {
-	if q, ok := ex.(interface {
-		QueryRowContext(context.Context, string, ...any) *sql.Row
-	}); ok {
-		var fence int64
-		if err := q.QueryRowContext(ctx, g.fenceQL, []byte(resource)).Scan(&fence); err == nil && fence > 0 {
-			return guard.StaleError(resource, token, uint64(fence))
-		}
+func (g *Guard) stale(ctx context.Context, ex queryExecer, resource string, token uint64) error {
+	var fence int64
+	if err := ex.QueryRowContext(ctx, g.fenceQL, []byte(resource)).Scan(&fence); err == nil && fence > 0 {
+		return guard.StaleError(resource, token, uint64(fence))
 	}
 	return fmt.Errorf("%w: token %d is below the fence of resource %s", guard.ErrStaleToken, token, backend.QuoteKey(resource))
 }
@@ -186,7 +203,7 @@ func (g *Guard) stale(ctx context.Context, ex Execer, resource string, token uin
 // resource in it, and commits if write returns nil; otherwise, or when the
 // token is stale, it rolls back, so the fence and the write move together.
 // opts are the transaction's options (nil for the driver's default). A nil write
-// is an Admit with no write. The error of write, of Admit or of the commit
+// is a Takeover in a transaction of its own. The error of write, of Admit or of the commit
 // is returned.
 func (g *Guard) Write(ctx context.Context, db *sql.DB, opts *sql.TxOptions, resource string, token uint64, write func(*sql.Tx) error) (err error) {
 	if err := check(ctx, resource, token); err != nil {

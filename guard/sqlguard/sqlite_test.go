@@ -42,11 +42,11 @@ func TestTokenRange(t *testing.T) {
 	if err := g.CreateTable(ctx, db); err != nil {
 		t.Fatal(err)
 	}
-	if err := g.Admit(ctx, db, "r", math.MaxInt64); err != nil {
+	if err := g.Takeover(ctx, db, "r", math.MaxInt64); err != nil {
 		t.Fatalf("Admit(MaxInt64): %v", err)
 	}
 	for _, tok := range []uint64{math.MaxInt64 + 1, math.MaxUint64} {
-		err := g.Admit(ctx, db, "r", tok)
+		err := g.Takeover(ctx, db, "r", tok)
 		var rangeErr *sqlguard.TokenRangeError
 		if !errors.As(err, &rangeErr) || rangeErr.Token != tok || !errors.Is(err, guard.ErrInvalidToken) {
 			t.Errorf("Admit(%d): got %v, want a *TokenRangeError for it wrapping ErrInvalidToken", tok, err)

@@ -228,6 +228,8 @@ func (s *Server) start() error {
 }
 
 // ping sends PING on a fresh connection and wants +PONG (not -LOADING).
+// A server run with --requirepass answers -NOAUTH, which also means it is
+// up.
 func ping(addr string) error {
 	conn, err := net.DialTimeout("tcp", addr, time.Second)
 	if err != nil {
@@ -242,7 +244,7 @@ func ping(addr string) error {
 	if err != nil {
 		return err
 	}
-	if line != "+PONG\r\n" {
+	if line != "+PONG\r\n" && !strings.HasPrefix(line, "-NOAUTH ") {
 		return errors.New(strings.TrimSpace(line))
 	}
 	return nil

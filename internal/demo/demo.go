@@ -1,4 +1,13 @@
-package main
+// Package demo is the fencing demo: worker A takes a lease, stalls past it,
+// worker B takes the key with a larger token and writes, and A's late write
+// is rejected by the store's token check. It runs on the in-memory backend
+// with a fake clock, so it is instant and needs no server.
+//
+// It imports only the root package, memorybackend and guard, so that
+// "go run ./cmd/fencing-demo" builds from a cold module cache without the
+// etcd, gRPC and Redis stacks; the fencing CLI's demo command runs the same
+// code.
+package demo
 
 import (
 	"context"
@@ -14,31 +23,45 @@ import (
 	"github.com/fencing-go/fencing/memorybackend"
 )
 
-// demoConfig is what the demo's flags set.
-type demoConfig struct {
-	key     string
-	timeout time.Duration
-	margin  time.Duration
-	pause   time.Duration
-	fence   bool // the store checks tokens
+// Description says what the demo shows, for a command's help.
+const Description = `The demo plays the classic failure of leases without fencing on the in-memory
+backend: worker A takes a lease, stalls past it, worker B takes the key with a
+larger token and writes, and A's late write is rejected by the store's token
+check. It exits with status 0 when the stale write was rejected, 1 when it was
+accepted (-fence=false), and 2 for bad flags.`
+
+// ErrUsage marks flags or a Config the demo cannot run with.
+var ErrUsage = errors.New("usage error")
+
+// Config is what the demo's flags set.
+type Config struct {
+	Key     string        // the key both workers lease, and the record they write
+	Timeout time.Duration // the lease timeout
+	Margin  time.Duration // the coordinator's safety margin past the timeout
+	Pause   time.Duration // how long worker A stalls; must exceed Timeout + Margin
+	Fence   bool          // the store checks tokens
 }
 
-func defaultDemoConfig() demoConfig {
-	return demoConfig{key: "orders/42", timeout: 10 * time.Second, margin: fencing.DefaultMargin, pause: 15 * time.Second, fence: true}
+// DefaultConfig returns the demo's defaults.
+func DefaultConfig() Config {
+	return Config{Key: "orders/42", Timeout: 10 * time.Second, Margin: fencing.DefaultMargin, Pause: 15 * time.Second, Fence: true}
 }
 
-func demoFlags(fs *flag.FlagSet) func(context.Context, io.Writer, []string) error {
-	cfg := defaultDemoConfig()
-	fs.StringVar(&cfg.key, "key", cfg.key, "the `key` both workers lease, and the record they write")
-	fs.DurationVar(&cfg.timeout, "timeout", cfg.timeout, "lease timeout")
-	fs.DurationVar(&cfg.margin, "margin", cfg.margin, "the coordinator's safety margin past the timeout")
-	fs.DurationVar(&cfg.pause, "pause", cfg.pause, "how long worker A stalls (a simulated GC pause); must exceed timeout + margin")
-	fs.BoolVar(&cfg.fence, "fence", cfg.fence, "make the store check tokens; -fence=false shows the failure (and exits 1)")
+// Flags declares the demo's flags on fs and returns the function that runs
+// the demo with their values and the remaining arguments (there must be
+// none).
+func Flags(fs *flag.FlagSet) func(ctx context.Context, w io.Writer, args []string) error {
+	cfg := DefaultConfig()
+	fs.StringVar(&cfg.Key, "key", cfg.Key, "the `key` both workers lease, and the record they write")
+	fs.DurationVar(&cfg.Timeout, "timeout", cfg.Timeout, "lease timeout")
+	fs.DurationVar(&cfg.Margin, "margin", cfg.Margin, "the coordinator's safety margin past the timeout")
+	fs.DurationVar(&cfg.Pause, "pause", cfg.Pause, "how long worker A stalls (a simulated GC pause); must exceed timeout + margin")
+	fs.BoolVar(&cfg.Fence, "fence", cfg.Fence, "make the store check tokens; -fence=false shows the failure (and exits 1)")
 	return func(ctx context.Context, w io.Writer, args []string) error {
 		if len(args) > 0 {
-			return fmt.Errorf("%w: demo takes no arguments, got %q", errUsage, args)
+			return fmt.Errorf("%w: demo takes no arguments, got %q", ErrUsage, args)
 		}
-		return demo(ctx, w, cfg)
+		return Run(ctx, w, cfg)
 	}
 }
 
@@ -95,22 +118,23 @@ func (t timeline) at(who, format string, args ...any) {
 	fmt.Fprintf(t.w, "t=%-5s %-12s %s\n", "+"+t.clock.Now().Sub(t.start).String(), who, fmt.Sprintf(format, args...))
 }
 
-// demo plays the classic failure of a lease without fencing, on an
+// Run plays the classic failure of a lease without fencing on w, on an
 // in-memory coordinator whose clock moves by hand, and with a store that
-// really compares tokens (unless cfg.fence is false). It returns nil when
-// the store rejected the stale write, and an error otherwise.
-func demo(ctx context.Context, w io.Writer, cfg demoConfig) error {
-	if cfg.pause <= cfg.timeout+cfg.margin {
-		return fmt.Errorf("%w: -pause %v must exceed -timeout %v + -margin %v, or A's lease never runs out", errUsage, cfg.pause, cfg.timeout, cfg.margin)
+// really compares tokens (unless cfg.Fence is false). It returns nil when
+// the store rejected the stale write, an error wrapping ErrUsage when cfg
+// cannot show it, and another error otherwise.
+func Run(ctx context.Context, w io.Writer, cfg Config) error {
+	if cfg.Pause <= cfg.Timeout+cfg.Margin {
+		return fmt.Errorf("%w: -pause %v must exceed -timeout %v + -margin %v, or A's lease never runs out", ErrUsage, cfg.Pause, cfg.Timeout, cfg.Margin)
 	}
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	clock := memorybackend.NewFakeClock(start)
 	mem := memorybackend.New(memorybackend.WithClock(clock))
 	defer mem.Close()
-	coord := fencing.New(mem, fencing.WithDefaultMargin(cfg.margin))
-	fenced := newStore(cfg.fence)
+	coord := fencing.New(mem, fencing.WithDefaultMargin(cfg.Margin))
+	fenced := newStore(cfg.Fence)
 	tl := timeline{w: w, clock: clock, start: start}
-	key := cfg.key
+	key := cfg.Key
 
 	fmt.Fprintf(w, `Fencing demo: a worker that stalls past its lease, and the token that stops its write.
 
@@ -121,34 +145,34 @@ move: A's local view below is the one it had when it last checked, as with a rea
 pause, which a process cannot notice until after it has acted.
 
 `)
-	if !cfg.fence {
+	if !cfg.Fence {
 		fmt.Fprintf(w, "The store's token check is OFF (-fence=false).\n\n")
 	}
-	a, err := coord.Grant(ctx, key, cfg.timeout)
+	a, err := coord.Grant(ctx, key, cfg.Timeout)
 	if err != nil {
 		return fmt.Errorf("worker A: %w", err)
 	}
 	tl.at("A", "grant %q for %v -> token %d (the coordinator keeps it until t=+%v: timeout + %v margin)",
-		key, cfg.timeout, a.Token, a.ExpiresAt.Sub(start), a.Margin)
+		key, cfg.Timeout, a.Token, a.ExpiresAt.Sub(start), a.Margin)
 	tl.at("A", "checks its lease: %v left before its Deadline, so it goes ahead", a.Remaining().Round(time.Second))
-	tl.at("A", "prepares the write %q ... and stalls: a %v stop-the-world GC pause", "A's value", cfg.pause)
+	tl.at("A", "prepares the write %q ... and stalls: a %v stop-the-world GC pause", "A's value", cfg.Pause)
 
-	clock.Advance(cfg.timeout / 2)
-	if _, err := coord.Grant(ctx, key, cfg.timeout); !errors.Is(err, fencing.ErrLeaseHeld) {
+	clock.Advance(cfg.Timeout / 2)
+	if _, err := coord.Grant(ctx, key, cfg.Timeout); !errors.Is(err, fencing.ErrLeaseHeld) {
 		return fmt.Errorf("worker B's early grant: got %v, want ErrLeaseHeld", err)
 	}
 	tl.at("B", "grant %q -> refused, A's lease is live (ErrLeaseHeld)", key)
 
-	clock.Advance(cfg.pause - cfg.timeout/2)
+	clock.Advance(cfg.Pause - cfg.Timeout/2)
 	tl.at("coordinator", "A's lease ran out at t=+%v; A is frozen and cannot know", a.ExpiresAt.Sub(start))
 	if ok, err := coord.CheckToken(ctx, key, a.Token); err != nil || ok {
 		return fmt.Errorf("token %d checks %v, %v after expiry; want false", a.Token, ok, err)
 	}
-	b, err := coord.Grant(ctx, key, cfg.timeout)
+	b, err := coord.Grant(ctx, key, cfg.Timeout)
 	if err != nil {
 		return fmt.Errorf("worker B: %w", err)
 	}
-	tl.at("B", "grant %q for %v -> token %d", key, cfg.timeout, b.Token)
+	tl.at("B", "grant %q for %v -> token %d", key, cfg.Timeout, b.Token)
 	if err := fenced.Write(ctx, key, b.Token, "B's value"); err != nil {
 		return fmt.Errorf("worker B's write: %w", err)
 	}
@@ -163,7 +187,7 @@ pause, which a process cannot notice until after it has acted.
 	tl.at("store", "REJECTED: %v", staleErr)
 	// A's lease is no longer the key's most recent one, so the coordinator
 	// does not know its ID any more.
-	if _, err := coord.Renew(ctx, key, a.ID, cfg.timeout); !errors.Is(err, fencing.ErrLeaseNotFound) {
+	if _, err := coord.Renew(ctx, key, a.ID, cfg.Timeout); !errors.Is(err, fencing.ErrLeaseNotFound) {
 		return fmt.Errorf("worker A's renew: got %v, want ErrLeaseNotFound", err)
 	}
 	tl.at("A", "tries to renew -> ErrLeaseNotFound (B holds the key now), so A stops")
