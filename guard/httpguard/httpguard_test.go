@@ -195,6 +195,7 @@ func TestWithWriter(t *testing.T) {
 	}()
 	select {
 	case resp := <-late:
+		close(release) // let the server stop
 		t.Fatalf("token 2 answered %d while token 3's handler was running", resp.StatusCode)
 	case <-time.After(50 * time.Millisecond):
 	}
