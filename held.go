@@ -226,8 +226,8 @@ func (c heldContext) Deadline() (time.Time, bool) {
 
 // Value carries the lease's key and token (see TokenFromContext).
 func (c heldContext) Value(k any) any {
-	if v, ok := tokenctx.Lookup(k, c.h.key, c.h.Token()); ok {
-		return v
+	if tokenctx.IsKey(k) {
+		return tokenctx.Value(c.h.key, c.h.Token())
 	}
 	return c.Context.Value(k)
 }

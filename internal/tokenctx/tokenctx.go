@@ -28,12 +28,14 @@ func From(ctx context.Context) (resource string, token uint64, ok bool) {
 	return v.resource, v.token, ok
 }
 
-// Lookup answers a context's Value(k) for a context that carries token
-// for resource without a WithValue layer of its own: v is the value and
-// ok is true when k is the token's key.
-func Lookup(k any, resource string, token uint64) (v any, ok bool) {
-	if _, is := k.(key); !is {
-		return nil, false
-	}
-	return value{resource, token}, true
+// IsKey reports whether k is the token's context key: a context that
+// carries a token without a WithValue layer of its own answers Value(k)
+// with Value(resource, token) when it is.
+func IsKey(k any) bool {
+	_, is := k.(key)
+	return is
 }
+
+// Value is what a context that carries token for resource holds under the
+// token's key.
+func Value(resource string, token uint64) any { return value{resource, token} }
