@@ -7,6 +7,8 @@ import (
 	"math/rand/v2"
 	"sync"
 	"time"
+
+	"github.com/fencing-go/fencing/internal/tokenctx"
 )
 
 // HoldOption configures Hold, Lock and Do.
@@ -199,7 +201,9 @@ func (h *Held) Token() uint64 { return h.Lease().Token }
 
 // Context returns a context that ends when the lease does (see Held). Its
 // cause (context.Cause) says why: an error wrapping ErrLeaseLost after a
-// loss, the parent's cause, or the holder's release.
+// loss, the parent's cause, or the holder's release. It carries the lease's
+// key and token (TokenFromContext), for the carriers in guard/httpguard and
+// guard/grpcguard to send to the service that writes.
 func (h *Held) Context() context.Context { return h.ctx }
 
 // heldContext is a held lease's context: its Deadline is the lease's
@@ -218,6 +222,14 @@ func (c heldContext) Deadline() (time.Time, bool) {
 		return pd, true
 	}
 	return d, true
+}
+
+// Value carries the lease's key and token (see TokenFromContext).
+func (c heldContext) Value(k any) any {
+	if tokenctx.IsKey(k) {
+		return tokenctx.Value(c.h.key, c.h.Token())
+	}
+	return c.Context.Value(k)
 }
 
 // Done is Context().Done().

@@ -61,5 +61,15 @@
 // the caller's transaction as well, since the fence must move in it, and
 // its Takeover the *sql.DB, for the fence at takeover.
 //
+// # Across services
+//
+// When the holder calls another service that does the write, the token
+// travels with the call: ContextWithToken puts it in a context (a
+// fencing.Held's Context carries its own), guard/httpguard and
+// guard/grpcguard carry it over HTTP and gRPC into the handler's context,
+// and the handler passes TokenFromContext's token to its store guard with
+// the write. A check before the handler is not atomic with the handler's
+// write; see docs/across-services.md.
+//
 // The conformance package holds guards to these rules (conformance.RunGuard).
 package guard

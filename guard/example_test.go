@@ -35,3 +35,33 @@ func ExampleMemory() {
 	// token 2 writes 200: <nil>
 	// total: 200 fence: 2
 }
+
+// The token travels in the context: the holder puts it there (a held
+// lease's Context carries it already), and the code that writes takes it
+// out and passes it to the guard with its write.
+func ExampleTokenFromContext() {
+	g := guard.NewMemory()
+	totals := map[string]int{}
+	setTotal := func(ctx context.Context, total int) error {
+		resource, token, ok := guard.TokenFromContext(ctx)
+		if !ok {
+			return guard.ErrNoToken
+		}
+		return g.Write(ctx, resource, token, func() error {
+			totals[resource] = total
+			return nil
+		})
+	}
+
+	late := guard.ContextWithToken(context.Background(), "orders/42", 1)
+	next := guard.ContextWithToken(context.Background(), "orders/42", 2)
+	fmt.Println("token 2 writes 200:", setTotal(next, 200))
+	fmt.Println("token 1 writes 150:", setTotal(late, 150))
+	fmt.Println("no token:", setTotal(context.Background(), 0))
+	fmt.Println("total:", totals["orders/42"])
+	// Output:
+	// token 2 writes 200: <nil>
+	// token 1 writes 150: fencing: stale token: token 1 is below 2, the fence of resource "orders/42"
+	// no token: fencing: no fencing token in the context
+	// total: 200
+}

@@ -54,7 +54,25 @@ func CheckAdmit(resource string, token uint64) error {
 }
 
 // StaleError returns the error for token refused below fence on resource:
-// it wraps ErrStaleToken and names the resource once.
+// a *StaleTokenError, which wraps ErrStaleToken and names the resource once.
 func StaleError(resource string, token, fence uint64) error {
-	return fmt.Errorf("%w: token %d is below %d, the fence of resource %s", ErrStaleToken, token, fence, backend.QuoteKey(resource))
+	return &StaleTokenError{Resource: resource, Token: token, Fence: fence}
 }
+
+// StaleTokenError is the error of a write or Admit refused because its token
+// is below the resource's fence, when the guard knows the fence. It wraps
+// ErrStaleToken: test with errors.Is, and use errors.As for the numbers (the
+// carriers in guard/httpguard and guard/grpcguard send them back to the
+// caller).
+type StaleTokenError struct {
+	Resource string
+	Token    uint64 // the refused token
+	Fence    uint64 // the resource's fence, the highest token it admitted
+}
+
+func (e *StaleTokenError) Error() string {
+	return fmt.Sprintf("%v: token %d is below %d, the fence of resource %s", ErrStaleToken, e.Token, e.Fence, backend.QuoteKey(e.Resource))
+}
+
+// Unwrap returns ErrStaleToken.
+func (e *StaleTokenError) Unwrap() error { return ErrStaleToken }

@@ -1,0 +1,257 @@
+package grpcguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/internal/header"
+)
+
+// Metadata keys and the stale token's error details.
+const (
+	// TokenKey is the metadata key of the caller's token, in the syntax of
+	// the HTTP Fencing-Token header: `42; resource="orders%2F42"`.
+	TokenKey = "fencing-token"
+	// Reason is the ErrorInfo reason of a status refusing a stale token.
+	Reason = "STALE_FENCING_TOKEN"
+	// Domain is the ErrorInfo domain of a status refusing a stale token.
+	Domain = "github.com/fencing-go/fencing"
+)
+
+// Option configures the server interceptors.
+type Option func(*config)
+
+type config struct {
+	writer  guard.Writer
+	require bool
+}
+
+// RequireToken makes the server interceptors refuse a call without a
+// token with codes.FailedPrecondition (the handler is not called).
+func RequireToken() Option { return func(c *config) { c.require = true } }
+
+// WithWriter makes the server interceptors run the handler under w (a
+// *guard.Memory): the call's token is admitted for its resource and the
+// handler runs as one step, under the resource's lock; a stale token is
+// refused (see the package doc) and the handler is not called. It implies
+// RequireToken. The fence rises when a handler returns nil, and not when
+// it returns an error. For a resource in the server's own memory only: a
+// database write is fenced by the store guard inside the handler.
+func WithWriter(w guard.Writer) Option {
+	return func(c *config) { c.writer, c.require = w, true }
+}
+
+// UnaryClientInterceptor returns an interceptor that sends the context's
+// token (guard.TokenFromContext, fencing.Held.Context) in the fencing-token
+// metadata, replacing any the caller set. A context without a token goes
+// out without it. A token 0 or a bad resource name is not sent: the call
+// fails with an error wrapping guard.ErrInvalidToken or
+// backend.ErrInvalidKey. A status refusing the token as stale comes back as
+// an error wrapping a *guard.StaleTokenError (errors.Is
+// guard.ErrStaleToken) that keeps its status (status.FromError).
+func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		ctx, err := outgoing(ctx)
+		if err != nil {
+			return err
+		}
+		return fromStatus(invoker(ctx, method, req, reply, cc, opts...))
+	}
+}
+
+// StreamClientInterceptor is UnaryClientInterceptor for streams: the token
+// goes in the stream's metadata, and a stale status from the stream's
+// RecvMsg comes back as UnaryClientInterceptor's error.
+func StreamClientInterceptor() grpc.StreamClientInterceptor {
+	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
+		ctx, err := outgoing(ctx)
+		if err != nil {
+			return nil, err
+		}
+		s, err := streamer(ctx, desc, cc, method, opts...)
+		if err != nil {
+			return nil, fromStatus(err)
+		}
+		return clientStream{s}, nil
+	}
+}
+
+type clientStream struct{ grpc.ClientStream }
+
+func (s clientStream) RecvMsg(m any) error { return fromStatus(s.ClientStream.RecvMsg(m)) }
+
+// outgoing puts ctx's token in its outgoing metadata.
+func outgoing(ctx context.Context) (context.Context, error) {
+	resource, token, ok := guard.TokenFromContext(ctx)
+	if !ok {
+		return ctx, nil
+	}
+	if err := guard.CheckAdmit(resource, token); err != nil {
+		return nil, fmt.Errorf("grpcguard: not sending the context's token: %w", err)
+	}
+	md, _ := metadata.FromOutgoingContext(ctx)
+	md = md.Copy()
+	md.Set(TokenKey, header.Format(resource, token))
+	return metadata.NewOutgoingContext(ctx, md), nil
+}
+
+// UnaryServerInterceptor returns an interceptor that puts the call's
+// fencing-token metadata in the handler's context (guard.TokenFromContext,
+// fencing.TokenFromContext). Malformed metadata, token 0, a bad resource
+// name or more than one value are refused with codes.InvalidArgument. A
+// call without a token reaches the handler with none, for it to decide,
+// unless RequireToken or WithWriter was given.
+//
+// A handler error that wraps guard.ErrStaleToken (and is not a status
+// already) is answered with codes.FailedPrecondition and an ErrorInfo
+// naming the fence (see the package doc).
+func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
+	c := newConfig(opts)
+	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+		ctx, resource, token, err := c.incoming(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if c.writer == nil || resource == "" {
+			reply, err := handler(ctx, req)
+			return reply, Status(err)
+		}
+		var reply any
+		err = c.writer.Write(ctx, resource, token, func() error {
+			var err error
+			reply, err = handler(ctx, req)
+			return err
+		})
+		return reply, Status(err)
+	}
+}
+
+// StreamServerInterceptor is UnaryServerInterceptor for streams: the
+// stream's Context carries the token, and under WithWriter the whole
+// stream handler runs under the resource's lock.
+func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
+	c := newConfig(opts)
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		ctx, resource, token, err := c.incoming(ss.Context())
+		if err != nil {
+			return err
+		}
+		ss = serverStream{ss, ctx}
+		if c.writer == nil || resource == "" {
+			return Status(handler(srv, ss))
+		}
+		return Status(c.writer.Write(ctx, resource, token, func() error { return handler(srv, ss) }))
+	}
+}
+
+type serverStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s serverStream) Context() context.Context { return s.ctx }
+
+func newConfig(opts []Option) *config {
+	c := &config{}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// incoming returns ctx with the call's token, and the token; resource is ""
+// when the call has none (and none is required).
+func (c *config) incoming(ctx context.Context) (_ context.Context, resource string, token uint64, err error) {
+	vs := metadata.ValueFromIncomingContext(ctx, TokenKey)
+	switch {
+	case len(vs) > 1:
+		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %d values, want one", TokenKey, len(vs))
+	case len(vs) == 0 && c.require:
+		return nil, "", 0, status.Errorf(codes.FailedPrecondition, "%v: send %s metadata", guard.ErrNoToken, TokenKey)
+	case len(vs) == 0:
+		return ctx, "", 0, nil
+	}
+	resource, token, err = header.Parse(vs[0])
+	if err != nil {
+		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %s", TokenKey, header.Detail(err))
+	}
+	if err := guard.CheckAdmit(resource, token); err != nil {
+		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %v", TokenKey, err)
+	}
+	return guard.ContextWithToken(ctx, resource, token), resource, token, nil
+}
+
+// FormatFence returns the "fence" metadata of a stale token's ErrorInfo:
+// fence and resource in the fencing-token syntax.
+func FormatFence(resource string, fence uint64) string { return header.Format(resource, fence) }
+
+// Status returns err as a handler should return it: an err that wraps
+// guard.ErrStaleToken, and is not a gRPC status already, becomes a status
+// with codes.FailedPrecondition, err's message, and an ErrorInfo (Reason,
+// Domain) whose metadata hold "token", the refused token, and "fence", the
+// fence and its resource in the fencing-token syntax (a fence of 0 when err
+// does not say it). Any other err is returned as it is. The server
+// interceptors apply it to their handler's error.
+func Status(err error) error {
+	if err == nil || !errors.Is(err, guard.ErrStaleToken) {
+		return err
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	stale := &guard.StaleTokenError{} // fence 0: err does not say it
+	errors.As(err, &stale)
+	st, derr := status.New(codes.FailedPrecondition, err.Error()).WithDetails(&errdetails.ErrorInfo{
+		Reason: Reason,
+		Domain: Domain,
+		Metadata: map[string]string{
+			"token": strconv.FormatUint(stale.Token, 10),
+			"fence": FormatFence(stale.Resource, stale.Fence),
+		},
+	})
+	if derr != nil {
+		return status.Error(codes.FailedPrecondition, err.Error())
+	}
+	return st.Err()
+}
+
+// fromStatus turns a status refusing a stale token (Status's) into an
+// error wrapping a *guard.StaleTokenError and the status.
+func fromStatus(err error) error {
+	st, ok := status.FromError(err)
+	if !ok || st.Code() != codes.FailedPrecondition {
+		return err
+	}
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.Reason != Reason || info.Domain != Domain {
+			continue
+		}
+		resource, fence, perr := header.Parse(info.Metadata["fence"])
+		token, terr := strconv.ParseUint(info.Metadata["token"], 10, 64)
+		if perr != nil || terr != nil {
+			return err
+		}
+		return &staleStatus{StaleTokenError: &guard.StaleTokenError{Resource: resource, Token: token, Fence: fence}, st: st}
+	}
+	return err
+}
+
+// staleStatus is a stale token's status on the client side: errors.As finds
+// the *guard.StaleTokenError, status.FromError the status.
+type staleStatus struct {
+	*guard.StaleTokenError
+	st *status.Status
+}
+
+func (e *staleStatus) Unwrap() error              { return e.StaleTokenError }
+func (e *staleStatus) GRPCStatus() *status.Status { return e.st }

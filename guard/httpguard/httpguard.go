@@ -1,0 +1,202 @@
+package httpguard
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/internal/header"
+)
+
+// Header names.
+const (
+	// TokenHeader carries the caller's fencing token and its resource:
+	// `Fencing-Token: 42; resource="orders%2F42"` (see the package doc).
+	TokenHeader = "Fencing-Token"
+	// FenceHeader, on a 409 Conflict, carries the fence that refused the
+	// request's token, in the same syntax: `Fencing-Fence: 57;
+	// resource="orders%2F42"`. A fence of 0 means the service did not
+	// learn it.
+	FenceHeader = "Fencing-Fence"
+)
+
+// ErrMalformedHeader is returned by Parse for a Fencing-Token value that is
+// not in the syntax, or names token 0 or a bad resource; the middleware
+// answers such a request with 400 Bad Request.
+var ErrMalformedHeader = errors.New("httpguard: malformed " + TokenHeader + " header")
+
+// Format returns the Fencing-Token value for token and resource.
+func Format(resource string, token uint64) string { return header.Format(resource, token) }
+
+// Parse returns the resource and token of a Fencing-Token value, or an
+// error wrapping ErrMalformedHeader (and, for token 0 or a bad resource
+// name, guard.ErrInvalidToken or backend.ErrInvalidKey).
+func Parse(v string) (resource string, token uint64, err error) {
+	resource, token, err = header.Parse(v)
+	if err != nil {
+		return "", 0, fmt.Errorf("%w: %s", ErrMalformedHeader, header.Detail(err))
+	}
+	if err := guard.CheckAdmit(resource, token); err != nil {
+		return "", 0, fmt.Errorf("%w: %w", ErrMalformedHeader, err)
+	}
+	return resource, token, nil
+}
+
+// Transport returns a RoundTripper that sends each request's context token
+// (guard.TokenFromContext, fencing.Held.Context) in a Fencing-Token header
+// through base (http.DefaultTransport when nil). A request whose context
+// carries no token goes out as it is, without the header; one whose token
+// is 0 or whose resource is not a valid name is not sent, and its error
+// wraps guard.ErrInvalidToken or backend.ErrInvalidKey. A Fencing-Token
+// header the caller set is replaced.
+//
+// Transport does not interpret responses (an http.RoundTripper must not):
+// CheckResponse turns a 409 from a guard into a *guard.StaleTokenError.
+func Transport(base http.RoundTripper) http.RoundTripper {
+	if base == nil {
+		base = http.DefaultTransport
+	}
+	return &transport{base: base}
+}
+
+type transport struct{ base http.RoundTripper }
+
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	resource, token, ok := guard.TokenFromContext(req.Context())
+	if !ok {
+		return t.base.RoundTrip(req)
+	}
+	if err := guard.CheckAdmit(resource, token); err != nil {
+		if req.Body != nil {
+			req.Body.Close() // a RoundTripper closes the body, even on errors
+		}
+		return nil, fmt.Errorf("httpguard: not sending the context's token: %w", err)
+	}
+	r := req.Clone(req.Context()) // a RoundTripper must not modify the request
+	r.Header.Set(TokenHeader, Format(resource, token))
+	return t.base.RoundTrip(r)
+}
+
+// CheckResponse returns a *guard.StaleTokenError (which wraps
+// guard.ErrStaleToken) when resp is a 409 Conflict with a Fencing-Fence
+// header, as WriteStale and the middleware answer a stale token, and nil
+// for any other response. The error's Token is the one the request's
+// context carried, or 0. It reads only the status and headers.
+func CheckResponse(resp *http.Response) error {
+	if resp.StatusCode != http.StatusConflict {
+		return nil
+	}
+	v := resp.Header.Get(FenceHeader)
+	if v == "" {
+		return nil
+	}
+	resource, fence, err := header.Parse(v)
+	if err != nil {
+		return fmt.Errorf("httpguard: 409 with a malformed %s header: %w", FenceHeader, err)
+	}
+	e := &guard.StaleTokenError{Resource: resource, Fence: fence}
+	if resp.Request != nil {
+		if r, token, ok := guard.TokenFromContext(resp.Request.Context()); ok && r == resource {
+			e.Token = token
+		}
+	}
+	return e
+}
+
+// WriteStale answers a request refused for a stale token: when
+// errors.Is(err, guard.ErrStaleToken) it writes 409 Conflict with a
+// Fencing-Fence header (the fence, from a *guard.StaleTokenError; 0 when
+// err does not say it) and err's message as a text/plain body, and
+// returns true. For any other err it writes nothing and returns false.
+//
+// A handler that writes through a store guard calls it with the guard's
+// error; resource names the resource for the header when err is not a
+// *guard.StaleTokenError.
+func WriteStale(w http.ResponseWriter, resource string, err error) bool {
+	if !errors.Is(err, guard.ErrStaleToken) {
+		return false
+	}
+	var fence uint64
+	var stale *guard.StaleTokenError
+	if errors.As(err, &stale) {
+		resource, fence = stale.Resource, stale.Fence
+	}
+	w.Header().Set(FenceHeader, Format(resource, fence))
+	http.Error(w, err.Error(), http.StatusConflict)
+	return true
+}
+
+// Option configures Middleware.
+type Option func(*config)
+
+type config struct {
+	writer  guard.Writer
+	require bool
+}
+
+// RequireToken makes Middleware answer a request without a Fencing-Token
+// header with 428 Precondition Required (the handler is not called).
+func RequireToken() Option { return func(c *config) { c.require = true } }
+
+// WithWriter makes Middleware run the handler under w (a *guard.Memory):
+// the request's token is admitted for its resource and the handler runs
+// as one step, under the resource's lock, so no write with a lower token
+// runs at the same time or after it. A stale token is answered with 409
+// Conflict naming the fence (see WriteStale), and the handler is not
+// called. It implies RequireToken. The fence rises when the handler
+// returns, whatever it answered, and not if it panics.
+//
+// This is for a resource that lives in the handler's own process (a map,
+// a file it alone writes). It does not make a database write atomic with
+// the check: see the package doc.
+func WithWriter(w guard.Writer) Option {
+	return func(c *config) { c.writer, c.require = w, true }
+}
+
+// Middleware parses the Fencing-Token header of each request into the
+// request's context (guard.TokenFromContext, fencing.TokenFromContext) and
+// calls next. A malformed header (or more than one) is answered with 400
+// Bad Request and a text/plain body saying what is wrong, and next is not
+// called. A request without the header goes to next with no token in its
+// context, for next to decide, unless RequireToken or WithWriter was
+// given.
+func Middleware(next http.Handler, opts ...Option) http.Handler {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		vs := r.Header.Values(TokenHeader)
+		switch {
+		case len(vs) > 1:
+			http.Error(w, fmt.Sprintf("%v: %d headers, want one", ErrMalformedHeader, len(vs)), http.StatusBadRequest)
+			return
+		case len(vs) == 0 && c.require:
+			http.Error(w, fmt.Sprintf("%v: send a %s header", guard.ErrNoToken, TokenHeader), http.StatusPreconditionRequired)
+			return
+		case len(vs) == 0:
+			next.ServeHTTP(w, r)
+			return
+		}
+		resource, token, err := Parse(vs[0])
+		if err != nil {
+			http.Error(w, strings.ReplaceAll(err.Error(), "\n", " "), http.StatusBadRequest)
+			return
+		}
+		ctx := guard.ContextWithToken(r.Context(), resource, token)
+		r = r.WithContext(ctx)
+		if c.writer == nil {
+			next.ServeHTTP(w, r)
+			return
+		}
+		err = c.writer.Write(ctx, resource, token, func() error {
+			next.ServeHTTP(w, r)
+			return nil
+		})
+		if err != nil && !WriteStale(w, resource, err) {
+			http.Error(w, "httpguard: "+err.Error(), http.StatusServiceUnavailable)
+		}
+	})
+}
