@@ -167,6 +167,6 @@ func TestElectionCommandsHelp(t *testing.T) {
 			t.Errorf("%s --help has no usage:\n%s", c, h.stdout)
 		}
 	}
-	want(t, exitUsage, "elect", "k")            // no command
+	want(t, exitUsage, "elect", "k")             // no command
 	want(t, exitUsage, "sem", "k", "--", "true") // no --size
 }
