@@ -16,6 +16,7 @@ import (
 	"github.com/fencing-go/fencing/election"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/recipetest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -72,8 +73,8 @@ func TestOneLeaderAtATime(t *testing.T) {
 		for _, n := range []int{2, 5} {
 			t.Run(fmt.Sprintf("%d candidates", n), func(t *testing.T) {
 				key := fmt.Sprintf("leader-%d", n)
-				ttl := w.ttl
-				o := observe(t, election.New(w.coordinator(t), key, ttl, election.WithObserveInterval(10*time.Millisecond)))
+				ttl := w.TTL
+				o := observe(t, election.New(w.Coordinator(t), key, ttl, election.WithObserveInterval(10*time.Millisecond)))
 				var (
 					mu     sync.Mutex
 					terms  []uint64
@@ -83,7 +84,7 @@ func TestOneLeaderAtATime(t *testing.T) {
 				target := 3 * n
 				ctx := context.Background()
 				for i := range n {
-					e := election.New(w.coordinator(t), key, ttl, election.WithHoldOptions(holdOpts()...))
+					e := election.New(w.Coordinator(t), key, ttl, election.WithHoldOptions(holdOpts()...))
 					id := fmt.Sprintf("candidate-%d", i)
 					wg.Go(func() {
 						for {
@@ -153,25 +154,25 @@ func TestOneLeaderAtATime(t *testing.T) {
 // term context ends.
 func TestTakeoverAfterStall(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
-		if w.name == "redis" {
+		if w.Name == "redis" {
 			t.Log("Redis: TestTakeoverRedisSIGSTOP stops a leader's process instead")
 			return
 		}
 		ctx := context.Background()
-		leaderCoord := w.coordinator(t)
+		leaderCoord := w.Coordinator(t)
 		var stall, resume func()
-		switch w.name {
+		switch w.Name {
 		case "memory":
-			stall = func() { w.clock.Advance(w.ttl + 2*time.Second) }
+			stall = func() { w.Clock.Advance(w.TTL + 2*time.Second) }
 			resume = func() {}
 		case "etcd":
-			p := etcdtest.StartProxy(t, w.etcd.ClientURL)
-			leaderCoord = etcdCoordinator(t, p.Endpoints(), w.prefix)
+			p := etcdtest.StartProxy(t, w.Etcd.ClientURL)
+			leaderCoord = fencing.New(recipetest.EtcdBackend(t, p.Endpoints(), w.Prefix), fencing.WithDefaultMargin(w.Margin))
 			stall = func() { p.SetMode(etcdtest.Pause) }
 			resume = func() { p.SetMode(etcdtest.Forward) }
 		}
-		old := election.New(leaderCoord, "office", w.ttl, election.WithHoldOptions(holdOpts()...))
-		next := election.New(w.coordinator(t), "office", w.ttl, election.WithHoldOptions(holdOpts()...))
+		old := election.New(leaderCoord, "office", w.TTL, election.WithHoldOptions(holdOpts()...))
+		next := election.New(w.Coordinator(t), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
 		a, err := old.Campaign(ctx, "stalled")
 		if err != nil {
 			t.Fatal(err)
@@ -198,8 +199,8 @@ func TestTakeoverAfterStall(t *testing.T) {
 		var b *fencing.Held
 		select {
 		case b = <-won:
-		case <-time.After(10 * w.ttl):
-			t.Fatalf("no takeover %v after the leader stalled", 10*w.ttl)
+		case <-time.After(10 * w.TTL):
+			t.Fatalf("no takeover %v after the leader stalled", 10*w.TTL)
 		}
 		if b == nil {
 			return
@@ -226,7 +227,7 @@ func TestTakeoverAfterStall(t *testing.T) {
 		}
 		select {
 		case <-a.Done():
-		case <-time.After(10 * w.ttl):
+		case <-time.After(10 * w.TTL):
 			t.Fatal("the stalled leader's term context did not end")
 		}
 		if err := a.Release(ctx); !errors.Is(err, fencing.ErrLeaseLost) {
@@ -245,8 +246,8 @@ func TestTakeoverAfterStall(t *testing.T) {
 // resigns at once, without the term expiring.
 func TestRunWaitsForLead(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
-		c := w.coordinator(t)
-		e := election.New(c, "run", w.ttl, election.WithHoldOptions(holdOpts()...))
+		c := w.Coordinator(t)
+		e := election.New(c, "run", w.TTL, election.WithHoldOptions(holdOpts()...))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		const linger = 300 * time.Millisecond
@@ -277,7 +278,7 @@ func TestRunWaitsForLead(t *testing.T) {
 		var lostAt time.Time
 		select {
 		case lostAt = <-ended:
-		case <-time.After(10 * w.ttl):
+		case <-time.After(10 * w.TTL):
 			t.Fatal("lead did not return after the loss")
 		}
 		second := <-terms
@@ -287,13 +288,13 @@ func TestRunWaitsForLead(t *testing.T) {
 		// The second term began after the first lead returned (the key
 		// stayed free while it lingered): its Deadline is its grant's send
 		// time plus the TTL asked for.
-		if began := second.Deadline.Add(-w.ttl); began.Before(lostAt) {
+		if began := second.Deadline.Add(-w.TTL); began.Before(lostAt) {
 			t.Errorf("second term began %v before the first lead returned", lostAt.Sub(began))
 		}
 		cancel()
 		select {
 		case <-ended:
-		case <-time.After(10 * w.ttl):
+		case <-time.After(10 * w.TTL):
 			t.Fatal("lead did not return after ctx ended")
 		}
 		// While lead lingered, the term stayed live: Run resigns after it.
@@ -311,7 +312,7 @@ func TestRunWaitsForLead(t *testing.T) {
 // returns, and is vacant as soon as Run returns.
 func TestRunResignsAfterLead(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
-		e := election.New(w.coordinator(t), "resign", w.ttl, election.WithHoldOptions(holdOpts()...))
+		e := election.New(w.Coordinator(t), "resign", w.TTL, election.WithHoldOptions(holdOpts()...))
 		ctx, cancel := context.WithCancel(context.Background())
 		started := make(chan struct{})
 		var liveWhileStopping atomic.Bool
@@ -343,8 +344,8 @@ func TestRunResignsAfterLead(t *testing.T) {
 // TestRunReturnsLeadError: lead returning while still leader ends Run with
 // its error, after resigning.
 func TestRunReturnsLeadError(t *testing.T) {
-	w := memoryWorld(t)
-	e := election.New(w.coordinator(t), "k", w.ttl)
+	w := recipetest.Memory(t)
+	e := election.New(w.Coordinator(t), "k", w.TTL)
 	boom := errors.New("boom")
 	err := e.Run(context.Background(), "me", func(context.Context, fencing.Lease) error { return boom })
 	if !errors.Is(err, boom) {
@@ -362,7 +363,7 @@ func TestRunReturnsLeadError(t *testing.T) {
 // leaves no lease (and, by goleak, no goroutine) behind.
 func TestCampaignCanceled(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
-		e := election.New(w.coordinator(t), "cancel", w.ttl, election.WithHoldOptions(holdOpts()...))
+		e := election.New(w.Coordinator(t), "cancel", w.TTL, election.WithHoldOptions(holdOpts()...))
 		h, err := e.Campaign(context.Background(), "leader")
 		if err != nil {
 			t.Fatal(err)

@@ -15,9 +15,11 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/election"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/redisguard"
+	"github.com/fencing-go/fencing/internal/recipetest"
 )
 
 // The child candidate of TestTakeoverRedisSIGSTOP: run as the test binary
@@ -37,7 +39,7 @@ func TestHelperCandidate(t *testing.T) {
 		return
 	}
 	ctx := context.Background()
-	c := redisCoordinator(t, addr, os.Getenv(helperPrefix))
+	c := fencing.New(recipetest.RedisBackend(t, addr, os.Getenv(helperPrefix)), fencing.WithDefaultMargin(500*time.Millisecond))
 	e := election.New(c, "office", time.Second)
 	h, err := e.Campaign(ctx, "child")
 	if err != nil {
@@ -72,9 +74,9 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts redis-server")
 	}
-	w := redisWorldOrSkip(t)
+	w := recipetest.Redis(t)
 	child := exec.Command(os.Args[0], "-test.run=^TestHelperCandidate$", "-test.count=1")
-	child.Env = append(os.Environ(), helperAddr+"="+w.redis.Addr(), helperPrefix+"="+w.prefix)
+	child.Env = append(os.Environ(), helperAddr+"="+w.Redis.Addr(), helperPrefix+"="+w.Prefix)
 	stdin, err := child.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +125,7 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	e := election.New(w.coordinator(t), "office", w.ttl, election.WithHoldOptions(holdOpts()...))
+	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -137,10 +139,10 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 	if h.Token() <= childToken {
 		t.Fatalf("successor's token %d, not above the stopped leader's %d", h.Token(), childToken)
 	}
-	if took > 10*w.ttl {
+	if took > 10*w.TTL {
 		t.Errorf("takeover took %v", took)
 	}
-	client := w.redis.Client()
+	client := w.Redis.Client()
 	if err := redisguard.New(client).Admit(ctx, "resource", h.Token()); err != nil {
 		t.Fatal(err)
 	}
@@ -155,5 +157,5 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 		t.Fatalf("Leader = %+v, %v; want the successor's term", l, err)
 	}
 	stdin.Close()
-	t.Logf("takeover %v after SIGSTOP (TTL %v + margin)", took.Round(time.Millisecond), w.ttl)
+	t.Logf("takeover %v after SIGSTOP (TTL %v + margin)", took.Round(time.Millisecond), w.TTL)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/recipetest"
 	"github.com/fencing-go/fencing/semaphore"
 )
 
@@ -36,7 +37,7 @@ func TestNeverMoreThanSize(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
 		const size, procs, perProc, rounds = 3, 4, 8, 3
 		ctx := context.Background()
-		checker := newSem(t, w.coordinator(t), "pool", size)
+		checker := newSem(t, w.Coordinator(t), "pool", size)
 		var (
 			mu      sync.Mutex
 			tokens  = map[string][]uint64{} // slot key -> tokens in grant order
@@ -69,7 +70,7 @@ func TestNeverMoreThanSize(t *testing.T) {
 			}
 		})
 		for p := range procs {
-			s := newSem(t, w.coordinator(t), "pool", size)
+			s := newSem(t, w.Coordinator(t), "pool", size)
 			for g := range perProc {
 				id := fmt.Sprintf("p%d/g%d", p, g)
 				wg.Go(func() {
@@ -131,10 +132,10 @@ func TestNeverMoreThanSize(t *testing.T) {
 func TestStalledPermitFreesOneSlot(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
 		ctx := context.Background()
-		c := w.coordinator(t)
+		c := w.Coordinator(t)
 		s := newSem(t, c, "jobs", 3, semaphore.WithPollInterval(50*time.Millisecond))
 		// The stalled holder took slot 1 and stopped renewing.
-		stalled, err := c.Grant(ctx, semaphore.SlotKey("jobs", 1), w.ttl)
+		stalled, err := c.Grant(ctx, semaphore.SlotKey("jobs", 1), w.TTL)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -159,7 +160,7 @@ func TestStalledPermitFreesOneSlot(t *testing.T) {
 			got <- h
 		}()
 		time.Sleep(100 * time.Millisecond)
-		w.elapse(w.ttl + time.Second)
+		w.Elapse(w.TTL + w.Margin + time.Second)
 		var h *fencing.Held
 		select {
 		case h = <-got:
@@ -192,8 +193,8 @@ func TestStalledPermitFreesOneSlot(t *testing.T) {
 func TestSizeDisagreement(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
 		ctx := context.Background()
-		big := newSem(t, w.coordinator(t), "mixed", 3)
-		small := newSem(t, w.coordinator(t), "mixed", 2)
+		big := newSem(t, w.Coordinator(t), "mixed", 3)
+		small := newSem(t, w.Coordinator(t), "mixed", 2)
 		perm := map[string]*fencing.Held{}
 		for range 3 {
 			h, err := big.TryAcquire(ctx, time.Hour)
@@ -233,7 +234,7 @@ func TestSizeDisagreement(t *testing.T) {
 func TestHandoffAttempts(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
 		for _, procs := range []int{1, 32} {
-			cb := &counting{Backend: w.backend(t)}
+			cb := &counting{Backend: w.NewBackend(t)}
 			c := fencing.New(cb)
 			sems := make([]*semaphore.Semaphore, procs)
 			for i := range sems {
@@ -256,7 +257,7 @@ func TestHandoffAttempts(t *testing.T) {
 			}
 			wg.Wait()
 			per := float64(cb.grants.Load()) / waiters
-			t.Logf("%s, %d process(es): %d grant attempts for %d permits, %.2f per handoff", w.name, procs, cb.grants.Load(), waiters, per)
+			t.Logf("%s, %d process(es): %d grant attempts for %d permits, %.2f per handoff", w.Name, procs, cb.grants.Load(), waiters, per)
 			if procs == 1 && per > 2.5 {
 				t.Errorf("one process: %.2f grant attempts per handoff, want at most 2.5 (waiters take turns)", per)
 			}
@@ -266,7 +267,7 @@ func TestHandoffAttempts(t *testing.T) {
 
 // TestNew: sizes out of range and names whose slot keys are too long.
 func TestNew(t *testing.T) {
-	c := fencing.New(memoryWorld(t).backend(t))
+	c := fencing.New(recipetest.Memory(t).NewBackend(t))
 	for _, size := range []int{0, -1, semaphore.MaxSize + 1} {
 		if _, err := semaphore.New(c, "s", size); !errors.Is(err, fencing.ErrInvalidOption) {
 			t.Errorf("New with size %d: %v, want ErrInvalidOption", size, err)
@@ -283,8 +284,8 @@ func TestNew(t *testing.T) {
 // TestAcquireCanceled: a waiter whose context ends returns its error and
 // holds nothing.
 func TestAcquireCanceled(t *testing.T) {
-	w := memoryWorld(t)
-	s := newSem(t, w.coordinator(t), "c", 1)
+	w := recipetest.Memory(t)
+	s := newSem(t, w.Coordinator(t), "c", 1)
 	ctx := context.Background()
 	h, err := s.Acquire(ctx, time.Hour)
 	if err != nil {
