@@ -103,10 +103,14 @@ func (e *Election) Campaign(ctx context.Context, identity string) (*fencing.Held
 	stop := context.AfterFunc(ctx, cancel)
 	h, err := e.c.Lock(lctx, e.key, e.ttl, opts...)
 	if !stop() { // ctx ended: no term may be left behind
-		if err == nil {
+		var oe *fencing.OutcomeError
+		switch {
+		case err == nil:
 			rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), e.ttl)
 			_ = h.Release(rctx)
 			rcancel()
+		case errors.As(err, &oe) && !oe.Settled:
+			return nil, fmt.Errorf("election: campaign: %w", err) // its lease ID, to settle
 		}
 		return nil, fmt.Errorf("election: campaign: %w", context.Cause(ctx))
 	}

@@ -176,11 +176,16 @@ func (s *Semaphore) tryEach(ctx context.Context, ttl time.Duration, opts []fenci
 			return h, nil
 		}
 		var held *backend.HeldError
-		if !errors.As(err, &held) {
+		var oe *fencing.OutcomeError
+		switch {
+		case errors.As(err, &held):
+			if ws != nil {
+				ws.refused(i, held.Remaining)
+			}
+		case errors.As(err, &oe) && oe.Settled && ctx.Err() == nil:
+			// Unknown, and released: nothing is held; try the next slot.
+		default:
 			return nil, err
-		}
-		if ws != nil {
-			ws.refused(i, held.Remaining)
 		}
 	}
 	return nil, fmt.Errorf("all %d permits taken: %w", len(s.slots), fencing.ErrLeaseHeld)
