@@ -109,7 +109,7 @@ func TestOneLeaderAtATime(t *testing.T) {
 							if err != nil || !l.Live || l.Identity != id || l.Token != h.Token() {
 								t.Errorf("%s leads with token %d, but Leader = %+v, %v", id, h.Token(), l, err)
 							}
-							time.Sleep(60 * time.Millisecond) // long enough for Observe to see every term
+							time.Sleep(150 * time.Millisecond) // long enough for Observe to see every term, under load too
 							active.Add(-1)
 							if err := h.Release(ctx); err != nil {
 								t.Errorf("%s: resign: %v", id, err)
