@@ -13,10 +13,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/election"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/internal/etcdtest"
 	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/memorybackend"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -393,4 +395,48 @@ func TestCampaignCanceled(t *testing.T) {
 		}
 		h2.Release(context.Background())
 	})
+}
+
+// noNotify is a backend that can inspect but not notify: Campaign and
+// Observe poll.
+type noNotify struct {
+	backend.Backend
+	backend.Inspector
+}
+
+// TestWithoutNotifier: on a backend that cannot notify, Campaign still
+// takes over after a resignation and Observe reports each term and vacancy.
+func TestWithoutNotifier(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	c := fencing.New(noNotify{mem, mem})
+	ctx := context.Background()
+	e := election.New(c, "poll", time.Minute, election.WithObserveInterval(10*time.Millisecond))
+	o := observe(t, e)
+	a, err := e.Campaign(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	won := make(chan *fencing.Held)
+	go func() {
+		h, err := e.Campaign(ctx, "b")
+		if err != nil {
+			t.Error(err)
+		}
+		won <- h
+	}()
+	time.Sleep(150 * time.Millisecond)
+	a.Release(ctx)
+	b := <-won
+	time.Sleep(150 * time.Millisecond)
+	b.Release(ctx)
+	time.Sleep(150 * time.Millisecond)
+	var got []string
+	for _, l := range o.stop() {
+		got = append(got, fmt.Sprintf("%v/%s/%d", l.Live, l.Identity, l.Token))
+	}
+	want := []string{"false//0", "true/a/1", "true/b/2", "false//0"}
+	if !slices.Equal(got, want) && !slices.Equal(got, []string{"false//0", "true/a/1", "false//0", "true/b/2", "false//0"}) {
+		t.Fatalf("Observe = %v, want %v (a vacancy between the terms allowed)", got, want)
+	}
 }

@@ -301,3 +301,45 @@ func TestAcquireCanceled(t *testing.T) {
 		t.Fatalf("Holders = %+v after the only permit's release", hs)
 	}
 }
+
+// noNotify is a backend that cannot notify (nor list): waiters poll, and
+// Holders inspects each slot.
+type noNotify struct {
+	backend.Backend
+	backend.Inspector
+}
+
+// TestWithoutNotifier: on a backend that cannot notify, a waiter still
+// gets the released slot, and Holders reads each slot.
+func TestWithoutNotifier(t *testing.T) {
+	mem := recipetest.Memory(t).NewBackend(t)
+	c := fencing.New(noNotify{mem, mem.(backend.Inspector)})
+	ctx := context.Background()
+	s := newSem(t, c, "poll", 2)
+	a, _ := s.TryAcquire(ctx, time.Hour, fencing.WithOwner("a"))
+	b, _ := s.TryAcquire(ctx, time.Hour, fencing.WithOwner("b"))
+	defer b.Release(ctx)
+	got := make(chan *fencing.Held)
+	go func() {
+		h, err := s.Acquire(ctx, time.Hour, fencing.WithOwner("c"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	time.Sleep(50 * time.Millisecond)
+	a.Release(ctx)
+	select {
+	case h := <-got:
+		defer h.Release(ctx)
+		if h.Lease().Key != a.Lease().Key {
+			t.Fatalf("waiter got %q, want the released %q", h.Lease().Key, a.Lease().Key)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the released slot in 5s")
+	}
+	hs, err := s.Holders(ctx)
+	if err != nil || len(hs) != 2 || hs[0].Owner == "" || hs[1].Owner == "" {
+		t.Fatalf("Holders = %+v, %v; want two permits with owners", hs, err)
+	}
+}
