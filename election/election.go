@@ -124,7 +124,7 @@ func (e *Election) Campaign(ctx context.Context, identity string) (*fencing.Held
 // Leader is an election's current term, as the coordinator sees it.
 type Leader struct {
 	// Live says a term is live: someone leads. A vacancy has Live false and
-	// the other fields zero.
+	// every other field zero but LastToken.
 	Live bool
 	// Identity is the leader's identity, as given to Campaign.
 	Identity string
