@@ -24,6 +24,10 @@ var (
 	ErrInvalidTimeout = backend.ErrInvalidTimeout
 	// ErrInvalidMargin: the margin is negative, or more than one was given.
 	ErrInvalidMargin = backend.ErrInvalidMargin
+	// ErrInvalidOwner: the owner (WithOwner, WithDefaultOwner) is longer
+	// than backend.MaxOwnerLength bytes, not UTF-8, or has a control
+	// character (see backend.CheckOwner).
+	ErrInvalidOwner = backend.ErrInvalidOwner
 	// ErrInvalidKey: the key is empty or longer than backend.MaxKeyLength.
 	ErrInvalidKey = backend.ErrInvalidKey
 	// ErrTokenSpaceExhausted: the key has used its last token. Tokens never
@@ -43,7 +47,7 @@ var (
 	// error wraps the reason too.
 	ErrLeaseLost = errors.New("fencing: lease lost")
 	// ErrInvalidOption: a HoldOption is nil or out of range (a renewal
-	// interval not shorter than the TTL, a negative duration).
+	// interval not shorter than the TTL, a negative duration, a bad owner).
 	ErrInvalidOption = errors.New("fencing: invalid option")
 )
 

@@ -85,6 +85,7 @@ func (l Lease) Remaining() time.Duration {
 type Coordinator struct {
 	backend       backend.Backend
 	defaultMargin time.Duration
+	defaultOwner  string
 	retries       int
 	ids           *idSource
 	clock         sendClock
@@ -99,6 +100,20 @@ type Option func(*Coordinator)
 // ErrInvalidMargin.
 func WithDefaultMargin(d time.Duration) Option {
 	return func(c *Coordinator) { c.defaultMargin = d }
+}
+
+// WithDefaultOwner sets the owner of every lease this Coordinator takes
+// (Grant, Hold, Lock, Do) unless a call's WithOwner gives another: a public
+// label for operators, such as "host-3/pid 4711", stored with the lease and
+// reported by Inspect and List (KeyState.Owner). It is never a credential.
+// The default is no owner. An owner that backend.CheckOwner refuses makes
+// every such call fail with ErrInvalidOwner, changing nothing.
+//
+// It is the way to give Grant an owner: Grant's variadic margin leaves no
+// room for options, and a process usually has one identity for all its
+// leases.
+func WithDefaultOwner(owner string) Option {
+	return func(c *Coordinator) { c.defaultOwner = owner }
 }
 
 // WithOutcomeRetries sets how many times a request that ended with an
@@ -133,6 +148,7 @@ func (c *Coordinator) Grant(ctx context.Context, key string, timeout time.Durati
 	if err != nil {
 		return Lease{}, opError("grant", key, err)
 	}
+	req.Owner = c.defaultOwner
 	return c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
 }
 
@@ -279,7 +295,8 @@ func (c *sendClock) now() time.Time {
 	return t
 }
 
-// request builds a grant or renew request. Its arguments are checked by the
+// request builds a grant or renew request, without an owner (a grant sets
+// it; a renewal keeps the stored one). Its arguments are checked by the
 // backend, which every backend must do (package conformance holds them to
 // it); the Coordinator checks only what it alone takes: the margins.
 func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margins []time.Duration) (backend.Request, error) {

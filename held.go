@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/tokenctx"
 )
 
@@ -17,6 +18,7 @@ type HoldOption func(*holdConfig) error
 type holdConfig struct {
 	margin       time.Duration
 	marginSet    bool
+	owner        string
 	interval     time.Duration // renew this long after each confirmed request was sent
 	warnBefore   time.Duration // 0: no warnings
 	pollInterval time.Duration // Lock's fallback poll; 0: the default
@@ -30,6 +32,24 @@ func WithMargin(d time.Duration) HoldOption {
 			return fmt.Errorf("%w: %v is negative", ErrInvalidMargin, d)
 		}
 		c.margin, c.marginSet = d, true
+		return nil
+	}
+}
+
+// WithOwner sets the held lease's owner, in place of the Coordinator's
+// WithDefaultOwner: a public label such as "host-3/pid 4711" or a leader's
+// address, stored with the lease in its grant's atomic step, kept across
+// renewals and reported by Inspect and List (KeyState.Owner) while the lease
+// is live. It is never a credential. An owner that backend.CheckOwner
+// refuses (longer than backend.MaxOwnerLength bytes, not UTF-8, with a
+// control character) gets an error wrapping ErrInvalidOption and
+// ErrInvalidOwner, before any request.
+func WithOwner(owner string) HoldOption {
+	return func(c *holdConfig) error {
+		if err := backend.CheckOwner(owner); err != nil {
+			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
+		}
+		c.owner = owner
 		return nil
 	}
 }
@@ -79,7 +99,7 @@ func WithPollInterval(d time.Duration) HoldOption {
 // holdConfig applies opts for a lease of ttl. An invalid ttl is left for
 // the backend to report.
 func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
-	cfg := holdConfig{margin: c.defaultMargin}
+	cfg := holdConfig{margin: c.defaultMargin, owner: c.defaultOwner}
 	for i, o := range opts {
 		if o == nil {
 			return holdConfig{}, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
@@ -150,6 +170,7 @@ func (c *Coordinator) Hold(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, opError("hold", key, err)
 	}
+	req.Owner = cfg.owner
 	lease, err := c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
 	if err != nil {
 		return nil, c.settle(ctx, err, ttl)

@@ -57,6 +57,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
+	req.Owner = cfg.owner
 	var unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
 	for {
 		sent := time.Now()

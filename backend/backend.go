@@ -59,7 +59,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Backend is a store that grants leases with fencing tokens.
@@ -94,6 +97,13 @@ type Request struct {
 	// Margin is the coordinator's extra safety buffer past Timeout, for
 	// clock drift between holder and coordinator.
 	Margin time.Duration
+	// Owner is the holder's public label ("host-3/pid 4711", a leader's
+	// address), empty for none; see CheckOwner. Grant stores it with the
+	// lease in the same atomic step; Renew ignores it and keeps the owner
+	// the grant stored. Inspector and Lister report it while the lease is
+	// live, and never once it has ended. It is never a credential: anyone
+	// who can inspect the key can read it.
+	Owner string
 }
 
 // Lease is a backend's record of a lease, as granted or renewed.
@@ -120,6 +130,8 @@ const (
 	// MaxLeaseIDLength is the longest lease ID a backend accepts; longer IDs
 	// cannot be ours and get ErrLeaseNotFound without a round trip.
 	MaxLeaseIDLength = 128
+	// MaxOwnerLength is the longest owner (Request.Owner), in bytes.
+	MaxOwnerLength = 256
 	// MaxDuration is the longest Timeout + Margin. Longer leases are almost
 	// certainly a bug, and the cap keeps every backend's arithmetic exact.
 	MaxDuration = 366 * 24 * time.Hour
@@ -133,6 +145,7 @@ var (
 	ErrInvalidKey          = errors.New("fencing: invalid key")
 	ErrInvalidTimeout      = errors.New("fencing: invalid timeout")
 	ErrInvalidMargin       = errors.New("fencing: invalid margin")
+	ErrInvalidOwner        = errors.New("fencing: invalid owner")
 	ErrTokenSpaceExhausted = errors.New("fencing: token space exhausted")
 	// ErrOutcomeUnknown marks an error after which the request may or may not
 	// have taken effect (a lost response). Grant, Renew and Release may be
@@ -191,7 +204,25 @@ func CheckRelease(key, leaseID string) error {
 	return CheckLeaseID(leaseID)
 }
 
-// CheckRequest applies CheckKey, CheckDurations and CheckLeaseID to req.
+// CheckOwner returns an error wrapping ErrInvalidOwner unless owner is at
+// most MaxOwnerLength bytes of valid UTF-8 without control characters: a
+// printable label that every store (a SQL text column too) keeps as it is
+// and a terminal shows as it is. The empty owner means none.
+func CheckOwner(owner string) error {
+	if len(owner) > MaxOwnerLength {
+		return fmt.Errorf("%w: owner is %d bytes, the maximum is %d", ErrInvalidOwner, len(owner), MaxOwnerLength)
+	}
+	if !utf8.ValidString(owner) {
+		return fmt.Errorf("%w: owner is not valid UTF-8", ErrInvalidOwner)
+	}
+	if i := strings.IndexFunc(owner, unicode.IsControl); i >= 0 {
+		return fmt.Errorf("%w: owner has a control character at byte %d", ErrInvalidOwner, i)
+	}
+	return nil
+}
+
+// CheckRequest applies CheckKey, CheckDurations, CheckLeaseID and
+// CheckOwner to req.
 func CheckRequest(req Request) error {
 	if err := CheckKey(req.Key); err != nil {
 		return err
@@ -199,7 +230,13 @@ func CheckRequest(req Request) error {
 	if err := CheckDurations(req.Timeout, req.Margin); err != nil {
 		return err
 	}
-	return CheckLeaseID(req.LeaseID)
+	if err := CheckLeaseID(req.LeaseID); err != nil {
+		return err
+	}
+	if req.Owner == "" {
+		return nil
+	}
+	return CheckOwner(req.Owner)
 }
 
 // MaxToken is the largest token a uint64 counter can mint. A backend with a

@@ -67,6 +67,9 @@ type KeyState struct {
 	// clock when it was read; zero when none is live. Unlike ExpiresAt it
 	// does not depend on the reader's clock agreeing with the coordinator's.
 	Remaining time.Duration
+	// Owner is the live lease's owner, as its grant stored it (see
+	// Request.Owner); empty when none is live or the holder gave none.
+	Owner string
 }
 
 // HeldError is the error a Grant returns when another lease on the key is

@@ -54,6 +54,9 @@
 //   - the optional capabilities, when implemented: NotifyFree wakes on
 //     release, Inspect reports state and the highest token, ForceRelease
 //     ends any holder's lease, List pages through every key once;
+//   - a grant's owner is stored, reported by Inspect and List while the
+//     lease is live, kept by renewals, gone after release; a bad owner
+//     gets ErrInvalidOwner and changes nothing;
 //   - Hold renews past the TTL and reports a rejected renewal as
 //     ErrLeaseLost; Lock wakes on release and expiry, hands the key to many
 //     waiters one at a time in token order, and gives up with its context;
@@ -126,6 +129,7 @@ func Run(t *testing.T, h Harness) {
 		{"Inspect", s.testInspect},
 		{"ForceRelease", s.testForceRelease},
 		{"List", s.testList},
+		{"Owner", s.testOwner},
 		{"HoldRenews", s.testHoldRenews},
 		{"HoldLostWhenRenewalRejected", s.testHoldLost},
 		{"HoldEndsWithParent", s.testHoldParentCanceled},

@@ -60,5 +60,9 @@ func FuzzKeys(f *testing.F) {
 		if got, err := decodeMeta([]byte(m.encode())); err != nil || got != m {
 			t.Fatalf("decodeMeta(encode(%+v)) = %+v, %v", m, got, err)
 		}
+		m.owner = k2 // any bytes: the length prefix, not a separator, ends it
+		if got, err := decodeMeta([]byte(m.encode())); err != nil || got != m {
+			t.Fatalf("decodeMeta(encode(%+v)) = %+v, %v", m, got, err)
+		}
 	})
 }

@@ -45,7 +45,7 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 	if err != nil {
 		return backend.Lease{}, err
 	}
-	m := meta{asked: asked, granted: el.ttl, margin: req.Margin, leaseID: req.LeaseID}
+	m := meta{asked: asked, granted: el.ttl, margin: req.Margin, leaseID: req.LeaseID, owner: req.Owner}
 	put := []clientv3.Op{
 		// The only write of the ID record: its ModRevision is the token of
 		// the most recent lease (see Inspect).

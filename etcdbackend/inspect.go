@@ -81,6 +81,9 @@ func keyState(lease, id *mvccpb.KeyValue) backend.KeyState {
 		st.Live = true
 		st.Token = uint64(lease.CreateRevision)
 		st.MaxToken = max(st.MaxToken, st.Token)
+		if m, err := decodeMeta(lease.Value); err == nil {
+			st.Owner = m.owner
+		}
 	}
 	return st
 }

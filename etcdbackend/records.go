@@ -59,13 +59,25 @@ type meta struct {
 	granted int64 // seconds granted by etcd
 	margin  time.Duration
 	leaseID string
+	owner   string // the holder's public label; "" for none
 }
 
-const metaVersion = "v1"
+// A lease key's value is "v1:<asked>:<granted>:<margin ns>:<lease ID>" for
+// a lease without an owner, and "v2:<asked>:<granted>:<margin ns>:<owner
+// length>:<owner><lease ID>" for one with an owner: the length says where
+// the owner, which may hold ':', ends.
+const (
+	metaVersion      = "v1"
+	metaVersionOwner = "v2"
+)
 
 func (m meta) encode() string {
-	return metaVersion + ":" + strconv.FormatInt(m.asked, 10) + ":" + strconv.FormatInt(m.granted, 10) + ":" +
-		strconv.FormatInt(int64(m.margin), 10) + ":" + m.leaseID
+	head := strconv.FormatInt(m.asked, 10) + ":" + strconv.FormatInt(m.granted, 10) + ":" +
+		strconv.FormatInt(int64(m.margin), 10) + ":"
+	if m.owner == "" {
+		return metaVersion + ":" + head + m.leaseID
+	}
+	return metaVersionOwner + ":" + head + strconv.Itoa(len(m.owner)) + ":" + m.owner + m.leaseID
 }
 
 // errMalformed is returned for a lease record the backend did not write. The
@@ -73,8 +85,19 @@ func (m meta) encode() string {
 var errMalformed = errors.New("etcdbackend: malformed lease record")
 
 func decodeMeta(v []byte) (meta, error) {
-	parts := strings.SplitN(string(v), ":", 5)
-	if len(parts) != 5 || parts[0] != metaVersion {
+	parts := strings.SplitN(string(v), ":", 6)
+	var rest string
+	var ownerLen int
+	switch {
+	case len(parts) >= 5 && parts[0] == metaVersion:
+		rest = strings.Join(parts[4:], ":")
+	case len(parts) == 6 && parts[0] == metaVersionOwner:
+		n, err := strconv.Atoi(parts[4])
+		if err != nil || n < 0 || n > len(parts[5]) {
+			return meta{}, fmt.Errorf("%w (%d bytes): bad owner length", errMalformed, len(v))
+		}
+		rest, ownerLen = parts[5], n
+	default:
 		return meta{}, fmt.Errorf("%w (%d bytes)", errMalformed, len(v))
 	}
 	var m meta
@@ -86,7 +109,7 @@ func decodeMeta(v []byte) (meta, error) {
 		return meta{}, fmt.Errorf("%w (%d bytes): bad number", errMalformed, len(v))
 	}
 	m.margin = time.Duration(margin)
-	m.leaseID = parts[4]
+	m.owner, m.leaseID = rest[:ownerLen], rest[ownerLen:]
 	return m, nil
 }
 

@@ -152,7 +152,7 @@ func (b *Backend) relet(ctx context.Context, req backend.Request, k keys, st sta
 		return backend.Lease{}, fmt.Errorf("etcd lease grant: %w", err)
 	}
 	old := clientv3.LeaseID(st.lease.Lease)
-	m := meta{asked: want, granted: lg.TTL, margin: req.Margin, leaseID: req.LeaseID}
+	m := meta{asked: want, granted: lg.TTL, margin: req.Margin, leaseID: req.LeaseID, owner: st.meta.owner}
 	tctx, p := track(ctx)
 	resp, err := b.kv.Txn(tctx).
 		If(

@@ -110,6 +110,7 @@ func (b *Backend) keyState(s *shard, h uint64, key string) backend.KeyState {
 	if l := s.lease(r.state()); l != nil {
 		if now := b.now(); now < l.expires {
 			st.Live, st.Token, st.ExpiresAt, st.Remaining = true, r.token(), b.instant(l.expires), time.Duration(l.expires-now)
+			st.Owner = l.owner
 		}
 	}
 	return st

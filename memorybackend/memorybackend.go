@@ -16,8 +16,8 @@
 // lease's ID and a copy of its bytes in a record with no pointers in it (the
 // garbage collector does not trace it), plus an index slot: a few dozen
 // bytes beyond the key's own bytes (docs/memory.md has the measured figure).
-// A live lease holds a further 48 bytes and keeps its lease ID
-// string, until it is released, or until it has expired and the key is next
+// A live lease holds a further 64 bytes and keeps its lease ID and owner
+// strings, until it is released, or until it has expired and the key is next
 // touched or a later grant in its shard sweeps it.
 //
 // The fingerprint is a 64-bit hash of the ended lease's ID, keyed by a seed
@@ -174,6 +174,7 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	}
 	state := s.addLive(liveLease{
 		id:      req.LeaseID,
+		owner:   req.Owner,
 		expires: now + int64(req.Timeout+req.Margin),
 		ttl:     req.Timeout,
 		margin:  req.Margin,

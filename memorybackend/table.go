@@ -61,6 +61,7 @@ type shard struct {
 // A free one has an empty id, and next holds the free list.
 type liveLease struct {
 	id      string
+	owner   string
 	expires int64 // on the backend's clock (see Backend.now)
 	ttl     time.Duration
 	margin  time.Duration

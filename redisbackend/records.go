@@ -23,6 +23,9 @@ import (
 //	        or "r" once it was released (by its holder or by force)
 //	ttl     its granted timeout in milliseconds (as sent)
 //	margin  its margin in nanoseconds (as sent)
+//	owner   its owner, the holder's public label ("" for none); it stays
+//	        after the lease ends, until the next grant, but is reported
+//	        only while the lease is live
 //
 // Released is a value of exp rather than a field of its own so that every
 // script but a resent grant reads at most three fields: each field an
@@ -130,13 +133,22 @@ func parseLease(reply []any, key, leaseID string, ttl, margin time.Duration) (ba
 }
 
 // parseState reads the inspect script's reply: {} for a key never leased,
-// else {live, token, max token, exp µs, µs left}.
+// else {live, token, max token, exp µs, µs left}, and the owner after them
+// for a live lease.
 func parseState(reply []any) (backend.KeyState, error) {
 	if len(reply) == 0 {
 		return backend.KeyState{}, nil
 	}
+	var owner string
+	if len(reply) == 6 {
+		var ok bool
+		if owner, ok = reply[5].(string); !ok {
+			return backend.KeyState{}, fmt.Errorf("%w: owner is a %T", errBadReply, reply[5])
+		}
+		reply = reply[:5]
+	}
 	if len(reply) != 5 {
-		return backend.KeyState{}, fmt.Errorf("%w: %d values, want 5", errBadReply, len(reply))
+		return backend.KeyState{}, fmt.Errorf("%w: %d values, want 5 or 6", errBadReply, len(reply))
 	}
 	var n [5]int64
 	if err := parseInts(n[:], reply); err != nil {
@@ -148,6 +160,7 @@ func parseState(reply []any) (backend.KeyState, error) {
 		st.Live, st.Token = true, uint64(tok)
 		st.ExpiresAt = time.UnixMicro(exp)
 		st.Remaining = time.Duration(left) * time.Microsecond
+		st.Owner = owner
 	}
 	return st, nil
 }

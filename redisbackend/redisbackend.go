@@ -147,7 +147,7 @@ func (b *Backend) grantOrRenew(ctx context.Context, op string, s *script, req ba
 	ttl := ceil(req.Timeout, time.Millisecond)
 	total := ceil(ttl+req.Margin, time.Microsecond)
 	reply, err := b.run(ctx, op, s, req.Key, b.minReplicas,
-		req.LeaseID, ttl.Milliseconds(), int64(req.Margin), total.Microseconds(), b.maxToken)
+		req.LeaseID, ttl.Milliseconds(), int64(req.Margin), total.Microseconds(), b.maxToken, req.Owner)
 	if err != nil {
 		return backend.Lease{}, err
 	}

@@ -40,6 +40,7 @@ type connFlags struct {
 	requestTimeout time.Duration
 	jsonOut        bool
 	verbose        bool
+	owner          string // the leases' owner (see addOwnerFlag); "" for none
 
 	etcdEndpoints []string
 	etcdCACert    string
@@ -193,6 +194,9 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 	var opts []fencing.Option
 	if f.verbose {
 		opts = append(opts, fencing.WithLogger(slog.New(slog.NewTextHandler(logTo, &slog.HandlerOptions{Level: slog.LevelDebug}))))
+	}
+	if f.owner != "" {
+		opts = append(opts, fencing.WithDefaultOwner(f.owner))
 	}
 	kind := f.backend
 	if kind == "" {

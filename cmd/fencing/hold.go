@@ -73,6 +73,7 @@ flags; 127 the command could not be started.`,
 	cmd.Flags().DurationVar(&hf.grace, "grace", 10*time.Second, "after the lease is lost: how long the command has between SIGTERM and SIGKILL")
 	cmd.Flags().DurationVar(&hf.renewInterval, "renew-interval", 0, "renew this long after each confirmed renewal (default a third of --ttl)")
 	conn = addBackendFlags(cmd)
+	addOwnerFlag(cmd, conn)
 	return cmd
 }
 

@@ -39,6 +39,9 @@ coordinator's clock with the time it has left. It never shows the lease ID.`,
 			case st.Live:
 				fmt.Fprintf(tw, "state:\tlive\n")
 				fmt.Fprintf(tw, "token:\t%d\n", st.Token)
+				if st.Owner != "" {
+					fmt.Fprintf(tw, "owner:\t%s\n", st.Owner)
+				}
 			case st.MaxToken == 0:
 				fmt.Fprintf(tw, "state:\tnever leased\n")
 			default:
@@ -119,15 +122,18 @@ keeps their records.`,
 				return printJSON(w, out)
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tSTATE\tTOKEN\tHIGHEST\tLEFT")
+			fmt.Fprintln(tw, "KEY\tSTATE\tTOKEN\tHIGHEST\tLEFT\tOWNER")
 			for _, k := range out.Keys {
-				state, token, left := "free", "-", "-"
+				state, token, left, owner := "free", "-", "-", "-"
 				if k.Live {
 					state, token, left = "live", fmt.Sprint(k.Token), short(time.Duration(k.RemainingSeconds*float64(time.Second)))
+					if k.Owner != "" {
+						owner = k.Owner
+					}
 				} else if k.MaxToken == 0 {
 					state = "never leased"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\n", quote(k.Key), state, token, k.MaxToken, left)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", quote(k.Key), state, token, k.MaxToken, left, owner)
 			}
 			if err := tw.Flush(); err != nil {
 				return err

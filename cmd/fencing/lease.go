@@ -90,6 +90,7 @@ with status 3.`,
 	}
 	lf.add(cmd)
 	conn = addConnFlags(cmd)
+	addOwnerFlag(cmd, conn)
 	return cmd
 }
 

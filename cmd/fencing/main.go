@@ -15,6 +15,9 @@
 //	release  end a lease (or, with --force, whoever holds it)
 //	hold     run a command while holding a lease
 //	watch    stream a key's (or a prefix's) grants, renewals and ends
+//	elect    campaign for leadership and run a command while leader
+//	leader   show who leads an election (--watch to follow it)
+//	sem      run a command while holding one of N permits
 //
 // Run "fencing <command> --help" for a command's flags, and see docs/cli.md
 // for backends, exit codes and examples.
@@ -139,6 +142,7 @@ failed or permission denied; hold passes on its command's own code.`,
 		SilenceErrors: true,
 	}
 	root.AddCommand(demoCommand(), getCommand(), listCommand(), grantCommand(), renewCommand(), releaseCommand(), holdCommand(), watchCommand())
+	root.AddCommand(electCommand(), leaderCommand(), semCommand())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return err })
 	return root
 }

@@ -24,6 +24,7 @@ type stateJSON struct {
 	MaxToken         uint64     `json:"max_token"`
 	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
 	RemainingSeconds float64    `json:"remaining_seconds,omitempty"`
+	Owner            string     `json:"owner,omitempty"`
 }
 
 func toStateJSON(key string, st fencing.KeyState) stateJSON {
@@ -31,6 +32,7 @@ func toStateJSON(key string, st fencing.KeyState) stateJSON {
 	if st.Live {
 		at := st.ExpiresAt.UTC()
 		j.ExpiresAt, j.RemainingSeconds = &at, st.Remaining.Seconds()
+		j.Owner = st.Owner
 	}
 	return j
 }
@@ -39,7 +41,7 @@ func toStateJSON(key string, st fencing.KeyState) stateJSON {
 func describe(st fencing.KeyState) string {
 	switch {
 	case st.Live:
-		return fmt.Sprintf("live, token %d, %s left", st.Token, short(st.Remaining))
+		return fmt.Sprintf("live, token %d, %s left", st.Token, short(st.Remaining)) + ownerSuffix(st.Owner)
 	case st.MaxToken == 0:
 		return "never leased"
 	}

@@ -24,6 +24,7 @@ type eventJSON struct {
 	Token            uint64     `json:"token,omitempty"`
 	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
 	RemainingSeconds float64    `json:"remaining_seconds,omitempty"`
+	Owner            string     `json:"owner,omitempty"`
 }
 
 // observed is a key's state as one read saw it, with the lease's expiry
@@ -257,6 +258,7 @@ func (wt *watcher) emit(key, event string, o observed) {
 		if o.st.Live {
 			at := o.st.ExpiresAt.UTC()
 			e.ExpiresAt, e.RemainingSeconds = &at, o.st.Remaining.Seconds()
+			e.Owner = o.st.Owner
 		}
 		if event == "free" {
 			e.Token = o.st.MaxToken
@@ -269,7 +271,7 @@ func (wt *watcher) emit(key, event string, o observed) {
 	case "free":
 		line = o.readAt.Format("15:04:05.000") + " " + quote(key) + " " + describe(o.st)
 	case "live", "granted", "renewed":
-		line += fmt.Sprintf(" token %d (expires in %s)", o.st.Token, short(o.st.Remaining))
+		line += fmt.Sprintf(" token %d (expires in %s)", o.st.Token, short(o.st.Remaining)) + ownerSuffix(o.st.Owner)
 	default:
 		line += fmt.Sprintf(" token %d", o.st.Token)
 	}

@@ -1,4 +1,5 @@
--- grant: ARGV = lease ID, ttl ms, margin ns, ttl+margin µs, max token.
+-- grant: ARGV = lease ID, ttl ms, margin ns, ttl+margin µs, max token,
+-- owner.
 -- Replies {'ok', token, exp} for a new lease (its ttl and margin are the
 -- request's), {'ok', token, exp, ttl, margin} for a resend of the lease
 -- already granted, {'held', µs left}, or a status.
@@ -18,11 +19,11 @@ e = now + tonumber(ARGV[4])
 local n = tonumber(tok or '0')
 if n < 9007199254740991 then -- 2^53-1: n+1 is exact in a double
   n = n + 1
-  redis.call('HSET', key, 'token', n, 'id', ARGV[1], 'exp', e, 'ttl', ARGV[2], 'margin', ARGV[3])
+  redis.call('HSET', key, 'token', n, 'id', ARGV[1], 'exp', e, 'ttl', ARGV[2], 'margin', ARGV[3], 'owner', ARGV[6])
   return {'ok', n, e}
 end
 -- Beyond, Redis adds, and the token is read back as a string.
 redis.call('HINCRBY', key, 'token', 1)
 tok = redis.call('HGET', key, 'token')
-redis.call('HSET', key, 'id', ARGV[1], 'exp', e, 'ttl', ARGV[2], 'margin', ARGV[3])
+redis.call('HSET', key, 'id', ARGV[1], 'exp', e, 'ttl', ARGV[2], 'margin', ARGV[3], 'owner', ARGV[6])
 return {'ok', tok, e}

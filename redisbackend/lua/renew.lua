@@ -1,4 +1,4 @@
--- renew: ARGV as grant. Replies {'ok', token, exp} or a status.
+-- renew: ARGV as grant (the owner is the grant's, kept). Replies {'ok', token, exp} or a status.
 local h = redis.call('HMGET', key, 'token', 'id', 'exp')
 if h[2] ~= ARGV[1] or h[3] == 'r' then return {'notfound'} end
 local e = tonumber(h[3])

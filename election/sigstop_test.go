@@ -1,0 +1,161 @@
+package election_test
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/election"
+	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/redisguard"
+	"github.com/fencing-go/fencing/internal/recipetest"
+)
+
+// The child candidate of TestTakeoverRedisSIGSTOP: run as the test binary
+// with these variables set.
+const (
+	helperAddr   = "ELECTION_TEST_REDIS_ADDR"
+	helperPrefix = "ELECTION_TEST_REDIS_PREFIX"
+)
+
+// TestHelperCandidate is the stalled leader's process: it campaigns, prints
+// "leader <token>", writes once through the guard, and then, for each line
+// on stdin, writes again with its term's token and prints "written" or
+// "refused". It does nothing in a normal test run.
+func TestHelperCandidate(t *testing.T) {
+	addr := os.Getenv(helperAddr)
+	if addr == "" {
+		return
+	}
+	ctx := context.Background()
+	c := fencing.New(recipetest.RedisBackend(t, addr, os.Getenv(helperPrefix)), fencing.WithDefaultMargin(500*time.Millisecond))
+	e := election.New(c, "office", time.Second)
+	h, err := e.Campaign(ctx, "child")
+	if err != nil {
+		fmt.Println("error", err)
+		return
+	}
+	client := redis.NewClient(&redis.Options{Addr: addr})
+	defer client.Close()
+	g := redisguard.New(client)
+	write := func() string {
+		err := g.Write(ctx, "resource", h.Token(), redisguard.Set(redisguard.Tag("resource")+":data", "child"))
+		switch {
+		case err == nil:
+			return "written"
+		case errors.Is(err, guard.ErrStaleToken):
+			return "refused"
+		}
+		return "error " + err.Error()
+	}
+	fmt.Println("leader", h.Token(), write())
+	sc := bufio.NewScanner(os.Stdin)
+	for sc.Scan() {
+		fmt.Println(write())
+	}
+	h.Release(ctx)
+}
+
+// TestTakeoverRedisSIGSTOP: a leader whose process is stopped (SIGSTOP)
+// past its term loses the office to a waiting candidate with a larger
+// token; resumed (SIGCONT), its guarded write with the old token is refused.
+func TestTakeoverRedisSIGSTOP(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts redis-server")
+	}
+	w := recipetest.Redis(t)
+	child := exec.Command(os.Args[0], "-test.run=^TestHelperCandidate$", "-test.count=1")
+	child.Env = append(os.Environ(), helperAddr+"="+w.Redis.Addr(), helperPrefix+"="+w.Prefix)
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		child.Process.Signal(syscall.SIGCONT)
+		child.Process.Kill()
+		child.Wait()
+	})
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		io.Copy(io.Discard, out)
+	}()
+	next := func() string {
+		t.Helper()
+		select {
+		case l := <-lines:
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatal("the child printed nothing in 30s")
+		}
+		return ""
+	}
+	var childToken uint64
+	var first string
+	if l := next(); !strings.HasPrefix(l, "leader ") {
+		t.Fatalf("child: %q", l)
+	} else {
+		fmt.Sscanf(l, "leader %d %s", &childToken, &first)
+	}
+	if first != "written" {
+		t.Fatalf("the child leader's first write: %q", first)
+	}
+
+	ctx := context.Background()
+	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
+	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	stopped := time.Now()
+	h, err := e.Campaign(ctx, "successor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	took := time.Since(stopped)
+	if h.Token() <= childToken {
+		t.Fatalf("successor's token %d, not above the stopped leader's %d", h.Token(), childToken)
+	}
+	if took > 10*w.TTL {
+		t.Errorf("takeover took %v", took)
+	}
+	client := w.Redis.Client()
+	if err := redisguard.New(client).Admit(ctx, "resource", h.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := child.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintln(stdin, "write")
+	if l := next(); l != "refused" {
+		t.Fatalf("the resumed leader's write: %q, want refused", l)
+	}
+	if l, err := e.Leader(ctx); err != nil || l.Identity != "successor" || l.Token != h.Token() {
+		t.Fatalf("Leader = %+v, %v; want the successor's term", l, err)
+	}
+	stdin.Close()
+	t.Logf("takeover %v after SIGSTOP (TTL %v + margin)", took.Round(time.Millisecond), w.TTL)
+}

@@ -1,0 +1,345 @@
+package semaphore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/semaphore"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func newSem(t *testing.T, c *fencing.Coordinator, name string, size int, opts ...semaphore.Option) *semaphore.Semaphore {
+	t.Helper()
+	s, err := semaphore.New(c, name, size, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// TestNeverMoreThanSize: 32 goroutines in 4 processes (8 on each
+// Semaphore) acquire again and again; the backend never shows more than
+// size live permits (a checker lists them throughout, and each new holder
+// looks), each slot's tokens increase, and every permit names its slot.
+func TestNeverMoreThanSize(t *testing.T) {
+	worlds(t, func(t *testing.T, w world) {
+		const size, procs, perProc, rounds = 3, 4, 8, 3
+		ctx := context.Background()
+		checker := newSem(t, w.Coordinator(t), "pool", size)
+		var (
+			mu      sync.Mutex
+			tokens  = map[string][]uint64{} // slot key -> tokens in grant order
+			active  atomic.Int32
+			wg      sync.WaitGroup
+			maxSeen atomic.Int32
+		)
+		check := func(who string) {
+			hs, err := checker.Holders(ctx)
+			if err != nil {
+				t.Errorf("%s: Holders: %v", who, err)
+				return
+			}
+			if n := int32(len(hs)); n > size {
+				t.Errorf("%s: %d live permits on the backend, size %d: %+v", who, n, size, hs)
+			} else if n > maxSeen.Load() {
+				maxSeen.Store(n)
+			}
+		}
+		stop := make(chan struct{})
+		var checkerDone sync.WaitGroup
+		checkerDone.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				case <-time.After(5 * time.Millisecond):
+					check("checker")
+				}
+			}
+		})
+		for p := range procs {
+			s := newSem(t, w.Coordinator(t), "pool", size)
+			for g := range perProc {
+				id := fmt.Sprintf("p%d/g%d", p, g)
+				wg.Go(func() {
+					for range rounds {
+						h, err := s.Acquire(ctx, 30*time.Second, fencing.WithOwner(id))
+						if err != nil {
+							t.Errorf("%s: Acquire: %v", id, err)
+							return
+						}
+						if a := active.Add(1); a > size {
+							t.Errorf("%s: %d permits held at once in the test, size %d", id, a, size)
+						}
+						key := h.Lease().Key
+						if !strings.HasPrefix(key, "pool/") {
+							t.Errorf("%s: permit on key %q", id, key)
+						}
+						mu.Lock()
+						tokens[key] = append(tokens[key], h.Token())
+						mu.Unlock()
+						check(id)
+						time.Sleep(5 * time.Millisecond)
+						active.Add(-1)
+						if err := h.Release(ctx); err != nil {
+							t.Errorf("%s: Release: %v", id, err)
+						}
+					}
+				})
+			}
+		}
+		wg.Wait()
+		close(stop)
+		checkerDone.Wait()
+		total := 0
+		for key, ts := range tokens {
+			total += len(ts)
+			for i := 1; i < len(ts); i++ {
+				if ts[i] <= ts[i-1] {
+					t.Errorf("slot %q: tokens %v do not increase", key, ts)
+					break
+				}
+			}
+		}
+		if len(tokens) > size || total != procs*perProc*rounds {
+			t.Errorf("%d permits on slots %v; want %d on at most %d slots", total, len(tokens), procs*perProc*rounds, size)
+		}
+		if maxSeen.Load() != size {
+			t.Errorf("at most %d live permits seen at once; want the size %d to be reached", maxSeen.Load(), size)
+		}
+		if hs, err := checker.Holders(ctx); err != nil || len(hs) != 0 {
+			t.Errorf("Holders after every release = %+v, %v; want none", hs, err)
+		}
+	})
+}
+
+// TestStalledPermitFreesOneSlot: of three permits, the one whose holder
+// stopped renewing (a lease granted and never renewed) expires; a waiter
+// gets exactly that slot with a larger token; the others stay, and a
+// fourth candidate still finds every permit taken.
+func TestStalledPermitFreesOneSlot(t *testing.T) {
+	worlds(t, func(t *testing.T, w world) {
+		ctx := context.Background()
+		c := w.Coordinator(t)
+		s := newSem(t, c, "jobs", 3, semaphore.WithPollInterval(50*time.Millisecond))
+		// The stalled holder took slot 1 and stopped renewing.
+		stalled, err := c.Grant(ctx, semaphore.SlotKey("jobs", 1), w.TTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var held []*fencing.Held
+		for range 2 {
+			h, err := s.Acquire(ctx, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Release(ctx)
+			held = append(held, h)
+		}
+		if _, err := s.TryAcquire(ctx, time.Hour); !errors.Is(err, fencing.ErrLeaseHeld) {
+			t.Fatalf("TryAcquire with every permit taken: %v, want ErrLeaseHeld", err)
+		}
+		got := make(chan *fencing.Held, 1)
+		go func() {
+			h, err := s.Acquire(ctx, time.Hour, fencing.WithOwner("waiter"))
+			if err != nil {
+				t.Errorf("waiter: %v", err)
+			}
+			got <- h
+		}()
+		time.Sleep(100 * time.Millisecond)
+		w.Elapse(w.TTL + w.Margin + time.Second)
+		var h *fencing.Held
+		select {
+		case h = <-got:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the waiter got no permit after the stalled one expired")
+		}
+		if h == nil {
+			return
+		}
+		defer h.Release(ctx)
+		if h.Lease().Key != stalled.Key || h.Token() <= stalled.Token {
+			t.Fatalf("waiter got %q token %d; want the stalled slot %q with a token above %d", h.Lease().Key, h.Token(), stalled.Key, stalled.Token)
+		}
+		hs, err := s.Holders(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(hs) != 3 || hs[1].Owner != "waiter" || hs[1].Token != h.Token() || hs[0].Token != held[0].Token() && hs[0].Token != held[1].Token() {
+			t.Fatalf("Holders = %+v; want the two permits and the waiter's on slot 1", hs)
+		}
+		if _, err := s.TryAcquire(ctx, time.Hour); !errors.Is(err, fencing.ErrLeaseHeld) {
+			t.Fatalf("TryAcquire after the one expiry: %v, want ErrLeaseHeld", err)
+		}
+	})
+}
+
+// TestSizeDisagreement: processes using one name with sizes 2 and 3 share
+// slots 0 and 1; at most 3 permits are live; the smaller never takes slot
+// 2, and its Holders shows slot 2 as past its size.
+func TestSizeDisagreement(t *testing.T) {
+	worlds(t, func(t *testing.T, w world) {
+		ctx := context.Background()
+		big := newSem(t, w.Coordinator(t), "mixed", 3)
+		small := newSem(t, w.Coordinator(t), "mixed", 2)
+		perm := map[string]*fencing.Held{}
+		for range 3 {
+			h, err := big.TryAcquire(ctx, time.Hour)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Release(ctx)
+			perm[h.Lease().Key] = h
+		}
+		if _, err := small.TryAcquire(ctx, time.Hour); !errors.Is(err, fencing.ErrLeaseHeld) {
+			t.Fatalf("size 2 with 3 permits taken: %v, want ErrLeaseHeld", err)
+		}
+		hs, err := small.Holders(ctx)
+		if err != nil || len(hs) != 3 || hs[2].Slot != 2 || hs[2].Slot < small.Size() {
+			t.Fatalf("size 2's Holders = %+v, %v; want 3 with slot 2 past its size", hs, err)
+		}
+		perm["mixed/2"].Release(ctx)
+		if _, err := small.TryAcquire(ctx, time.Hour); !errors.Is(err, fencing.ErrLeaseHeld) {
+			t.Fatalf("size 2 with slot 2 free: %v, want ErrLeaseHeld (slot 2 is not its)", err)
+		}
+		perm["mixed/0"].Release(ctx)
+		h, err := small.TryAcquire(ctx, time.Hour)
+		if err != nil {
+			t.Fatalf("size 2 with slot 0 free: %v", err)
+		}
+		defer h.Release(ctx)
+		if h.Lease().Key != "mixed/0" {
+			t.Fatalf("size 2 took %q, want mixed/0", h.Lease().Key)
+		}
+	})
+}
+
+// TestHandoffAttempts measures the grant attempts per handoff with 32
+// waiters for 2 permits: in one process (one Semaphore), where waiters take
+// turns, and in 32 processes (a Semaphore each), where every process's
+// first waiter tries on each release.
+func TestHandoffAttempts(t *testing.T) {
+	worlds(t, func(t *testing.T, w world) {
+		for _, procs := range []int{1, 32} {
+			cb := &counting{Backend: w.NewBackend(t)}
+			c := fencing.New(cb)
+			sems := make([]*semaphore.Semaphore, procs)
+			for i := range sems {
+				sems[i] = newSem(t, c, fmt.Sprintf("handoff-%d", procs), 2)
+			}
+			ctx := context.Background()
+			const waiters = 32
+			var wg sync.WaitGroup
+			for i := range waiters {
+				s := sems[i%procs]
+				wg.Go(func() {
+					h, err := s.Acquire(ctx, 30*time.Second)
+					if err != nil {
+						t.Errorf("Acquire: %v", err)
+						return
+					}
+					time.Sleep(10 * time.Millisecond)
+					h.Release(ctx)
+				})
+			}
+			wg.Wait()
+			per := float64(cb.grants.Load()) / waiters
+			t.Logf("%s, %d process(es): %d grant attempts for %d permits, %.2f per handoff", w.Name, procs, cb.grants.Load(), waiters, per)
+			if procs == 1 && per > 2.5 {
+				t.Errorf("one process: %.2f grant attempts per handoff, want at most 2.5 (waiters take turns)", per)
+			}
+		}
+	})
+}
+
+// TestNew: sizes out of range and names whose slot keys are too long.
+func TestNew(t *testing.T) {
+	c := fencing.New(recipetest.Memory(t).NewBackend(t))
+	for _, size := range []int{0, -1, semaphore.MaxSize + 1} {
+		if _, err := semaphore.New(c, "s", size); !errors.Is(err, fencing.ErrInvalidOption) {
+			t.Errorf("New with size %d: %v, want ErrInvalidOption", size, err)
+		}
+	}
+	if _, err := semaphore.New(c, strings.Repeat("n", backend.MaxKeyLength-1), 10); !errors.Is(err, fencing.ErrInvalidKey) {
+		t.Errorf("New with a name whose slot keys are too long: %v, want ErrInvalidKey", err)
+	}
+	if _, err := semaphore.New(c, strings.Repeat("n", backend.MaxKeyLength-2), 10); err != nil {
+		t.Errorf("New with the longest name: %v", err)
+	}
+}
+
+// TestAcquireCanceled: a waiter whose context ends returns its error and
+// holds nothing.
+func TestAcquireCanceled(t *testing.T) {
+	w := recipetest.Memory(t)
+	s := newSem(t, w.Coordinator(t), "c", 1)
+	ctx := context.Background()
+	h, err := s.Acquire(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := s.Acquire(cctx, time.Hour); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Acquire with a context that ends: %v", err)
+	}
+	h.Release(ctx)
+	if hs, _ := s.Holders(ctx); len(hs) != 0 {
+		t.Fatalf("Holders = %+v after the only permit's release", hs)
+	}
+}
+
+// noNotify is a backend that cannot notify (nor list): waiters poll, and
+// Holders inspects each slot.
+type noNotify struct {
+	backend.Backend
+	backend.Inspector
+}
+
+// TestWithoutNotifier: on a backend that cannot notify, a waiter still
+// gets the released slot, and Holders reads each slot.
+func TestWithoutNotifier(t *testing.T) {
+	mem := recipetest.Memory(t).NewBackend(t)
+	c := fencing.New(noNotify{mem, mem.(backend.Inspector)})
+	ctx := context.Background()
+	s := newSem(t, c, "poll", 2)
+	a, _ := s.TryAcquire(ctx, time.Hour, fencing.WithOwner("a"))
+	b, _ := s.TryAcquire(ctx, time.Hour, fencing.WithOwner("b"))
+	defer b.Release(ctx)
+	got := make(chan *fencing.Held)
+	go func() {
+		h, err := s.Acquire(ctx, time.Hour, fencing.WithOwner("c"))
+		if err != nil {
+			t.Error(err)
+		}
+		got <- h
+	}()
+	time.Sleep(50 * time.Millisecond)
+	a.Release(ctx)
+	select {
+	case h := <-got:
+		defer h.Release(ctx)
+		if h.Lease().Key != a.Lease().Key {
+			t.Fatalf("waiter got %q, want the released %q", h.Lease().Key, a.Lease().Key)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the waiter did not get the released slot in 5s")
+	}
+	hs, err := s.Holders(ctx)
+	if err != nil || len(hs) != 2 || hs[0].Owner == "" || hs[1].Owner == "" {
+		t.Fatalf("Holders = %+v, %v; want two permits with owners", hs, err)
+	}
+}
