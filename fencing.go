@@ -40,6 +40,10 @@ import (
 // gives one.
 const DefaultMargin = time.Second
 
+// DefaultRequestTimeout is the Coordinator's bound on each request attempt
+// unless WithRequestTimeout gives another.
+const DefaultRequestTimeout = 10 * time.Second
+
 // Lease is a granted lease. Hold on to it: ID is the credential that renews
 // and releases it, and Token is what the protected resource checks.
 type Lease struct {
@@ -83,6 +87,7 @@ type Coordinator struct {
 	backend       backend.Backend
 	defaultMargin time.Duration
 	retries       int
+	reqTimeout    time.Duration // 0: attempts are bounded by their context alone
 	ids           *idSource
 	clock         sendClock
 	obs           observer // metrics and logs (metrics.go)
@@ -107,11 +112,32 @@ func WithOutcomeRetries(n int) Option {
 	return func(c *Coordinator) { c.retries = max(n, 0) }
 }
 
+// WithRequestTimeout bounds each attempt of every request the Coordinator
+// sends (a grant, renewal, release, token check, inspection, listing, forced
+// release, Lock's subscription, and each resend of an ambiguous request) to
+// d, when the caller's context allows longer (default
+// DefaultRequestTimeout; zero or a negative d turns the bound off). So a
+// call with context.Background() against a server that is down, frozen or
+// not the server expected returns: Grant within (retries+1) times d, the
+// resends of WithOutcomeRetries included.
+//
+// An attempt cut off by the bound fails with an error wrapping
+// ErrNoAnswer, and ErrOutcomeUnknown as well when it may have reached the
+// server (a grant's is then an *OutcomeError, as for any unknown outcome).
+// A backend whose requests never leave the process (backend.InProcess, such
+// as memorybackend) is not bounded: its requests do not wait on a server.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *Coordinator) { c.reqTimeout = max(d, 0) }
+}
+
 // New returns a Coordinator over b.
 func New(b backend.Backend, opts ...Option) *Coordinator {
-	c := &Coordinator{backend: b, defaultMargin: DefaultMargin, retries: 3, ids: newIDSource()}
+	c := &Coordinator{backend: b, defaultMargin: DefaultMargin, retries: 3, reqTimeout: DefaultRequestTimeout, ids: newIDSource()}
 	for _, o := range opts {
 		o(c)
+	}
+	if _, ok := b.(backend.InProcess); ok {
+		c.reqTimeout = 0
 	}
 	c.obs.init(b)
 	return c
@@ -161,11 +187,10 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 // that is not the key's lease ErrLeaseNotFound.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.begin(ctx)
-	err := c.backend.Release(ctx, key, leaseID)
+	release := func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) }
+	_, err := attempt(c, ctx, release)
 	if err != nil {
-		_, err = resend(c, ctx, struct{}{}, err, func() (struct{}, error) {
-			return struct{}{}, c.backend.Release(ctx, key, leaseID)
-		})
+		_, err = resend(c, ctx, struct{}{}, err, func() (struct{}, error) { return attempt(c, ctx, release) })
 	}
 	c.obs.done(ctx, sp, opRelease, key, 0, err)
 	if err != nil {
@@ -198,7 +223,16 @@ func (c *Coordinator) ValidateToken(ctx context.Context, key string, token uint6
 // and live == false when no lease on key is live.
 func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live bool, err error) {
 	sp := c.obs.begin(ctx)
-	token, live, err = c.backend.Token(ctx, key)
+	if c.reqTimeout == 0 {
+		token, live, err = c.backend.Token(ctx, key)
+	} else {
+		var r tokenResult
+		r, err = attempt(c, ctx, func(ctx context.Context) (tokenResult, error) {
+			t, l, err := c.backend.Token(ctx, key)
+			return tokenResult{t, l}, err
+		})
+		token, live = r.token, r.live
+	}
 	c.obs.done(ctx, sp, opToken, key, token, err)
 	if err != nil {
 		return 0, false, opError("token", key, err)
@@ -301,9 +335,13 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
-	rec, err := call(ctx, req)
+	one := func(ctx context.Context) (backend.Lease, error) { return call(ctx, req) }
+	rec, err := attempt(c, ctx, one)
 	if err != nil {
-		rec, err = resend(c, ctx, rec, err, func() (backend.Lease, error) { return call(ctx, req) })
+		rec, err = resend(c, ctx, rec, err, func() (backend.Lease, error) { return attempt(c, ctx, one) })
+	}
+	if err != nil && !errors.Is(err, ErrNoAnswer) && context.Cause(ctx) == errNoAnswerCause {
+		err = &noAnswerError{err: err} // a held lease's renewal cut off at its Deadline
 	}
 	c.obs.request(ctx, op, req.Key, sent, rec.Token, err)
 	if err != nil {
@@ -379,6 +417,53 @@ func (c *Coordinator) retry(ctx context.Context, err error, attempt int) bool {
 	}
 	return sleep(ctx, time.Duration(10<<attempt)*time.Millisecond) == nil
 }
+
+// tokenResult is what Token returns, as one value for attempt.
+type tokenResult struct {
+	token uint64
+	live  bool
+}
+
+// attempt runs call, one attempt of a request, under ctx bounded by the
+// Coordinator's request timeout when ctx allows longer. An attempt the bound
+// cut off fails with a *noAnswerError.
+func attempt[T any](c *Coordinator, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	d := c.reqTimeout
+	if d == 0 {
+		return call(ctx)
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return call(ctx)
+	}
+	actx, cancel := context.WithTimeoutCause(ctx, d, errNoAnswerCause)
+	defer cancel()
+	v, err := call(actx)
+	if err != nil && ctx.Err() == nil && context.Cause(actx) == errNoAnswerCause {
+		err = &noAnswerError{timeout: d, err: err}
+	}
+	return v, err
+}
+
+// errNoAnswerCause is the cause of an attempt's context that the request
+// timeout ended.
+var errNoAnswerCause = errors.New("request timeout")
+
+// noAnswerError is the error of an attempt that the request timeout (or a
+// held lease's Deadline) cut off: the backend's error, which says whether
+// the outcome is unknown, with the bound.
+type noAnswerError struct {
+	timeout time.Duration // 0: the held lease's Deadline
+	err     error
+}
+
+func (e *noAnswerError) Error() string {
+	if e.timeout == 0 {
+		return "no answer before the lease's Deadline: " + e.err.Error()
+	}
+	return "no answer within the request timeout of " + e.timeout.String() + ": " + e.err.Error()
+}
+
+func (e *noAnswerError) Unwrap() []error { return []error{ErrNoAnswer, e.err} }
 
 // sleep waits for d or until ctx is done, and returns ctx's error if it is.
 func sleep(ctx context.Context, d time.Duration) error {
