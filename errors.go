@@ -24,8 +24,8 @@ var (
 	// ErrLeaseExpired: the lease ID was the key's most recent lease, and its
 	// time ran out on the coordinator's clock. Nothing was changed.
 	ErrLeaseExpired = backend.ErrLeaseExpired
-	// ErrInvalidTimeout: the timeout is zero or negative, or timeout+margin
-	// exceeds backend.MaxDuration.
+	// ErrInvalidTimeout: the timeout is below backend.MinTimeout (a
+	// millisecond), or timeout+margin exceeds backend.MaxDuration.
 	ErrInvalidTimeout = backend.ErrInvalidTimeout
 	// ErrInvalidMargin: the margin is negative, or more than one was given.
 	ErrInvalidMargin = backend.ErrInvalidMargin

@@ -340,8 +340,10 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 	if err != nil {
 		rec, err = resend(c, ctx, rec, err, func() (backend.Lease, error) { return attempt(c, ctx, one) })
 	}
-	if err != nil && !errors.Is(err, ErrNoAnswer) && context.Cause(ctx) == errNoAnswerCause {
-		err = &noAnswerError{err: err} // a held lease's renewal cut off at its Deadline
+	if err != nil && !errors.Is(err, ErrNoAnswer) && ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause == errNoAnswerCause || errors.Is(cause, errDeadlinePassed) {
+			err = &noAnswerError{err: err} // a held lease's renewal cut off at its Deadline
+		}
 	}
 	c.obs.request(ctx, op, req.Key, sent, rec.Token, err)
 	if err != nil {

@@ -319,11 +319,15 @@ func (h *Held) expire() {
 		return
 	}
 	if h.lastErr != nil {
-		h.loseLocked(fmt.Errorf("%w: deadline passed without a confirmed renewal (last attempt: %w)", ErrLeaseLost, h.lastErr))
+		h.loseLocked(fmt.Errorf("%w: %w without a confirmed renewal (last attempt: %w)", ErrLeaseLost, errDeadlinePassed, h.lastErr))
 		return
 	}
-	h.loseLocked(fmt.Errorf("%w: deadline passed without a confirmed renewal", ErrLeaseLost))
+	h.loseLocked(fmt.Errorf("%w: %w without a confirmed renewal", ErrLeaseLost, errDeadlinePassed))
 }
+
+// errDeadlinePassed is in the cause of a held lease's context that its
+// Deadline ended: a renewal cut off by it got no answer in time.
+var errDeadlinePassed = errors.New("deadline passed")
 
 func (h *Held) sendWarning() {
 	select {

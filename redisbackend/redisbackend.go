@@ -109,11 +109,30 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 		return nil, err
 	}
 	b.notifier.b = b
-	b.batch = newBatcher(client, b.direct)
+	b.batch = newBatcher(client, b.direct, !honoursDeadlines(client))
 	// One server per client: a Cluster or a Ring would send the keyless
 	// TIME to any of their servers.
 	_, b.pipeToken = client.(*redis.Client)
 	return b, nil
+}
+
+// honoursDeadlines reports whether client ends a command's socket reads
+// and writes at its context's deadline, which go-redis does only with
+// ContextTimeoutEnabled (otherwise only its ReadTimeout and WriteTimeout
+// bound them). The backend sends the requests of a client that does not on
+// goroutines of their own, so that a request still returns when its
+// context ends (fencing.WithRequestTimeout) with a server that has stopped
+// answering.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 func (b *Backend) ready(ctx context.Context) error {
