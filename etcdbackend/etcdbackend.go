@@ -116,7 +116,7 @@ func newBackend(ctx context.Context, cli *clientv3.Client, bound time.Duration, 
 
 // ErrUnreachable is returned by New when the etcd endpoints did not answer
 // its check in time: unreachable, not etcd, or a cluster without a leader.
-var ErrUnreachable = errors.New("etcdbackend: etcd did not answer")
+var ErrUnreachable = errors.New("etcdbackend: etcd server unreachable")
 
 // probe reads the prefix's own key once, linearizably.
 func (b *Backend) probe(ctx context.Context, bound time.Duration) error {
@@ -128,9 +128,9 @@ func (b *Backend) probe(ctx context.Context, bound time.Duration) error {
 	case err == nil:
 		return nil
 	case ctx.Err() != nil && bound > 0:
-		return fmt.Errorf("%w within %v at %v: %w", ErrUnreachable, bound, b.cli.Endpoints(), err)
+		return fmt.Errorf("%w: no answer within %v from %v: %w", ErrUnreachable, bound, b.cli.Endpoints(), err)
 	case ctx.Err() != nil:
-		return fmt.Errorf("%w at %v: %w", ErrUnreachable, b.cli.Endpoints(), err)
+		return fmt.Errorf("%w: no answer from %v: %w", ErrUnreachable, b.cli.Endpoints(), err)
 	}
 	return fmt.Errorf("etcdbackend: checking etcd at %v: %w", b.cli.Endpoints(), err)
 }
