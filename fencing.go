@@ -119,7 +119,8 @@ func WithOutcomeRetries(n int) Option {
 // DefaultRequestTimeout; zero or a negative d turns the bound off). So a
 // call with context.Background() against a server that is down, frozen or
 // not the server expected returns: Grant within (retries+1) times d, the
-// resends of WithOutcomeRetries included.
+// resends of WithOutcomeRetries included, and Hold (which then releases the
+// lease that grant may have taken) within one d more.
 //
 // An attempt cut off by the bound fails with an error wrapping
 // ErrNoAnswer, and ErrOutcomeUnknown as well when it may have reached the

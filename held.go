@@ -179,8 +179,14 @@ func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) 
 	if !errors.As(err, &oe) || oe.Op != "grant" {
 		return err
 	}
-	// After ttl (plus the margin) the lease has expired anyway.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	// After ttl (plus the margin) the lease has expired anyway. A server
+	// that did not answer the grant gets one request timeout for the
+	// release, not a round of resends.
+	bound := ttl
+	if c.reqTimeout > 0 && errors.Is(err, ErrNoAnswer) {
+		bound = min(bound, c.reqTimeout)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	defer cancel()
 	rerr := c.Release(rctx, oe.Key, oe.LeaseID)
 	oe.Settled = rerr == nil || errors.Is(rerr, ErrLeaseNotFound) || errors.Is(rerr, ErrLeaseExpired)
