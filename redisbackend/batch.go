@@ -188,18 +188,40 @@ func (b *batcher) direct(ctx context.Context, cmds []redis.Cmder) error {
 // commands, which the goroutine still writes until the client's own read
 // timeout ends the exchange.
 func (b *batcher) detached1(ctx context.Context, cmds []redis.Cmder) error {
-	done := make(chan struct{})
-	b.detached.Add(1)
+	_, err := await(b, ctx, func() (struct{}, error) {
+		b.exec(ctx, cmds)
+		return struct{}{}, cmds[0].Err()
+	})
+	return err
+}
+
+// await runs f on a goroutine of its own and waits for it or for ctx to
+// end; then it returns an abandonedError, and f's results are dropped when
+// it returns. close waits for f.
+func await[T any](b *batcher, ctx context.Context, f func() (T, error)) (T, error) {
+	var zero T
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return zero, notSentError{backend.ErrClosed}
+	}
+	b.detached.Add(1) // under b.mu, which close takes before it waits
+	b.mu.Unlock()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
 	go func() {
 		defer b.detached.Done()
-		defer close(done)
-		b.exec(ctx, cmds)
+		v, err := f()
+		done <- result{v, err}
 	}()
 	select {
-	case <-done:
-		return cmds[0].Err()
+	case r := <-done:
+		return r.v, r.err
 	case <-ctx.Done():
-		return abandonedError{ctx.Err()}
+		return zero, abandonedError{ctx.Err()}
 	}
 }
 

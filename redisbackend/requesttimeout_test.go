@@ -13,8 +13,8 @@ import (
 )
 
 // TestBackgroundCallsReturnWhenRedisStops: with the server frozen
-// (SIGSTOP: it keeps its connections and answers nothing), Grant, Hold,
-// Lock and Token with context.Background() return within the request
+// (SIGSTOP: it keeps its connections and answers nothing), every call
+// with context.Background() returns within the request
 // timeout's bound, on a client with go-redis's defaults (which bound a
 // read by its 3s ReadTimeout only, not by the context), and say that
 // Redis did not answer.
@@ -45,6 +45,9 @@ func TestBackgroundCallsReturnWhenRedisStops(t *testing.T) {
 		{"Lock", func() error { _, err := c.Lock(ctx, "k", time.Minute); return err }},
 		{"Token", func() error { _, _, err := c.Token(ctx, "k"); return err }},
 		{"Inspect", func() error { _, err := c.Inspect(ctx, "k"); return err }},
+		{"ForceRelease", func() error { _, err := c.ForceRelease(ctx, "k"); return err }},
+		{"List", func() error { _, _, err := c.List(ctx, "", "", 0); return err }},
+		{"Release", func() error { return c.Release(ctx, "k", "some-lease") }},
 	}
 	for _, call := range calls {
 		start := time.Now()
