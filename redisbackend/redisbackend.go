@@ -314,7 +314,16 @@ func (b *Backend) run(ctx context.Context, op string, s *script, key string, min
 		}
 		return reply, nil
 	}
-	return b.runAndWait(ctx, op, s, rk, args)
+	if !b.batch.detach || ctx.Done() == nil {
+		return b.runAndWait(ctx, op, s, rk, args)
+	}
+	// The client would not end the exchange at ctx's end (see
+	// honoursDeadlines): wait for it on a goroutine of its own.
+	reply, err := await(b.batch, ctx, func() ([]any, error) { return b.runAndWait(ctx, op, s, rk, args) })
+	if abandoned(err) || errors.As(err, new(notSentError)) {
+		return nil, sendError(ctx, op, err) // await's own: runAndWait's are classified
+	}
+	return reply, err
 }
 
 // ceil rounds d up to a multiple of unit. d is at most backend.MaxDuration,
