@@ -33,14 +33,14 @@ func (r *records) Handle(_ context.Context, rec slog.Record) error {
 func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
 func (r *records) WithGroup(string) slog.Handler      { return r }
 
-// renewals returns the level and message of every renewal logged since
-// from.
-func (r *records) renewals(from time.Time) []string {
+// failedRenewals returns the level and message of every renewal logged
+// since from that did not succeed (one sent before from may succeed after).
+func (r *records) failedRenewals(from time.Time) []string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []string
 	for _, rec := range r.recs {
-		if rec.Time.After(from) && strings.HasPrefix(rec.Message, "fencing: renew") {
+		if rec.Time.After(from) && strings.HasPrefix(rec.Message, "fencing: renew ") {
 			out = append(out, rec.Level.String()+" "+rec.Message)
 		}
 	}
@@ -108,7 +108,7 @@ func TestRenewalWithoutAnswerLogsAlikeOnEveryBackend(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the lease outlived its server by 10s")
 			}
-			got := logs.renewals(stopped)
+			got := logs.failedRenewals(stopped)
 			if len(got) == 0 {
 				t.Fatal("no renewal logged after the server stopped answering")
 			}

