@@ -107,7 +107,8 @@ func WithDefaultMargin(d time.Duration) Option {
 // unknown outcome (backend.ErrOutcomeUnknown, such as a lost response) is
 // sent again with the same lease ID before the error is returned
 // (default 3). Every backend recognises a resent request, so a retry never
-// mints a second token. Retries stop when the context is done.
+// mints a second token. Retries stop when the context is done, and once the
+// request timeout (WithRequestTimeout) has passed since the first attempt.
 func WithOutcomeRetries(n int) Option {
 	return func(c *Coordinator) { c.retries = max(n, 0) }
 }
@@ -116,11 +117,13 @@ func WithOutcomeRetries(n int) Option {
 // sends (a grant, renewal, release, token check, inspection, listing, forced
 // release, Lock's subscription, and each resend of an ambiguous request) to
 // d, when the caller's context allows longer (default
-// DefaultRequestTimeout; zero or a negative d turns the bound off). So a
-// call with context.Background() against a server that is down, frozen or
-// not the server expected returns: Grant within (retries+1) times d, the
-// resends of WithOutcomeRetries included, and Hold (which then releases the
-// lease that grant may have taken) within one d more.
+// DefaultRequestTimeout; zero or a negative d turns the bound off). A
+// request whose outcome is unknown is resent (WithOutcomeRetries) only while
+// less than d has passed since its first attempt. So a call with
+// context.Background() against a server that is down, frozen or not the
+// server expected returns: Grant within about d (at most 2d, when a resend
+// starts just before d has passed), and Hold, which then releases the lease
+// that grant may have taken, within one d more.
 //
 // An attempt cut off by the bound fails with an error wrapping
 // ErrNoAnswer, and ErrOutcomeUnknown as well when it may have reached the
@@ -189,9 +192,13 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.begin(ctx)
 	release := func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) }
+	var start time.Time // read only when the resend budget needs it
+	if c.reqTimeout > 0 {
+		start = c.clock.now()
+	}
 	_, err := attempt(c, ctx, release)
 	if err != nil {
-		_, err = resend(c, ctx, struct{}{}, err, func() (struct{}, error) { return attempt(c, ctx, release) })
+		_, err = resend(c, ctx, start, struct{}{}, err, func() (struct{}, error) { return attempt(c, ctx, release) })
 	}
 	c.obs.done(ctx, sp, opRelease, key, 0, err)
 	if err != nil {
@@ -337,9 +344,13 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 		sent = sentBefore
 	}
 	one := func(ctx context.Context) (backend.Lease, error) { return call(ctx, req) }
+	start := sent
+	if !sentBefore.IsZero() {
+		start = c.clock.now() // this call's first attempt, for the resend budget
+	}
 	rec, err := attempt(c, ctx, one)
 	if err != nil {
-		rec, err = resend(c, ctx, rec, err, func() (backend.Lease, error) { return attempt(c, ctx, one) })
+		rec, err = resend(c, ctx, start, rec, err, func() (backend.Lease, error) { return attempt(c, ctx, one) })
 	}
 	if err != nil && !errors.Is(err, ErrNoAnswer) && ctx.Err() != nil {
 		if cause := context.Cause(ctx); cause == errNoAnswerCause || errors.Is(cause, errDeadlinePassed) {
@@ -385,16 +396,19 @@ func requestError(op, key, leaseID string, err error) error {
 	return opError(op, key, err)
 }
 
-// resend takes the result of a request's first attempt, v and err (not
-// nil), and runs call (which carries the same lease ID) again while the
-// outcome is unknown, up to the Coordinator's retry budget. When a resend
+// resend takes the result of a request's first attempt, begun at start, v
+// and err (not nil), and runs call (which carries the same lease ID) again
+// while the outcome is unknown, up to the Coordinator's retry budget and,
+// with a request timeout, only while less than that has passed since
+// start: a server that does not answer gets about one request timeout (at
+// most two) per call, not one per attempt. When a resend
 // ends without a verdict (the context ended, the backend was closed) after
 // an attempt whose outcome was unknown, the error wraps ErrOutcomeUnknown
 // too: the earlier attempt may have taken effect, and the caller must not
 // read "canceled" as "nothing happened". The first attempt is the caller's
 // own call, so that the common case, a first attempt with a verdict, costs
 // no call through a function value.
-func resend[T any](c *Coordinator, ctx context.Context, v T, err error, call func() (T, error)) (T, error) {
+func resend[T any](c *Coordinator, ctx context.Context, start time.Time, v T, err error, call func() (T, error)) (T, error) {
 	var uncertain error
 	for attempt := 0; ; attempt++ {
 		switch {
@@ -405,17 +419,20 @@ func resend[T any](c *Coordinator, ctx context.Context, v T, err error, call fun
 		case uncertain != nil && !isVerdict(err):
 			err = fmt.Errorf("%w (resend ended: %w)", uncertain, err)
 		}
-		if !c.retry(ctx, err, attempt) {
+		if !c.retry(ctx, start, err, attempt) {
 			return v, err
 		}
 		v, err = call()
 	}
 }
 
-// retry reports whether a request that failed with err on the given attempt
-// should be sent again, after a short pause.
-func (c *Coordinator) retry(ctx context.Context, err error, attempt int) bool {
+// retry reports whether a request begun at start that failed with err on
+// the given attempt should be sent again, after a short pause.
+func (c *Coordinator) retry(ctx context.Context, start time.Time, err error, attempt int) bool {
 	if attempt >= c.retries || !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
+		return false
+	}
+	if c.reqTimeout > 0 && time.Since(start) >= c.reqTimeout {
 		return false
 	}
 	return sleep(ctx, time.Duration(10<<attempt)*time.Millisecond) == nil

@@ -250,3 +250,44 @@ func (s *stallRenewals) renewals() int {
 	defer s.mu.Unlock()
 	return s.n
 }
+
+// slowUnknown answers every grant after delay, ignoring its context, with
+// the outcome unknown (a reply lost after the client's own read timeout).
+type slowUnknown struct {
+	backend.Backend
+	delay time.Duration
+	mu    sync.Mutex
+	n     int
+}
+
+func (s *slowUnknown) Grant(ctx context.Context, _ backend.Request) (backend.Lease, error) {
+	s.mu.Lock()
+	s.n++
+	s.mu.Unlock()
+	time.Sleep(s.delay)
+	return backend.Lease{}, fmt.Errorf("%w: read: i/o timeout", backend.ErrOutcomeUnknown)
+}
+
+// Resends of an unknown outcome stop once the request timeout has passed
+// since the first attempt: a server that does not answer costs a call about
+// one request timeout, not one per attempt.
+func TestRequestTimeoutBoundsResends(t *testing.T) {
+	const d = 200 * time.Millisecond
+	mem := memorybackend.New()
+	defer mem.Close()
+	s := &slowUnknown{Backend: mem, delay: 3 * d / 4}
+	c := fencing.New(s, fencing.WithRequestTimeout(d), fencing.WithOutcomeRetries(10))
+	start := time.Now()
+	_, err := c.Grant(context.Background(), "k", time.Minute)
+	took := time.Since(start)
+	if !errors.Is(err, fencing.ErrOutcomeUnknown) {
+		t.Fatalf("Grant: %v, want ErrOutcomeUnknown", err)
+	}
+	s.mu.Lock()
+	n := s.n
+	s.mu.Unlock()
+	// 150ms per attempt: the resend at 150ms is the last (300ms >= 200ms).
+	if n < 1 || n > 2 {
+		t.Fatalf("%d attempts in %v with a 200ms request timeout and 150ms per attempt, want at most 2", n, took)
+	}
+}

@@ -19,9 +19,9 @@ import (
 const reqTimeout = 300 * time.Millisecond
 
 // callBound is how long a call with context.Background() may take with
-// reqTimeout: every attempt (the first and WithOutcomeRetries' 3 resends,
-// and Hold's release of the lease its grant may have taken) bounded by it,
-// their pauses, and a loaded machine's slack.
+// reqTimeout: its attempts (resends stop once reqTimeout has passed, so
+// at most two) and Hold's release of the lease its grant may have taken,
+// each bounded by it, and a loaded machine's slack.
 const callBound = 5*reqTimeout + 2*time.Second
 
 // TestBackgroundCallsReturnWhenEtcdStopsAnswering: with etcd stopped, as

@@ -23,9 +23,10 @@ func TestBackgroundCallsReturnWhenRedisStops(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // default timeouts
 	defer client.Close()
 	const reqTimeout = 200 * time.Millisecond
-	// Every attempt (the first and 3 resends, and Hold's release of the
-	// lease its grant may have taken) bounded, their pauses, and a loaded
-	// machine's slack; go-redis alone would take 3s per attempt.
+	// Its attempts (resends stop once reqTimeout has passed, so at most
+	// two) and Hold's release of the lease its grant may have taken, each
+	// bounded, and a loaded machine's slack; go-redis alone would take 3s
+	// or more per attempt.
 	const callBound = 5*reqTimeout + 2*time.Second
 	c := fencing.New(newBackend(t, client), fencing.WithRequestTimeout(reqTimeout))
 	ctx := context.Background()
