@@ -134,8 +134,8 @@ const (
 // own errors do.
 var (
 	// ErrLeaseHeld: a live lease with another ID holds the key. A backend
-	// knows only that the lease is another one, not that its holder is
-	// another, so the text says neither.
+	// knows that the lease is another one, not whose it is (it may be the
+	// caller's own, lost), so the text names no holder.
 	ErrLeaseHeld           = errors.New("key held by a live lease")
 	ErrLeaseNotFound       = errors.New("lease not found")
 	ErrLeaseExpired        = errors.New("lease expired")
