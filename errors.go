@@ -8,10 +8,15 @@ import (
 
 // Errors returned by the Coordinator and every backend. Test them with
 // errors.Is; they are the same values as the ones in package backend.
+//
+// Their text does not name the package: the Coordinator's errors begin with
+// the operation and the key (grant "jobs/b": key held by a live lease), and
+// a program that prints them adds its own name once.
 var (
-	// ErrLeaseHeld: another holder has a live lease on the key. The error
-	// is a *backend.HeldError, which tells how long that lease has left
-	// when the backend knows.
+	// ErrLeaseHeld: a live lease on the key, other than the one the
+	// request names, holds it (maybe one of the caller's own whose holder
+	// gave up on it). The error is a *backend.HeldError, which tells how
+	// long that lease has left when the backend knows.
 	ErrLeaseHeld = backend.ErrLeaseHeld
 	// ErrLeaseNotFound: the lease ID is not the key's current lease (foreign,
 	// stale, superseded or released).
@@ -19,8 +24,8 @@ var (
 	// ErrLeaseExpired: the lease ID was the key's most recent lease, and its
 	// time ran out on the coordinator's clock. Nothing was changed.
 	ErrLeaseExpired = backend.ErrLeaseExpired
-	// ErrInvalidTimeout: the timeout is zero or negative, or timeout+margin
-	// exceeds backend.MaxDuration.
+	// ErrInvalidTimeout: the timeout is below backend.MinTimeout (a
+	// millisecond), or timeout+margin exceeds backend.MaxDuration.
 	ErrInvalidTimeout = backend.ErrInvalidTimeout
 	// ErrInvalidMargin: the margin is negative, or more than one was given.
 	ErrInvalidMargin = backend.ErrInvalidMargin
@@ -45,10 +50,15 @@ var (
 	// released it: the coordinator rejected a renewal, or the Deadline of
 	// the last confirmed request passed without a newer confirmation. The
 	// error wraps the reason too.
-	ErrLeaseLost = errors.New("fencing: lease lost")
+	ErrLeaseLost = errors.New("lease lost")
 	// ErrInvalidOption: a HoldOption is nil or out of range (a renewal
 	// interval not shorter than the TTL, a negative duration, a bad owner).
-	ErrInvalidOption = errors.New("fencing: invalid option")
+	ErrInvalidOption = errors.New("invalid option")
+	// ErrNoAnswer: the backend did not answer a request attempt within the
+	// Coordinator's request timeout (WithRequestTimeout), or a renewal of a
+	// held lease before its Deadline. The error also wraps the backend's
+	// own, and ErrOutcomeUnknown when the request may have taken effect.
+	ErrNoAnswer = errors.New("no answer")
 )
 
 // OutcomeError reports a request whose outcome stayed unknown: it may or may

@@ -53,7 +53,7 @@ func ExampleHeld_Context() {
 	fmt.Println(h.Err())
 	// Output:
 	// true
-	// fencing: lease lost: renew "reports/daily": fencing: lease not found
+	// lease lost: renew "reports/daily": lease not found
 }
 
 func ExampleCoordinator_Lock() {
@@ -96,7 +96,7 @@ func ExampleOutcomeError() {
 	fmt.Println(err)
 	// Output:
 	// settled: true
-	// grant "k": fencing: outcome unknown
+	// grant "k": outcome unknown
 }
 
 func ExampleCoordinator_Inspect() {

@@ -41,6 +41,10 @@ import (
 // gives one.
 const DefaultMargin = time.Second
 
+// DefaultRequestTimeout is the Coordinator's bound on each request attempt
+// unless WithRequestTimeout gives another.
+const DefaultRequestTimeout = 10 * time.Second
+
 // Lease is a granted lease. Hold on to it: ID is the credential that renews
 // and releases it, and Token is what the protected resource checks.
 type Lease struct {
@@ -87,6 +91,7 @@ type Coordinator struct {
 	defaultMargin time.Duration
 	defaultOwner  string
 	retries       int
+	reqTimeout    time.Duration // 0: attempts are bounded by their context alone
 	ids           *idSource
 	clock         sendClock
 	obs           observer // metrics and logs (metrics.go)
@@ -120,16 +125,41 @@ func WithDefaultOwner(owner string) Option {
 // unknown outcome (backend.ErrOutcomeUnknown, such as a lost response) is
 // sent again with the same lease ID before the error is returned
 // (default 3). Every backend recognises a resent request, so a retry never
-// mints a second token. Retries stop when the context is done.
+// mints a second token. Retries stop when the context is done, and once the
+// request timeout (WithRequestTimeout) has passed since the first attempt.
 func WithOutcomeRetries(n int) Option {
 	return func(c *Coordinator) { c.retries = max(n, 0) }
 }
 
+// WithRequestTimeout bounds each attempt of every request the Coordinator
+// sends (a grant, renewal, release, token check, inspection, listing, forced
+// release, Lock's subscription, and each resend of an ambiguous request) to
+// d, when the caller's context allows longer (default
+// DefaultRequestTimeout; zero or a negative d turns the bound off). A
+// request whose outcome is unknown is resent (WithOutcomeRetries) only while
+// less than d has passed since its first attempt. So a call with
+// context.Background() against a server that is down, frozen or not the
+// server expected returns: Grant within about d (at most 2d, when a resend
+// starts just before d has passed), and Hold, which then releases the lease
+// that grant may have taken, within one d more.
+//
+// An attempt cut off by the bound fails with an error wrapping
+// ErrNoAnswer, and ErrOutcomeUnknown as well when it may have reached the
+// server (a grant's is then an *OutcomeError, as for any unknown outcome).
+// A backend whose requests never leave the process (backend.InProcess, such
+// as memorybackend) is not bounded: its requests do not wait on a server.
+func WithRequestTimeout(d time.Duration) Option {
+	return func(c *Coordinator) { c.reqTimeout = max(d, 0) }
+}
+
 // New returns a Coordinator over b.
 func New(b backend.Backend, opts ...Option) *Coordinator {
-	c := &Coordinator{backend: b, defaultMargin: DefaultMargin, retries: 3, ids: newIDSource()}
+	c := &Coordinator{backend: b, defaultMargin: DefaultMargin, retries: 3, reqTimeout: DefaultRequestTimeout, ids: newIDSource()}
 	for _, o := range opts {
 		o(c)
+	}
+	if _, ok := b.(backend.InProcess); ok {
+		c.reqTimeout = 0
 	}
 	c.obs.init(b)
 	return c
@@ -180,11 +210,14 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout t
 // that is not the key's lease ErrLeaseNotFound.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.begin(ctx)
-	err := c.backend.Release(ctx, key, leaseID)
+	release := func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) }
+	var start time.Time // read only when the resend budget needs it
+	if c.reqTimeout > 0 {
+		start = c.clock.now()
+	}
+	_, err := attempt(c, ctx, release)
 	if err != nil {
-		_, err = resend(c, ctx, struct{}{}, err, func() (struct{}, error) {
-			return struct{}{}, c.backend.Release(ctx, key, leaseID)
-		})
+		_, err = resend(c, ctx, start, struct{}{}, err, func() (struct{}, error) { return attempt(c, ctx, release) })
 	}
 	c.obs.done(ctx, sp, opRelease, key, 0, err)
 	if err != nil {
@@ -217,7 +250,16 @@ func (c *Coordinator) ValidateToken(ctx context.Context, key string, token uint6
 // and live == false when no lease on key is live.
 func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live bool, err error) {
 	sp := c.obs.begin(ctx)
-	token, live, err = c.backend.Token(ctx, key)
+	if c.reqTimeout == 0 {
+		token, live, err = c.backend.Token(ctx, key)
+	} else {
+		var r tokenResult
+		r, err = attempt(c, ctx, func(ctx context.Context) (tokenResult, error) {
+			t, l, err := c.backend.Token(ctx, key)
+			return tokenResult{t, l}, err
+		})
+		token, live = r.token, r.live
+	}
 	c.obs.done(ctx, sp, opToken, key, token, err)
 	if err != nil {
 		return 0, false, opError("token", key, err)
@@ -321,9 +363,19 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
-	rec, err := call(ctx, req)
+	one := func(ctx context.Context) (backend.Lease, error) { return call(ctx, req) }
+	start := sent
+	if !sentBefore.IsZero() {
+		start = c.clock.now() // this call's first attempt, for the resend budget
+	}
+	rec, err := attempt(c, ctx, one)
 	if err != nil {
-		rec, err = resend(c, ctx, rec, err, func() (backend.Lease, error) { return call(ctx, req) })
+		rec, err = resend(c, ctx, start, rec, err, func() (backend.Lease, error) { return attempt(c, ctx, one) })
+	}
+	if err != nil && !errors.Is(err, ErrNoAnswer) && ctx.Err() != nil {
+		if cause := context.Cause(ctx); cause == errNoAnswerCause || errors.Is(cause, errDeadlinePassed) {
+			err = &noAnswerError{err: err} // a held lease's renewal cut off at its Deadline
+		}
 	}
 	c.obs.request(ctx, op, req.Key, sent, rec.Token, err)
 	if err != nil {
@@ -364,16 +416,19 @@ func requestError(op, key, leaseID string, err error) error {
 	return opError(op, key, err)
 }
 
-// resend takes the result of a request's first attempt, v and err (not
-// nil), and runs call (which carries the same lease ID) again while the
-// outcome is unknown, up to the Coordinator's retry budget. When a resend
+// resend takes the result of a request's first attempt, begun at start, v
+// and err (not nil), and runs call (which carries the same lease ID) again
+// while the outcome is unknown, up to the Coordinator's retry budget and,
+// with a request timeout, only while less than that has passed since
+// start: a server that does not answer gets about one request timeout (at
+// most two) per call, not one per attempt. When a resend
 // ends without a verdict (the context ended, the backend was closed) after
 // an attempt whose outcome was unknown, the error wraps ErrOutcomeUnknown
 // too: the earlier attempt may have taken effect, and the caller must not
 // read "canceled" as "nothing happened". The first attempt is the caller's
 // own call, so that the common case, a first attempt with a verdict, costs
 // no call through a function value.
-func resend[T any](c *Coordinator, ctx context.Context, v T, err error, call func() (T, error)) (T, error) {
+func resend[T any](c *Coordinator, ctx context.Context, start time.Time, v T, err error, call func() (T, error)) (T, error) {
 	var uncertain error
 	for attempt := 0; ; attempt++ {
 		switch {
@@ -384,21 +439,71 @@ func resend[T any](c *Coordinator, ctx context.Context, v T, err error, call fun
 		case uncertain != nil && !isVerdict(err):
 			err = fmt.Errorf("%w (resend ended: %w)", uncertain, err)
 		}
-		if !c.retry(ctx, err, attempt) {
+		if !c.retry(ctx, start, err, attempt) {
 			return v, err
 		}
 		v, err = call()
 	}
 }
 
-// retry reports whether a request that failed with err on the given attempt
-// should be sent again, after a short pause.
-func (c *Coordinator) retry(ctx context.Context, err error, attempt int) bool {
+// retry reports whether a request begun at start that failed with err on
+// the given attempt should be sent again, after a short pause.
+func (c *Coordinator) retry(ctx context.Context, start time.Time, err error, attempt int) bool {
 	if attempt >= c.retries || !errors.Is(err, ErrOutcomeUnknown) || ctx.Err() != nil {
+		return false
+	}
+	if c.reqTimeout > 0 && time.Since(start) >= c.reqTimeout {
 		return false
 	}
 	return sleep(ctx, time.Duration(10<<attempt)*time.Millisecond) == nil
 }
+
+// tokenResult is what Token returns, as one value for attempt.
+type tokenResult struct {
+	token uint64
+	live  bool
+}
+
+// attempt runs call, one attempt of a request, under ctx bounded by the
+// Coordinator's request timeout when ctx allows longer. An attempt the bound
+// cut off fails with a *noAnswerError.
+func attempt[T any](c *Coordinator, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	d := c.reqTimeout
+	if d == 0 {
+		return call(ctx)
+	}
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= d {
+		return call(ctx)
+	}
+	actx, cancel := context.WithTimeoutCause(ctx, d, errNoAnswerCause)
+	defer cancel()
+	v, err := call(actx)
+	if err != nil && ctx.Err() == nil && context.Cause(actx) == errNoAnswerCause {
+		err = &noAnswerError{timeout: d, err: err}
+	}
+	return v, err
+}
+
+// errNoAnswerCause is the cause of an attempt's context that the request
+// timeout ended.
+var errNoAnswerCause = errors.New("request timeout")
+
+// noAnswerError is the error of an attempt that the request timeout (or a
+// held lease's Deadline) cut off: the backend's error, which says whether
+// the outcome is unknown, with the bound.
+type noAnswerError struct {
+	timeout time.Duration // 0: the held lease's Deadline
+	err     error
+}
+
+func (e *noAnswerError) Error() string {
+	if e.timeout == 0 {
+		return "no answer before the lease's Deadline: " + e.err.Error()
+	}
+	return "no answer within the request timeout of " + e.timeout.String() + ": " + e.err.Error()
+}
+
+func (e *noAnswerError) Unwrap() []error { return []error{ErrNoAnswer, e.err} }
 
 // sleep waits for d or until ctx is done, and returns ctx's error if it is.
 func sleep(ctx context.Context, d time.Duration) error {

@@ -22,6 +22,7 @@ type holdConfig struct {
 	interval     time.Duration // renew this long after each confirmed request was sent
 	warnBefore   time.Duration // 0: no warnings
 	pollInterval time.Duration // Lock's fallback poll; 0: the default
+	waitTimeout  time.Duration // Lock's bound on the wait; 0: ctx alone
 }
 
 // WithMargin sets the coordinator's margin for the held lease (default the
@@ -96,6 +97,21 @@ func WithPollInterval(d time.Duration) HoldOption {
 	}
 }
 
+// WithWaitTimeout makes Lock give up waiting for the key after d, with an
+// error wrapping ErrLeaseHeld that says how long it waited. It bounds only
+// the wait: the lease Lock gets within d is held until its Release, its
+// loss or the end of Lock's context, however long after d that is. d must
+// be positive. Hold and Do, which do not wait, ignore it.
+func WithWaitTimeout(d time.Duration) HoldOption {
+	return func(c *holdConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: wait timeout %v is not positive", ErrInvalidOption, d)
+		}
+		c.waitTimeout = d
+		return nil
+	}
+}
+
 // holdConfig applies opts for a lease of ttl. An invalid ttl is left for
 // the backend to report.
 func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
@@ -148,7 +164,7 @@ type Held struct {
 }
 
 // errReleased is the Context's cause after Release.
-var errReleased = errors.New("fencing: lease released by its holder")
+var errReleased = errors.New("lease released by its holder")
 
 // Hold takes a lease on key for ttl, as Grant does (ErrLeaseHeld when the
 // key is held), and keeps it renewed in the background until Release, the
@@ -186,8 +202,14 @@ func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) 
 	if !errors.As(err, &oe) || oe.Op != "grant" {
 		return err
 	}
-	// After ttl (plus the margin) the lease has expired anyway.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
+	// After ttl (plus the margin) the lease has expired anyway. A server
+	// that did not answer the grant gets one request timeout for the
+	// release, not a round of resends.
+	bound := ttl
+	if c.reqTimeout > 0 && errors.Is(err, ErrNoAnswer) {
+		bound = min(bound, c.reqTimeout)
+	}
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	defer cancel()
 	rerr := c.Release(rctx, oe.Key, oe.LeaseID)
 	oe.Settled = rerr == nil || errors.Is(rerr, ErrLeaseNotFound) || errors.Is(rerr, ErrLeaseExpired)
@@ -336,11 +358,15 @@ func (h *Held) expire() {
 		return
 	}
 	if h.lastErr != nil {
-		h.loseLocked(fmt.Errorf("%w: deadline passed without a confirmed renewal (last attempt: %w)", ErrLeaseLost, h.lastErr))
+		h.loseLocked(fmt.Errorf("%w: %w without a confirmed renewal (last attempt: %w)", ErrLeaseLost, errDeadlinePassed, h.lastErr))
 		return
 	}
-	h.loseLocked(fmt.Errorf("%w: deadline passed without a confirmed renewal", ErrLeaseLost))
+	h.loseLocked(fmt.Errorf("%w: %w without a confirmed renewal", ErrLeaseLost, errDeadlinePassed))
 }
+
+// errDeadlinePassed is in the cause of a held lease's context that its
+// Deadline ended: a renewal cut off by it got no answer in time.
+var errDeadlinePassed = errors.New("deadline passed")
 
 func (h *Held) sendWarning() {
 	select {
@@ -391,8 +417,9 @@ func (h *Held) renewOnce(lease Lease) bool {
 			<-h.ctx.Done() // the expiry timer ends the lease
 			return false
 		}
-		// No attempt outlives the Deadline it could save.
-		ctx, cancel := context.WithDeadline(h.ctx, lease.Deadline)
+		// No attempt outlives the Deadline it could save; one cut off by
+		// it got no answer in time (ErrNoAnswer).
+		ctx, cancel := context.WithDeadlineCause(h.ctx, lease.Deadline, errNoAnswerCause)
 		next, err := h.c.Renew(ctx, h.key, lease.ID, h.ttl, h.cfg.margin)
 		cancel()
 		switch {
@@ -439,9 +466,12 @@ func (h *Held) afterEnd(parent context.Context, lease Lease) {
 // Do runs fn under a lease on key held with Hold: fn's context is the held
 // lease's Context, which ends if the lease is lost. fn must pass
 // lease.Token to every write it makes to the protected resource. Do
-// releases the lease when fn returns, and returns fn's error, or the error
-// of the grant, or, when fn succeeded, the error of the release (one
-// wrapping ErrLeaseLost when the lease was lost while fn ran).
+// releases the lease when fn returns, and returns the error of the grant,
+// or fn's error, or, when fn succeeded, the error of the release. When the
+// lease was lost while fn ran, the error wraps ErrLeaseLost (with its
+// reason) whatever fn returned, and fn's error too: a fn that returns
+// ctx.Err() after the loss gets an error for which both errors.Is(err,
+// ErrLeaseLost) and errors.Is(err, context.Canceled) hold.
 func (c *Coordinator) Do(ctx context.Context, key string, timeout time.Duration, fn func(ctx context.Context, lease Lease) error, opts ...HoldOption) error {
 	h, err := c.Hold(ctx, key, timeout, opts...)
 	if err != nil {
@@ -453,8 +483,21 @@ func (c *Coordinator) Do(ctx context.Context, key string, timeout time.Duration,
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()
 	relErr := h.Release(rctx)
-	if fnErr != nil {
-		return fnErr
+	switch {
+	case fnErr == nil:
+		return relErr
+	case errors.Is(relErr, ErrLeaseLost) && !errors.Is(fnErr, ErrLeaseLost):
+		return &lostUnderFnError{lost: relErr, fn: fnErr}
 	}
-	return relErr
+	return fnErr
 }
+
+// lostUnderFnError is Do's error when the lease was lost while fn ran and
+// fn returned an error of its own.
+type lostUnderFnError struct{ lost, fn error }
+
+func (e *lostUnderFnError) Error() string {
+	return e.lost.Error() + "; fn returned: " + e.fn.Error()
+}
+
+func (e *lostUnderFnError) Unwrap() []error { return []error{e.lost, e.fn} }

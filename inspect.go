@@ -26,7 +26,7 @@ func (c *Coordinator) Inspect(ctx context.Context, key string) (KeyState, error)
 		return KeyState{}, opError("inspect", key, unsupported("backend.Inspector"))
 	}
 	sp := c.obs.begin(ctx)
-	st, err := i.Inspect(ctx, key)
+	st, err := attempt(c, ctx, func(ctx context.Context) (KeyState, error) { return i.Inspect(ctx, key) })
 	c.obs.done(ctx, sp, opInspect, key, st.Token, err)
 	if err != nil {
 		return KeyState{}, opError("inspect", key, err)
@@ -46,7 +46,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, key string) (bool, error
 		return false, opError("force release", key, unsupported("backend.ForceReleaser"))
 	}
 	sp := c.obs.begin(ctx)
-	ended, err := f.ForceRelease(ctx, key)
+	ended, err := attempt(c, ctx, func(ctx context.Context) (bool, error) { return f.ForceRelease(ctx, key) })
 	c.obs.forced(ctx, key, sp, ended, err)
 	if err != nil {
 		return false, opError("force release", key, err)
@@ -64,7 +64,11 @@ func (c *Coordinator) List(ctx context.Context, prefix, cursor string, limit int
 		return nil, "", fmt.Errorf("list: %w", unsupported("backend.Lister"))
 	}
 	sp := c.obs.begin(ctx)
-	page, next, err := l.List(ctx, prefix, cursor, limit)
+	var next string
+	page, err := attempt(c, ctx, func(ctx context.Context) (page []KeyInfo, err error) {
+		page, next, err = l.List(ctx, prefix, cursor, limit)
+		return page, err
+	})
 	c.obs.done(ctx, sp, opList, prefix, 0, err)
 	if err != nil {
 		return nil, "", fmt.Errorf("list: %w", err)

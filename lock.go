@@ -24,8 +24,13 @@ const (
 	DefaultPollIntervalNoNotify = 100 * time.Millisecond
 )
 
-// Lock waits until key can be granted or ctx ends, then holds the lease as
-// Hold does.
+// Lock waits until key can be granted, then holds the lease as Hold does.
+//
+// ctx bounds both the wait and the lease, as database/sql's BeginTx bounds
+// a transaction with its context: when ctx ends, Lock gives up waiting, or
+// the held lease ends (and is released). To bound only the wait, pass
+// WithWaitTimeout: Lock then gives up after that long with an error wrapping
+// ErrLeaseHeld, and the lease it gets before then is not bounded by it.
 //
 // It does not busy-poll. On a backend that implements backend.Notifier it
 // subscribes to the key before its first attempt, so no release is missed,
@@ -38,18 +43,34 @@ const (
 // turn; tokens increase in grant order.
 //
 // A grant whose outcome is unknown is resent with the same lease ID, so the
-// lease it may have taken is adopted; if ctx ends first, Lock releases that
-// lease and returns an *OutcomeError with Settled set. A canceled waiter
-// leaves no subscription or goroutine behind.
+// lease it may have taken is adopted; if the wait ends first, or the
+// backend stops answering (ErrNoAnswer, see WithRequestTimeout), Lock
+// releases that lease and returns an *OutcomeError with Settled set. A
+// canceled waiter leaves no subscription or goroutine behind.
 func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (*Held, error) {
 	start := c.obs.lockStart(ctx)
 	cfg, err := c.holdConfig(ttl, opts)
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
+	// wctx bounds the wait; the held lease lives under ctx.
+	wctx := ctx
+	if cfg.waitTimeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
+		defer cancel()
+	}
 	w := waiter{c: c, key: key, poll: cfg.pollInterval}
-	if err := w.subscribe(ctx); err != nil {
-		return nil, opError("lock", key, err)
+	var lastHeld error // the latest refusal for a live lease
+	// giveUp is Lock's error once the wait ended (or failed) with err.
+	giveUp := func(err error) error {
+		if ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout && lastHeld != nil {
+			return opError("lock", key, &waitError{waited: cfg.waitTimeout, err: lastHeld})
+		}
+		return err
+	}
+	if err := w.subscribe(wctx); err != nil {
+		return nil, giveUp(opError("lock", key, err))
 	}
 	defer w.close()
 
@@ -61,7 +82,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	var unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
 	for {
 		sent := time.Now()
-		lease, err := c.send(ctx, "grant", req, unknownSince, c.backend.Grant)
+		lease, err := c.send(wctx, "grant", req, unknownSince, c.backend.Grant)
 		var held *backend.HeldError
 		var oe *OutcomeError
 		switch {
@@ -69,19 +90,20 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 			c.obs.locked(ctx, start)
 			return c.startHeld(ctx, lease, ttl, cfg), nil
 		case errors.As(err, &held):
-			// Another holder's lease is live, so no earlier attempt of ours
-			// holds the key (its ID would have been answered with its lease).
+			// Another lease is live, so no earlier attempt of ours holds
+			// the key (its ID would have been answered with its lease).
+			lastHeld = held
 			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			if err := w.wait(ctx, held.Remaining); err != nil {
-				return nil, opError("lock", key, err)
+			if err := w.wait(wctx, held.Remaining); err != nil {
+				return nil, giveUp(opError("lock", key, err))
 			}
-		case errors.As(err, &oe) && ctx.Err() == nil:
+		case errors.As(err, &oe) && wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
 			// Adopt: resend with the same ID. Should that attempt take
 			// the lease, its Deadline counts from this first send.
 			if unknownSince.IsZero() {
 				unknownSince = sent
 			}
-			if err := w.pause(ctx); err != nil {
+			if err := w.pause(wctx); err != nil {
 				return nil, c.lockEnded(ctx, opError("lock", key, err), req, unknownSince, ttl)
 			}
 		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
@@ -89,20 +111,39 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 			// lost, within send's resends or an earlier round) can be
 			// answered so: that lease has ended since. Start afresh.
 			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			if err := w.pause(ctx); err != nil {
-				return nil, opError("lock", key, err)
+			if err := w.pause(wctx); err != nil {
+				return nil, giveUp(opError("lock", key, err))
 			}
+		case unknownSince.IsZero() && oe == nil:
+			return nil, giveUp(err)
 		default:
 			return nil, c.lockEnded(ctx, err, req, unknownSince, ttl)
 		}
 	}
 }
 
+// errWaitTimeout is the cause of Lock's wait context when WithWaitTimeout
+// ended it.
+var errWaitTimeout = errors.New("wait timeout")
+
+// waitError is Lock's error when WithWaitTimeout ended the wait: it wraps
+// the last refusal, a *backend.HeldError.
+type waitError struct {
+	waited time.Duration
+	err    error
+}
+
+func (e *waitError) Error() string {
+	return "gave up after waiting " + e.waited.String() + ": " + e.err.Error()
+}
+
+func (e *waitError) Unwrap() error { return e.err }
+
 // lockEnded returns Lock's error once it gives up, first releasing the lease
 // an attempt with an unknown outcome may have taken.
 func (c *Coordinator) lockEnded(ctx context.Context, err error, req backend.Request, unknownSince time.Time, ttl time.Duration) error {
 	if unknownSince.IsZero() {
-		return err
+		return c.settle(ctx, err, ttl) // only an *OutcomeError of this attempt
 	}
 	var oe *OutcomeError
 	if !errors.As(err, &oe) {
@@ -125,7 +166,7 @@ type waiter struct {
 func (w *waiter) subscribe(ctx context.Context) error {
 	n, ok := w.c.backend.(backend.Notifier)
 	if ok {
-		sub, err := n.NotifyFree(ctx, w.key)
+		sub, err := attempt(w.c, ctx, func(ctx context.Context) (backend.Subscription, error) { return n.NotifyFree(ctx, w.key) })
 		if err != nil {
 			return err
 		}

@@ -108,6 +108,7 @@ const (
 	outNotFound
 	outExpired
 	outUnknown
+	outNoAnswer
 	outInvalid
 	outCanceled
 	outUnsupported
@@ -116,7 +117,7 @@ const (
 	numOutcomes
 )
 
-var outcomeNames = [numOutcomes]string{"ok", "held", "not_found", "expired", "unknown", "invalid", "canceled", "unsupported", "closed", "error"}
+var outcomeNames = [numOutcomes]string{"ok", "held", "not_found", "expired", "unknown", "no_answer", "invalid", "canceled", "unsupported", "closed", "error"}
 
 func outcomeOf(err error) outcome {
 	switch {
@@ -130,9 +131,11 @@ func outcomeOf(err error) outcome {
 		return outExpired
 	case errors.Is(err, ErrOutcomeUnknown):
 		return outUnknown
+	case errors.Is(err, ErrNoAnswer), errors.Is(err, context.DeadlineExceeded):
+		return outNoAnswer // the server did not answer in time
 	case errors.Is(err, ErrInvalidKey), errors.Is(err, ErrInvalidTimeout), errors.Is(err, ErrInvalidMargin), errors.Is(err, ErrInvalidOption):
 		return outInvalid
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, context.Canceled):
 		return outCanceled
 	case errors.Is(err, errors.ErrUnsupported):
 		return outUnsupported
@@ -371,14 +374,21 @@ func (o *observer) leaseLost(key string, token uint64, err error) {
 	}
 }
 
-// logged logs a grant, renewal or release.
+// logged logs a grant, renewal or release. The wording and the level
+// depend only on the outcome, so one situation logs alike on every backend:
+// a verdict of the store (the lease ended, bad input) is "refused", at
+// Debug; a request the caller canceled is "canceled", at Debug; a request
+// that got no answer (none in time, whichever bound ended it, a connection
+// error, an unknown outcome, a closed backend) is "failed", at Warn.
 func (o *observer) logged(ctx context.Context, k op, key string, token uint64, err error) {
 	level := slog.LevelDebug
 	msg := "fencing: " + opNames[k]
 	switch oc := outcomeOf(err); oc {
 	case outOK, outHeld:
-	case outNotFound, outExpired, outInvalid, outCanceled:
+	case outNotFound, outExpired, outInvalid:
 		msg += " refused"
+	case outCanceled:
+		msg += " canceled"
 	default:
 		msg += " failed"
 		level = slog.LevelWarn

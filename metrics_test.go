@@ -293,7 +293,7 @@ func TestLoggerNeverShowsLeaseID(t *testing.T) {
 	e.grant(t, "orders/7", time.Minute)
 	e.c.ForceRelease(ctx, "orders/7")
 	out := buf.String()
-	for _, want := range []string{"fencing: grant", "fencing: renew", "fencing: release", "fencing: forced release", `key=orders/7`, "token=1", "lease held"} {
+	for _, want := range []string{"fencing: grant", "fencing: renew", "fencing: release", "fencing: forced release", `key=orders/7`, "token=1", "key held by a live lease"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("log lacks %q:\n%s", want, out)
 		}

@@ -135,24 +135,37 @@ const (
 	// MaxDuration is the longest Timeout + Margin. Longer leases are almost
 	// certainly a bug, and the cap keeps every backend's arithmetic exact.
 	MaxDuration = 366 * 24 * time.Hour
+	// MinTimeout is the shortest Timeout: a millisecond, the finest unit
+	// every backend keeps a lease's time in (Redis counts milliseconds,
+	// etcd rounds up to whole seconds). A shorter timeout is refused with
+	// ErrInvalidTimeout rather than granted with a Deadline that has passed
+	// before the answer arrives; it is most often a bare number where a
+	// duration was meant (5 for 5s).
+	MinTimeout = time.Millisecond
 )
 
 // Sentinel errors. Package fencing re-exports them; test with errors.Is.
+// Their text does not name the package (package fencing puts the operation
+// and the key before it); ErrStaleToken, a guard's, does, as the guards'
+// own errors do.
 var (
-	ErrLeaseHeld           = errors.New("fencing: lease held by another holder")
-	ErrLeaseNotFound       = errors.New("fencing: lease not found")
-	ErrLeaseExpired        = errors.New("fencing: lease expired")
-	ErrInvalidKey          = errors.New("fencing: invalid key")
-	ErrInvalidTimeout      = errors.New("fencing: invalid timeout")
-	ErrInvalidMargin       = errors.New("fencing: invalid margin")
-	ErrInvalidOwner        = errors.New("fencing: invalid owner")
-	ErrTokenSpaceExhausted = errors.New("fencing: token space exhausted")
+	// ErrLeaseHeld: a live lease with another ID holds the key. A backend
+	// knows that the lease is another one, not whose it is (it may be the
+	// caller's own, lost), so the text names no holder.
+	ErrLeaseHeld           = errors.New("key held by a live lease")
+	ErrLeaseNotFound       = errors.New("lease not found")
+	ErrLeaseExpired        = errors.New("lease expired")
+	ErrInvalidKey          = errors.New("invalid key")
+	ErrInvalidTimeout      = errors.New("invalid timeout")
+	ErrInvalidMargin       = errors.New("invalid margin")
+	ErrInvalidOwner        = errors.New("invalid owner")
+	ErrTokenSpaceExhausted = errors.New("token space exhausted")
 	// ErrOutcomeUnknown marks an error after which the request may or may not
 	// have taken effect (a lost response). Grant, Renew and Release may be
 	// retried with the same lease ID to learn the outcome.
-	ErrOutcomeUnknown = errors.New("fencing: outcome unknown")
+	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrClosed is returned by a backend after Close.
-	ErrClosed = errors.New("fencing: backend closed")
+	ErrClosed = errors.New("backend closed")
 	// ErrStaleToken is returned by a resource-side guard for a write whose
 	// token is lower than the highest one the resource has admitted.
 	// Nothing of that write was applied.
@@ -172,11 +185,14 @@ func CheckKey(key string) error {
 }
 
 // CheckDurations returns an error wrapping ErrInvalidTimeout or
-// ErrInvalidMargin unless timeout > 0, margin >= 0 and timeout + margin is at
-// most MaxDuration (which also rules out overflow).
+// ErrInvalidMargin unless timeout >= MinTimeout, margin >= 0 and timeout +
+// margin is at most MaxDuration (which also rules out overflow).
 func CheckDurations(timeout, margin time.Duration) error {
 	if timeout <= 0 {
 		return fmt.Errorf("%w: %v is not positive", ErrInvalidTimeout, timeout)
+	}
+	if timeout < MinTimeout {
+		return fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTimeout, timeout, MinTimeout)
 	}
 	if margin < 0 {
 		return fmt.Errorf("%w: %v is negative", ErrInvalidMargin, margin)

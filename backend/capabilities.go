@@ -141,3 +141,14 @@ type KeyInfo struct {
 	Key   string
 	State KeyState
 }
+
+// InProcess is implemented by a backend whose requests never wait on a
+// server or a network (an in-process store, such as memorybackend): package
+// fencing sends them without its per-request timeout
+// (fencing.WithRequestTimeout), which would cost more than the request. A
+// backend that can block on anything outside the process must not
+// implement it.
+type InProcess interface {
+	// InProcess is a marker; it does nothing.
+	InProcess()
+}

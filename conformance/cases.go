@@ -390,6 +390,8 @@ func (s suite) testBadInput(t *testing.T) {
 		want            error
 	}{
 		{0, time.Second, fencing.ErrInvalidTimeout},
+		{time.Nanosecond, time.Second, fencing.ErrInvalidTimeout},
+		{backend.MinTimeout - 1, 0, fencing.ErrInvalidTimeout},
 		{-time.Second, time.Second, fencing.ErrInvalidTimeout},
 		{math.MinInt64, 0, fencing.ErrInvalidTimeout},
 		{math.MaxInt64, 0, fencing.ErrInvalidTimeout},

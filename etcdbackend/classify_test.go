@@ -97,13 +97,16 @@ func TestClosedClientIsNotAmbiguous(t *testing.T) {
 func TestUnfinishedHandshakeIsNotAmbiguous(t *testing.T) {
 	m := etcdtest.Start(t)
 	p := etcdtest.StartProxy(t, m.ClientURL)
-	p.SetMode(etcdtest.Pause)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: p.Endpoints(), Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cli.Close()
-	b, _ := newBackend(t, cli)
+	b, _ := newBackend(t, cli) // New checks that etcd answers: it must, here
+	// Then every connection is cut, and the new ones stall in the handshake.
+	p.SetMode(etcdtest.Pause)
+	p.Cut()
+	time.Sleep(200 * time.Millisecond) // the client sees its connection closed
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	wantNotSent(t, "Release", b.Release(ctx, "k", "A"), context.DeadlineExceeded)

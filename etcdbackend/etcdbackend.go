@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -59,13 +60,38 @@ func WithPrefix(prefix string) Option {
 // ErrNilClient is returned by New when the client is nil.
 var ErrNilClient = errors.New("etcdbackend: nil client")
 
+// DefaultProbeTimeout bounds the check New makes that cli reaches etcd.
+const DefaultProbeTimeout = 10 * time.Second
+
 // New returns a backend that keeps its leases in etcd through cli. The
 // backend never closes cli: the client, its endpoints, TLS and auth are the
 // caller's. It talks to etcd over cli's connection with the client's own
 // KV, Lease and Watch services, not through wrappers set on cli.KV,
 // cli.Lease or cli.Watcher (such as clientv3/namespace): use WithPrefix to
 // place its keys.
+//
+// New first checks that cli reaches etcd, with one linearizable read of the
+// prefix (so a cluster with no leader, or a user without read permission
+// on the prefix, fails it too), bounded by DefaultProbeTimeout. An endpoint
+// that is unreachable or is not etcd fails New within that bound, with an
+// error wrapping ErrUnreachable, instead of the first request blocking: the
+// etcd client waits for a ready connection for as long as a request's
+// context allows (the Coordinator bounds each request too, see
+// fencing.WithRequestTimeout). NewContext bounds the check with a context
+// instead.
 func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), DefaultProbeTimeout)
+	defer cancel()
+	return newBackend(ctx, cli, DefaultProbeTimeout, opts)
+}
+
+// NewContext is New with ctx bounding its check that cli reaches etcd
+// (and no other bound).
+func NewContext(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Backend, error) {
+	return newBackend(ctx, cli, 0, opts)
+}
+
+func newBackend(ctx context.Context, cli *clientv3.Client, bound time.Duration, opts []Option) (*Backend, error) {
 	if cli == nil {
 		return nil, ErrNilClient
 	}
@@ -76,12 +102,37 @@ func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
 		leases:  clientv3.RetryLeaseClient(cli),
 		watcher: clientv3.NewWatcher(cli),
 	}
-	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.keeper = keeper{leases: b.leases, ctx: clientv3.WithRequireLeader(b.ctx)}
 	for _, o := range opts {
 		o(b)
 	}
+	if err := b.probe(ctx, bound); err != nil {
+		b.watcher.Close()
+		return nil, err
+	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	b.keeper = keeper{leases: b.leases, ctx: clientv3.WithRequireLeader(b.ctx)}
 	return b, nil
+}
+
+// ErrUnreachable is returned by New when the etcd endpoints did not answer
+// its check in time: unreachable, not etcd, or a cluster without a leader.
+var ErrUnreachable = errors.New("etcdbackend: etcd server unreachable")
+
+// probe reads the prefix's own key once, linearizably.
+func (b *Backend) probe(ctx context.Context, bound time.Duration) error {
+	if b.cli.Ctx().Err() != nil {
+		return errClientClosed
+	}
+	_, err := b.cli.Get(clientv3.WithRequireLeader(ctx), b.prefix, clientv3.WithCountOnly())
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil && bound > 0:
+		return fmt.Errorf("%w: no answer within %v from %v: %w", ErrUnreachable, bound, b.cli.Endpoints(), err)
+	case ctx.Err() != nil:
+		return fmt.Errorf("%w: no answer from %v: %w", ErrUnreachable, b.cli.Endpoints(), err)
+	}
+	return fmt.Errorf("etcdbackend: checking etcd at %v: %w", b.cli.Endpoints(), err)
 }
 
 func (b *Backend) ready(ctx context.Context) error {

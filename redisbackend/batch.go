@@ -36,6 +36,12 @@ type batcher struct {
 	client     processPipeliner
 	directUpTo int64        // requests in flight sent directly (directInFlight; tests: 0)
 	inFlight   atomic.Int64 // requests sent or queued and not yet answered
+	// detach: the client does not end a read at a context's deadline
+	// (go-redis without ContextTimeoutEnabled), so a direct request whose
+	// context can end is sent on a goroutine of its own, which its caller
+	// stops waiting for when the context ends (see direct).
+	detach   bool
+	detached sync.WaitGroup // those goroutines; close waits for them
 
 	mu      sync.Mutex
 	queue   []*queued
@@ -84,9 +90,9 @@ const (
 	stateAbandoned
 )
 
-func newBatcher(client processPipeliner, directUpTo int64) *batcher {
+func newBatcher(client processPipeliner, directUpTo int64, detach bool) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &batcher{client: client, directUpTo: directUpTo, wake: make(chan struct{}, 1), closing: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return &batcher{client: client, directUpTo: directUpTo, detach: detach, wake: make(chan struct{}, 1), closing: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
 // Process implements processor: it sends cmd as described on batcher. It
@@ -95,6 +101,9 @@ func newBatcher(client processPipeliner, directUpTo int64) *batcher {
 func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 	defer b.inFlight.Add(-1)
 	if b.inFlight.Add(1) <= b.directUpTo {
+		if b.detach && ctx.Done() != nil {
+			return b.detached1(ctx, []redis.Cmder{cmd})
+		}
 		return b.client.Process(ctx, cmd)
 	}
 	return b.wait(ctx, []redis.Cmder{cmd})
@@ -163,10 +172,57 @@ func abandoned(err error) bool {
 	return errors.As(err, &a)
 }
 
-// direct sends cmds on the caller's goroutine.
+// direct sends cmds on the caller's goroutine, or on one of their own
+// when the client would not end its read at ctx's end (see detach).
 func (b *batcher) direct(ctx context.Context, cmds []redis.Cmder) error {
+	if b.detach && ctx.Done() != nil {
+		return b.detached1(ctx, cmds)
+	}
 	b.exec(ctx, cmds)
 	return cmds[0].Err()
+}
+
+// detached1 sends cmds on a goroutine of their own and waits for their
+// replies or for ctx to end. A caller whose context ends first gets an
+// abandonedError (the commands may have run) and must not read the
+// commands, which the goroutine still writes until the client's own read
+// timeout ends the exchange.
+func (b *batcher) detached1(ctx context.Context, cmds []redis.Cmder) error {
+	_, err := await(b, ctx, func() (struct{}, error) {
+		b.exec(ctx, cmds)
+		return struct{}{}, cmds[0].Err()
+	})
+	return err
+}
+
+// await runs f on a goroutine of its own and waits for it or for ctx to
+// end; then it returns an abandonedError, and f's results are dropped when
+// it returns. close waits for f.
+func await[T any](b *batcher, ctx context.Context, f func() (T, error)) (T, error) {
+	var zero T
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return zero, notSentError{backend.ErrClosed}
+	}
+	b.detached.Add(1) // under b.mu, which close takes before it waits
+	b.mu.Unlock()
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer b.detached.Done()
+		v, err := f()
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		return zero, abandonedError{ctx.Err()}
+	}
 }
 
 // exec sends cmds, one alone, several as one pipeline; their errors are
@@ -292,6 +348,7 @@ func (b *batcher) close() {
 	if started {
 		<-b.done
 	}
+	b.detached.Wait()
 }
 
 func setErr(cmds []redis.Cmder, err error) {

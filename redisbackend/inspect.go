@@ -17,7 +17,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 	if err := backend.CheckKey(key); err != nil {
 		return backend.KeyState{}, err
 	}
-	reply, err := inspectScript.run(ctx, b.client, b.RedisKey(key)).Slice()
+	reply, err := inspectScript.run(ctx, b.batch, b.RedisKey(key)).Slice()
 	if err != nil {
 		return backend.KeyState{}, sendError(ctx, "inspect", err)
 	}
@@ -42,7 +42,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := backend.CheckKey(key); err != nil {
 		return false, err
 	}
-	n, err := forceReleaseScript.run(ctx, b.client, b.RedisKey(key), b.channel(key), b.publish).Int64()
+	n, err := forceReleaseScript.run(ctx, b.batch, b.RedisKey(key), b.channel(key), b.publish).Int64()
 	if err != nil {
 		return false, sendError(ctx, "force release", err)
 	}

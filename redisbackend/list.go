@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -34,10 +35,32 @@ const minScanCount = 100
 // key stored during the whole listing, but may return one twice when Redis
 // resizes its hash table in between; List removes repeats within a page
 // only.
+//
+// On a client that does not end its reads at a context's end (see
+// honoursDeadlines), a listing whose context can end runs on a goroutine
+// of its own, which List stops waiting for when the context ends.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, "", err
 	}
+	if !b.batch.detach || ctx.Done() == nil {
+		return b.list(ctx, prefix, cursor, limit)
+	}
+	type page struct {
+		infos []backend.KeyInfo
+		next  string
+	}
+	p, err := await(b.batch, ctx, func() (page, error) {
+		infos, next, err := b.list(ctx, prefix, cursor, limit)
+		return page{infos, next}, err
+	})
+	if abandoned(err) || errors.As(err, new(notSentError)) {
+		return nil, "", fmt.Errorf("redis list: %w", err)
+	}
+	return p.infos, p.next, err
+}
+
+func (b *Backend) list(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
 	if limit <= 0 {
 		limit = DefaultListLimit
 	}

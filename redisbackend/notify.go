@@ -119,16 +119,97 @@ func (s *subscription) wake() {
 }
 
 // subscribe adds a subscription to the channel name and waits until the
-// server has confirmed the channel.
+// server has confirmed the channel, or ctx ends.
+//
+// Subscribing may dial a pub/sub connection and write to it, which go-redis
+// bounds by its own dial and write timeouts, not by ctx: with a context
+// that can end, that part runs on a goroutine of its own, which the caller
+// stops waiting for when ctx ends (the goroutine then closes the
+// subscription it made). The notifier's Close waits for it.
 func (n *notifier) subscribe(ctx context.Context, name string) (backend.Subscription, error) {
 	addr, newPS, err := n.route(ctx, name)
 	if err != nil {
 		return nil, err
 	}
+	var a added
+	if ctx.Done() == nil {
+		a = n.add(ctx, addr, newPS, name)
+	} else if a, err = n.addDetached(ctx, addr, newPS, name); err != nil {
+		return nil, err
+	}
+	if a.err != nil {
+		return nil, a.err
+	}
+	select {
+	case <-a.ready:
+		return a.sub, nil
+	case <-ctx.Done():
+		_ = a.sub.Close()
+		return nil, ctx.Err()
+	case <-a.sub.sh.ctx.Done():
+		return nil, backend.ErrClosed
+	}
+}
+
+// added is what add did: the subscription and the channel's ready, or an
+// error.
+type added struct {
+	sub   *subscription
+	ready chan struct{}
+	err   error
+}
+
+// addDetached runs add on a goroutine of its own and waits for it or for
+// ctx to end; the error is ctx's when it ended first.
+func (n *notifier) addDetached(ctx context.Context, addr string, newPS func(context.Context, ...string) *redis.PubSub, name string) (added, error) {
 	n.mu.Lock()
 	if n.closed {
 		n.mu.Unlock()
-		return nil, backend.ErrClosed
+		return added{}, backend.ErrClosed
+	}
+	n.wg.Add(1) // under n.mu, which close takes before it waits
+	n.mu.Unlock()
+	var mu sync.Mutex
+	gaveUp := false
+	res := make(chan added, 1)
+	go func() {
+		defer n.wg.Done()
+		a := n.add(ctx, addr, newPS, name)
+		mu.Lock()
+		defer mu.Unlock()
+		if gaveUp {
+			if a.sub != nil {
+				_ = a.sub.Close()
+			}
+			return
+		}
+		res <- a
+	}()
+	select {
+	case a := <-res:
+		return a, nil
+	case <-ctx.Done():
+		mu.Lock()
+		defer mu.Unlock()
+		gaveUp = true
+		select {
+		case a := <-res: // it came in meanwhile
+			if a.sub != nil {
+				_ = a.sub.Close()
+			}
+		default:
+		}
+		return added{}, ctx.Err()
+	}
+}
+
+// add adds a subscription to the channel name on its shard, subscribing
+// the channel when it is new.
+func (n *notifier) add(ctx context.Context, addr string, newPS func(context.Context, ...string) *redis.PubSub, name string) added {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.closed {
+		return added{err: backend.ErrClosed}
 	}
 	sh := n.shard(addr, newPS)
 	sub := &subscription{n: n, sh: sh, name: name, freed: make(chan struct{}, 1)}
@@ -140,24 +221,12 @@ func (n *notifier) subscribe(ctx context.Context, name string) (backend.Subscrip
 		if err := sh.write(ctx, true, name); err != nil {
 			delete(sh.channels, name)
 			_ = sh.write(ctx, false, name) // forget it in the PubSub too
-			n.mu.Unlock()
-			return nil, fmt.Errorf("redis subscribe: %w", err)
+			return added{err: fmt.Errorf("redis subscribe: %w", err)}
 		}
 	} else {
 		ch.subs[sub] = struct{}{}
 	}
-	ready := ch.ready
-	n.mu.Unlock()
-
-	select {
-	case <-ready:
-		return sub, nil
-	case <-ctx.Done():
-		_ = sub.Close()
-		return nil, ctx.Err()
-	case <-sh.ctx.Done():
-		return nil, backend.ErrClosed
-	}
+	return added{sub: sub, ready: ch.ready}
 }
 
 // route returns the address of the master that serves channel name ("" on

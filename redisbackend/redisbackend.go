@@ -109,11 +109,30 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 		return nil, err
 	}
 	b.notifier.b = b
-	b.batch = newBatcher(client, b.direct)
+	b.batch = newBatcher(client, b.direct, !honoursDeadlines(client))
 	// One server per client: a Cluster or a Ring would send the keyless
 	// TIME to any of their servers.
 	_, b.pipeToken = client.(*redis.Client)
 	return b, nil
+}
+
+// honoursDeadlines reports whether client ends a command's socket reads
+// and writes at its context's deadline, which go-redis does only with
+// ContextTimeoutEnabled (otherwise only its ReadTimeout and WriteTimeout
+// bound them). The backend sends the requests of a client that does not on
+// goroutines of their own, so that a request still returns when its
+// context ends (fencing.WithRequestTimeout) with a server that has stopped
+// answering.
+func honoursDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }
 
 func (b *Backend) ready(ctx context.Context) error {
@@ -295,7 +314,16 @@ func (b *Backend) run(ctx context.Context, op string, s *script, key string, min
 		}
 		return reply, nil
 	}
-	return b.runAndWait(ctx, op, s, rk, args)
+	if !b.batch.detach || ctx.Done() == nil {
+		return b.runAndWait(ctx, op, s, rk, args)
+	}
+	// The client would not end the exchange at ctx's end (see
+	// honoursDeadlines): wait for it on a goroutine of its own.
+	reply, err := await(b.batch, ctx, func() ([]any, error) { return b.runAndWait(ctx, op, s, rk, args) })
+	if abandoned(err) || errors.As(err, new(notSentError)) {
+		return nil, sendError(ctx, op, err) // await's own: runAndWait's are classified
+	}
+	return reply, err
 }
 
 // ceil rounds d up to a multiple of unit. d is at most backend.MaxDuration,
