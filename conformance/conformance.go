@@ -55,7 +55,8 @@
 //     release, Inspect reports state and the highest token, ForceRelease
 //     ends any holder's lease, List pages through every key once;
 //   - Hold renews past the TTL and reports a rejected renewal as
-//     ErrLeaseLost; Lock wakes on release and expiry, hands the key to many
+//     ErrLeaseLost, and settles a grant whose answer was lost (Settled only
+//     when its release came through); Lock wakes on release and expiry, hands the key to many
 //     waiters one at a time in token order, and gives up with its context;
 //     Do holds its lease while fn runs.
 //
@@ -129,6 +130,7 @@ func Run(t *testing.T, h Harness) {
 		{"HoldRenews", s.testHoldRenews},
 		{"HoldLostWhenRenewalRejected", s.testHoldLost},
 		{"HoldEndsWithParent", s.testHoldParentCanceled},
+		{"HoldSettlesUnknownGrant", s.testHoldSettlesUnknownGrant},
 		{"LockWaitsForRelease", s.testLockWaitsForRelease},
 		{"LockAfterExpiry", s.testLockAfterExpiry},
 		{"LockManyWaiters", s.testLockManyWaiters},
