@@ -178,7 +178,7 @@ func TestQueuedRequestGivenUp(t *testing.T) {
 	go grant("e", 1500*time.Millisecond, eDone)
 	waitStalled(2*redisbackend.DirectInFlight + 2)
 	go grant("f", 10*time.Second, fDone)
-	time.Sleep(100 * time.Millisecond) // f is queued
+	waitQueued(t, b, 1) // f waits behind e's batch
 	start := time.Now()
 	closed := make(chan struct{})
 	go func() { b.Close(); close(closed) }()
