@@ -591,4 +591,7 @@ func (s suite) testClosed(t *testing.T) {
 	}
 	_, err = b.Grant(ctx, backend.Request{Key: "closed", LeaseID: lease.ID, Timeout: long, Margin: time.Second})
 	wantErr(t, "resent Grant of a live lease after Close", err, backend.ErrClosed)
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
 }

@@ -3,8 +3,6 @@ package etcdbackend_test
 import (
 	"context"
 	"errors"
-	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -98,72 +96,5 @@ func TestHoldLeaderStopped(t *testing.T) {
 	}
 	if h.Lease().Deadline.Before(time.Now()) {
 		t.Fatal("held, but its Deadline has passed")
-	}
-}
-
-// TestLockManyWaiters: waiters Locking one key get it in turn, never two at
-// once, with tokens in the order they got it.
-func TestLockManyWaiters(t *testing.T) {
-	cli := etcdtest.Client(t)
-	b, _ := newBackend(t, cli)
-	c := fencing.New(b)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	type turn struct {
-		token          uint64
-		locked, unlock time.Time
-	}
-	var (
-		mu    sync.Mutex
-		turns []turn
-		errs  []error
-		wg    sync.WaitGroup
-	)
-	const waiters, rounds = 6, 4
-	for range waiters {
-		wg.Go(func() {
-			for range rounds {
-				h, err := c.Lock(ctx, "k", 5*time.Second)
-				if err != nil {
-					mu.Lock()
-					errs = append(errs, err)
-					mu.Unlock()
-					return
-				}
-				tr := turn{token: h.Token(), locked: time.Now()}
-				time.Sleep(5 * time.Millisecond)
-				if h.Err() != nil {
-					mu.Lock()
-					errs = append(errs, h.Err())
-					mu.Unlock()
-				}
-				tr.unlock = time.Now()
-				err = h.Release(ctx)
-				mu.Lock()
-				turns = append(turns, tr)
-				if err != nil {
-					errs = append(errs, err)
-				}
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatalf("errors: %v", errs)
-	}
-	if len(turns) != waiters*rounds {
-		t.Fatalf("%d turns, want %d", len(turns), waiters*rounds)
-	}
-	slices.SortFunc(turns, func(a, b turn) int { return a.locked.Compare(b.locked) })
-	for i := 1; i < len(turns); i++ {
-		prev, next := turns[i-1], turns[i]
-		if next.token <= prev.token {
-			t.Errorf("turn %d: token %d after %d", i, next.token, prev.token)
-		}
-		if next.locked.Before(prev.unlock) {
-			t.Errorf("turn %d (token %d) got the key %v before turn %d (token %d) let go", i, next.token,
-				prev.unlock.Sub(next.locked), i-1, prev.token)
-		}
 	}
 }

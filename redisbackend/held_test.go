@@ -72,9 +72,11 @@ func TestHoldLostWithServer(t *testing.T) {
 	}
 }
 
-// TestLockManyWaiters runs many waiters, on two backends (two clients),
-// locking one key in turn on a standalone server and on a Cluster: no two
-// hold it at once, and tokens increase in the order the locks were taken.
+// TestLockManyWaiters: the suite's LockManyWaiters holds one backend's
+// waiters to taking one key in turn; this adds waiters on two backends (two
+// clients, two subscriptions to one channel) and a Cluster, where a key's
+// channel lives on its shard: no two hold the key at once, and tokens
+// increase in the order the locks were taken.
 func TestLockManyWaiters(t *testing.T) {
 	t.Run("Standalone", func(t *testing.T) {
 		srv := redistest.Start(t, persistent)
