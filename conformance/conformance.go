@@ -221,6 +221,20 @@ func (s suite) grantShort(t *testing.T, c *fencing.Coordinator, key string) (fen
 	return lease, time.Now()
 }
 
+// inTime reports whether a request about a short lease l, whose grant was
+// sent at sent, returned (just now) while l was certainly live: before its
+// TTL and margin, less the backend's slack, had passed since the send. A
+// check that finds l ended proves a bug only then; later, a busy machine
+// that stalled the test can explain it, and inTime says so in the log.
+func (s suite) inTime(t *testing.T, sent time.Time, l fencing.Lease) bool {
+	t.Helper()
+	if d := time.Since(sent); d >= l.TTL+l.Margin-s.traits.Slack {
+		t.Logf("a check of a %v lease returned %v after its grant was sent: too late to tell on this machine", l.TTL+l.Margin, d)
+		return false
+	}
+	return true
+}
+
 // wantLive fails unless key's live lease has token want.
 func wantLive(t *testing.T, c *fencing.Coordinator, key string, want uint64) {
 	t.Helper()
