@@ -64,6 +64,12 @@
 // end of the token space; without it that case passes with a log line
 // saying it did not run (a harness capability, not a backend failure).
 //
+// # Crashing the server
+//
+// RunRestart kills a server of the test's own and starts it again (a
+// Restarter says how), and checks what the crash must not lose: tokens, a
+// lease live across it, and the end of one that expired meanwhile.
+//
 // # Checking your own histories
 //
 // Fault tests (a server killed, a network partitioned) can check what their
