@@ -44,7 +44,7 @@ func endsAtDeadline(t *testing.T, h *fencing.Held, deadline time.Time, bound tim
 func TestHoldEndsAtLatestDeadlineWhenALaterRenewalHangs(t *testing.T) {
 	f := newFaulty(t)
 	c := fencing.New(f)
-	const ttl = 300 * time.Millisecond
+	const ttl = 600 * time.Millisecond // renewals every 50ms: only a long stall loses it
 	h, err := c.Hold(context.Background(), "k", ttl, fencing.WithRenewInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatalf("Hold: %v", err)
@@ -53,8 +53,11 @@ func TestHoldEndsAtLatestDeadlineWhenALaterRenewalHangs(t *testing.T) {
 	// Past the first Deadline with renewals confirmed: the expiry timer has
 	// fired once already and found the lease renewed.
 	waitFor(t, 10*time.Second, "renewed past the first Deadline", func() bool {
-		return time.Now().After(first.Add(20*time.Millisecond)) && h.Err() == nil
+		return time.Now().After(first.Add(20*time.Millisecond)) || h.Err() != nil
 	})
+	if err := h.Err(); err != nil {
+		t.Fatalf("lost before the renewals were made to hang: %v", err)
+	}
 	hang := make(chan struct{})
 	f.set(func(f *faulty) { f.hang = hang })
 	defer close(hang)
@@ -102,7 +105,7 @@ func TestHoldUnknownRenewalIsNotConfirmed(t *testing.T) {
 // passed: the loss stands, and Lease() keeps the Deadline it was lost at.
 func TestHoldRenewalConfirmedAfterLossChangesNothing(t *testing.T) {
 	f := newFaulty(t)
-	const ttl = 200 * time.Millisecond
+	const ttl = 400 * time.Millisecond
 	f.set(func(f *faulty) { f.renewDelay = 2 * ttl })
 	c := fencing.New(f)
 	h, err := c.Hold(context.Background(), "k", ttl, fencing.WithRenewInterval(50*time.Millisecond))

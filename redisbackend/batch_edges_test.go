@@ -106,7 +106,7 @@ func TestBrokenBatchNotResent(t *testing.T) {
 	p.arm(faultStall)
 	stalled := make(chan error, 1)
 	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // the others queue meanwhile
 		defer cancel()
 		_, err := b.Grant(ctx, req("stalled", "id-stalled"))
 		stalled <- err
