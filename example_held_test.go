@@ -72,8 +72,9 @@ func ExampleCoordinator_Lock() {
 		next <- h
 	}()
 
-	time.Sleep(10 * time.Millisecond)
-	first.Release(ctx) // wakes the waiter
+	// The release wakes the waiter if it is waiting already; if it is not
+	// yet, its first attempt finds the key free. Either way it comes next.
+	first.Release(ctx)
 	h := <-next
 	defer h.Release(ctx)
 	fmt.Println("first token", first.Token(), "then", h.Token())

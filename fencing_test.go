@@ -342,8 +342,9 @@ type lossy struct {
 	backend.Backend
 
 	mu       sync.Mutex
-	lose     int      // responses still to lose
-	grantIDs []string // lease ID of every Grant call
+	lose     int         // responses still to lose
+	grantIDs []string    // lease ID of every Grant call
+	grantAt  []time.Time // when each Grant call came
 	renews   int
 	releases int
 }
@@ -363,6 +364,7 @@ func (l *lossy) loseResponse(err error) bool {
 func (l *lossy) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	l.mu.Lock()
 	l.grantIDs = append(l.grantIDs, req.LeaseID)
+	l.grantAt = append(l.grantAt, time.Now())
 	l.mu.Unlock()
 	lease, err := l.Backend.Grant(ctx, req)
 	if l.loseResponse(err) {

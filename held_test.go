@@ -94,14 +94,7 @@ func TestHoldEndsAtDeadlineWhenRenewalHangs(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Hold: %v", err)
 	}
-	deadline := h.Lease().Deadline
-	ended := waitDone(t, h, 10*time.Second)
-	if late := ended.Sub(deadline); late > 50*time.Millisecond {
-		t.Errorf("context ended %v after the Deadline, want no later than it (plus timer latency)", late)
-	}
-	if early := deadline.Sub(ended); early > 10*time.Millisecond {
-		t.Errorf("context ended %v before the Deadline with no verdict", early)
-	}
+	endsAtDeadline(t, h, h.Lease().Deadline, 10*time.Second)
 	if err := h.Err(); !errors.Is(err, fencing.ErrLeaseLost) || !strings.Contains(err.Error(), "deadline passed") {
 		t.Errorf("Err() = %v, want ErrLeaseLost: deadline passed", err)
 	}
@@ -131,12 +124,10 @@ func TestHoldDeadlineCountsFromSend(t *testing.T) {
 		t.Fatalf("grant's Deadline %v is after its send + ttl (%v): counted from the reply", d, grantSent.Add(ttl))
 	}
 	first := h.Lease().Deadline
-	for time.Now().Before(first.Add(-ttl / 2)) { // until a renewal has been confirmed
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitFor(t, 10*time.Second, "a confirmed renewal", func() bool { return h.Lease().Deadline.After(first) || h.Err() != nil })
 	l := h.Lease()
 	if !l.Deadline.After(first) {
-		t.Fatalf("no renewal confirmed")
+		t.Fatalf("no renewal confirmed: %v", h.Err())
 	}
 	// The Coordinator reads its send time just before the wrapper records
 	// the call, so a Deadline from the send is at most ttl after one
@@ -166,11 +157,19 @@ func TestHoldWarnsThenLosesOnTransientErrors(t *testing.T) {
 	defer h.Release(context.Background())
 	select {
 	case l := <-h.Warning():
-		if r := l.Remaining(); r > 160*time.Millisecond || h.Err() != nil {
+		// Read late on a busy machine, the warning has less left, never
+		// more; and a lease with time left is not lost.
+		if r := l.Remaining(); r > 160*time.Millisecond || (r > 0 && h.Err() != nil) {
 			t.Fatalf("warning with %v left and Err %v; want at most 150ms left, still held", r, h.Err())
 		}
 	case <-h.Done():
-		t.Fatalf("lost before the warning: %v", h.Err())
+		// Both may be ready when this test runs late: the loss stops the
+		// warning's timer, so a warning there was due before the loss.
+		select {
+		case <-h.Warning():
+		default:
+			t.Fatalf("lost before the warning: %v", h.Err())
+		}
 	case <-time.After(10 * time.Second):
 		t.Fatalf("no warning")
 	}
@@ -197,9 +196,16 @@ func TestHoldRetriesTransientErrors(t *testing.T) {
 		t.Fatalf("Hold: %v", err)
 	}
 	defer h.Release(context.Background())
-	time.Sleep(ttl / 2)
+	first := h.Lease().Deadline
+	waitFor(t, 10*time.Second, "two failed renewal attempts", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.renewSent) >= 2
+	})
 	f.set(func(f *faulty) { f.renewErr = nil })
-	time.Sleep(ttl)
+	waitFor(t, 10*time.Second, "a renewal confirmed after the failures", func() bool {
+		return h.Lease().Deadline.After(first) || h.Err() != nil
+	})
 	if err := h.Err(); err != nil {
 		t.Fatalf("Err() = %v after the failures cleared, want nil", err)
 	}
@@ -291,8 +297,11 @@ func TestHoldSettlesUnknownGrant(t *testing.T) {
 func TestLockAdoptsUnknownGrant(t *testing.T) {
 	l, _ := newLossy(t, 2)
 	c := fencing.New(l, fencing.WithOutcomeRetries(0))
-	start := time.Now()
-	h, err := c.Lock(context.Background(), "k", time.Minute)
+	// A bound of its own: a Lock that does not adopt its grant waits for
+	// that lease, which on the fake clock never expires.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	h, err := c.Lock(ctx, "k", time.Minute)
 	if err != nil {
 		t.Fatalf("Lock: %v", err)
 	}
@@ -300,10 +309,13 @@ func TestLockAdoptsUnknownGrant(t *testing.T) {
 	if h.Lease().ID != l.grantIDs[0] || len(l.grantIDs) != 3 {
 		t.Fatalf("Lock holds %q after grants %q; want the first grant's lease, resent twice", h.Lease().ID, l.grantIDs)
 	}
-	// Two resends, each after a pause of at least MinPollInterval: a
-	// Deadline from the last send would be that much later.
-	if late := h.Lease().Deadline.Sub(start.Add(time.Minute)); late > fencing.MinPollInterval || h.Token() != 1 {
-		t.Fatalf("Lease = %+v, want token 1 and a Deadline from the first send", h.Lease())
+	// The Coordinator reads the send time before the wrapper sees the
+	// call, so a Deadline from the first send is at most a minute after the
+	// wrapper's first call; one from a later send (after a pause of at
+	// least MinPollInterval) would be later than that, however slow the
+	// machine.
+	if first := l.grantAt[0].Add(time.Minute); h.Lease().Deadline.After(first) || h.Token() != 1 {
+		t.Fatalf("Lease = %+v, want token 1 and a Deadline from the first send (by %v)", h.Lease(), first)
 	}
 }
 
@@ -326,11 +338,14 @@ func TestLockWithoutNotifierPolls(t *testing.T) {
 	}
 	defer h.Release(ctx)
 	f.mu.Lock()
-	attempts := len(f.grantSent)
+	sent := f.grantSent[1:] // the waiter's; the first is the holder's
 	f.mu.Unlock()
-	// 300ms at one attempt per 10-20ms, and never faster than MinPollInterval.
-	if maxAttempts := int(300*time.Millisecond/fencing.MinPollInterval) + 3; attempts < 3 || attempts > maxAttempts {
-		t.Fatalf("%d grant attempts while waiting 300ms, want polling no faster than every %v", attempts, fencing.MinPollInterval)
+	// About 300ms at one attempt per 10-20ms, and never faster than
+	// MinPollInterval over the span the attempts took (however long a busy
+	// machine stretched it).
+	span := sent[len(sent)-1].Sub(sent[0])
+	if maxAttempts := int(span/fencing.MinPollInterval) + 2; len(sent) < 3 || len(sent) > maxAttempts {
+		t.Fatalf("%d grant attempts in %v, want polling no faster than every %v", len(sent), span, fencing.MinPollInterval)
 	}
 }
 

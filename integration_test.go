@@ -108,61 +108,43 @@ func TestIntegrationRedis(t *testing.T) {
 		testCutOffHolder(t, cut, holder, other, time.Second, 500*time.Millisecond, redisSlack)
 	})
 
-	t.Run("KillAndRestartKeepsTokens", testRedisRestart)
+	t.Run("KillAndRestartKeepsTokens", func(t *testing.T) {
+		ctr := startRedis(context.Background(), t, nil, "--appendonly", "yes", "--appendfsync", "always")
+		conformance.RunRestart(t, &redisRestarter{t: t, ctr: ctr})
+	})
 }
 
-// testRedisRestart kills a Redis server with appendfsync always while leases
-// are live, keeps it down past one lease's expiry, and starts it again.
-func testRedisRestart(t *testing.T) {
+// redisRestarter is a conformance.Restarter on a Redis container of the
+// test's own, with appendfsync always: docker kill (SIGKILL) and start. The
+// published port changes across the restart.
+type redisRestarter struct {
+	t   *testing.T
+	ctr *tcredis.RedisContainer
+}
+
+func (r *redisRestarter) NewBackend(ctx context.Context, _ testing.TB) (backend.Backend, error) {
+	c := newRedisClient(ctx, r.t, hostPort(ctx, r.t, r.ctr, redisPort))
+	return redisbackend.NewContext(ctx, c, redisbackend.WithPrefix("restart:"), redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
+}
+
+func (r *redisRestarter) Kill(testing.TB) { killContainer(r.t, r.ctr) }
+
+func (r *redisRestarter) Start(testing.TB) {
+	if err := r.ctr.Start(context.Background()); err != nil {
+		r.t.Fatalf("restart the redis container: %v", err)
+	}
+}
+
+func (r *redisRestarter) Traits() conformance.Traits { return (&redisHarness{}).Traits() }
+
+// killContainer kills ctr with SIGKILL: only what the server made durable
+// survives.
+func killContainer(t *testing.T, ctr testcontainers.Container) {
+	t.Helper()
 	ctx := context.Background()
-	ctr := startRedis(ctx, t, nil, "--appendonly", "yes", "--appendfsync", "always")
-	addr := hostPort(ctx, t, ctr, redisPort)
-	c := fencing.New(newRedisBackend(ctx, t, newRedisClient(ctx, t, addr), "restart:"))
-
-	// Tokens 1..3 on "short" come and go; the fourth lease is short and
-	// its holder will not be able to renew it while the server is down.
-	for range 3 {
-		l := itGrant(ctx, t, c, "short", time.Minute, 0)
-		if err := c.Release(ctx, "short", l.ID); err != nil {
-			t.Fatalf("Release: %v", err)
-		}
+	if _, err := dockerClient(ctx, t).ContainerKill(ctx, ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatalf("kill the container: %v", err)
 	}
-	short := itGrant(ctx, t, c, "short", time.Second, 500*time.Millisecond)
-	shortGranted := time.Now()
-	long := itGrant(ctx, t, c, "long", 10*time.Minute, time.Second)
-
-	// kill -9: only what appendfsync always put on disk survives.
-	cli := dockerClient(ctx, t)
-	if _, err := cli.ContainerKill(ctx, ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		t.Fatalf("kill the redis container: %v", err)
-	}
-	rctx, cancel := context.WithTimeout(ctx, time.Second)
-	if _, err := c.Renew(rctx, "short", short.ID, time.Second, 500*time.Millisecond); err == nil {
-		t.Fatal("Renew succeeded while the server was down")
-	}
-	cancel()
-	itSleep(ctx, t, short.TTL+short.Margin+redisSlack+time.Second-time.Since(shortGranted))
-	if err := ctr.Start(ctx); err != nil {
-		t.Fatalf("restart the redis container: %v", err)
-	}
-	addr2 := hostPort(ctx, t, ctr, redisPort)
-	t.Logf("redis restarted: %s, was %s", addr2, addr)
-	c = fencing.New(newRedisBackend(ctx, t, newRedisClient(ctx, t, addr2), "restart:"))
-
-	if _, err := c.Renew(ctx, "short", short.ID, time.Second); !errors.Is(err, fencing.ErrLeaseExpired) {
-		t.Errorf("Renew of a lease that expired while the server was down: %v, want ErrLeaseExpired", err)
-	}
-	// Dense tokens: exactly the next one, so the counter neither went back
-	// nor lost a grant.
-	next := itGrant(ctx, t, c, "short", time.Minute, 0)
-	if next.Token != short.Token+1 {
-		t.Errorf("grant after the restart got token %d; the last token before was %d, so want %d",
-			next.Token, short.Token, short.Token+1)
-	}
-	itWantCheck(ctx, t, c, "short", short.Token, false)
-
-	// The long lease lived through the restart, token and all.
-	itWantSurvived(ctx, t, c, long)
 }
 
 // TestIntegrationEtcd runs the conformance suite against etcd in a
@@ -187,71 +169,35 @@ func TestIntegrationEtcd(t *testing.T) {
 	})
 
 	t.Run("PauseLongerThanLease", testEtcdPause)
-	t.Run("KillAndRestartKeepsTokens", testEtcdRestart)
+	t.Run("KillAndRestartKeepsTokens", func(t *testing.T) {
+		ctr, endpoint := startEtcd(context.Background(), t, nil)
+		conformance.RunRestart(t, &etcdRestarter{t: t, ctr: ctr, endpoint: endpoint})
+	})
 }
 
-// testEtcdRestart kills etcd (kill -9) while leases are live, keeps it down
-// past one lease's expiry and starts it again on its data directory. etcd
-// restores every lease with its full TTL when a leader takes over, so the
-// short lease may be live again for one more TTL: the holder's own Deadline
-// has long passed, so that costs availability, not safety. After it, the
-// next grant's token is larger than every token before the restart, and the
-// long lease lived through the restart with its token.
-func testEtcdRestart(t *testing.T) {
-	ctx := context.Background()
-	ctr, endpoint := startEtcd(ctx, t, nil)
-	cli := newEtcdClient(t, endpoint)
-	c := fencing.New(newEtcdBackend(t, cli, "restart/"))
-
-	var highest uint64
-	for range 3 {
-		l := itGrant(ctx, t, c, "short", time.Minute, 0)
-		if err := c.Release(ctx, "short", l.ID); err != nil {
-			t.Fatalf("Release: %v", err)
-		}
-	}
-	short := itGrant(ctx, t, c, "short", time.Second, time.Second)
-	shortGranted := time.Now()
-	long := itGrant(ctx, t, c, "long", 10*time.Minute, time.Second)
-	highest = max(short.Token, long.Token)
-
-	docker := dockerClient(ctx, t)
-	if _, err := docker.ContainerKill(ctx, ctr.GetContainerID(), client.ContainerKillOptions{Signal: "KILL"}); err != nil {
-		t.Fatalf("kill the etcd container: %v", err)
-	}
-	itSleep(ctx, t, short.TTL+short.Margin+etcdSlack+time.Second-time.Since(shortGranted))
-	if err := ctr.Start(ctx); err != nil {
-		t.Fatalf("restart the etcd container: %v", err)
-	}
-
-	// The client reconnects to the same published port by itself.
-	restarted := time.Now()
-	next := itGrantWhenFree(ctx, t, c, "short", time.Minute, short.TTL+short.Margin+etcdSlack+10*time.Second)
-	t.Logf("the short lease's key was free again %v after the restart", time.Since(restarted).Round(time.Millisecond))
-	if next.Token <= highest {
-		t.Errorf("grant after the restart got token %d; the highest token before was %d", next.Token, highest)
-	}
-	if _, err := c.Renew(ctx, "short", short.ID, time.Second); !errors.Is(err, fencing.ErrLeaseNotFound) {
-		t.Errorf("Renew of the superseded short lease: %v, want ErrLeaseNotFound", err)
-	}
-	itWantCheck(ctx, t, c, "short", short.Token, false)
-
-	itWantSurvived(ctx, t, c, long)
+// etcdRestarter is a conformance.Restarter on an etcd container of the
+// test's own: docker kill (SIGKILL) and start on its data directory. Its
+// published port stays put, and etcd restores every lease with its full
+// TTL when a leader takes over (RunRestart allows for that).
+type etcdRestarter struct {
+	t        *testing.T
+	ctr      testcontainers.Container
+	endpoint string
 }
 
-// itWantSurvived fails t unless long, a lease taken before a server restart,
-// is still live with its token, renewable, and held against other grants.
-func itWantSurvived(ctx context.Context, t *testing.T, c *fencing.Coordinator, long fencing.Lease) {
-	t.Helper()
-	itWantLive(ctx, t, c, long.Key, long.Token)
-	renewed, err := c.Renew(ctx, long.Key, long.ID, 10*time.Minute, time.Second)
-	if err != nil || renewed.Token != long.Token {
-		t.Errorf("Renew of the long lease after the restart = token %d, %v; want token %d", renewed.Token, err, long.Token)
-	}
-	if _, err := c.Grant(ctx, long.Key, time.Minute); !errors.Is(err, fencing.ErrLeaseHeld) {
-		t.Errorf("Grant of the long lease's key after the restart: %v, want ErrLeaseHeld", err)
+func (r *etcdRestarter) NewBackend(context.Context, testing.TB) (backend.Backend, error) {
+	return etcdbackend.New(newEtcdClient(r.t, r.endpoint), etcdbackend.WithPrefix("restart/"))
+}
+
+func (r *etcdRestarter) Kill(testing.TB) { killContainer(r.t, r.ctr) }
+
+func (r *etcdRestarter) Start(testing.TB) {
+	if err := r.ctr.Start(context.Background()); err != nil {
+		r.t.Fatalf("restart the etcd container: %v", err)
 	}
 }
+
+func (r *etcdRestarter) Traits() conformance.Traits { return (&etcdHarness{}).Traits() }
 
 // testEtcdPause freezes etcd (docker pause) for longer than a lease while the
 // lease's holder keeps renewing it: no renewal sent after the freeze may

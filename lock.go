@@ -142,11 +142,12 @@ func (e *waitError) Unwrap() error { return e.err }
 // lockEnded returns Lock's error once it gives up, first releasing the lease
 // an attempt with an unknown outcome may have taken.
 func (c *Coordinator) lockEnded(ctx context.Context, err error, req backend.Request, unknownSince time.Time, ttl time.Duration) error {
-	if unknownSince.IsZero() {
-		return c.settle(ctx, err, ttl) // only an *OutcomeError of this attempt
-	}
 	var oe *OutcomeError
-	if !errors.As(err, &oe) {
+	isOutcome := errors.As(err, &oe)
+	if unknownSince.IsZero() && !isOutcome {
+		return err // no attempt of ours may hold the key
+	}
+	if !isOutcome {
 		oe = &OutcomeError{Op: "grant", Key: req.Key, LeaseID: req.LeaseID, Err: errors.Join(ErrOutcomeUnknown, err)}
 	}
 	return c.settle(ctx, oe, ttl)

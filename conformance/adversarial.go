@@ -139,13 +139,28 @@ func (s suite) testTokenExhaustion(t *testing.T) {
 		t.Fatalf("grant after PresetToken(%d) got token %d, want the last token %d", last-1, lease.Token, last)
 	}
 	wantLive(t, c, key, last)
+	// While the last token is live, its resent grant still answers, and
+	// another grant is refused for the holder, not for exhaustion.
+	if l, err := b.Grant(ctx, backend.Request{Key: key, LeaseID: lease.ID, Timeout: long, Margin: time.Second}); err != nil || l.Token != last {
+		t.Fatalf("resent grant of the last token = %+v, %v; want token %d", l, err, last)
+	}
+	_, err := c.Grant(ctx, key, long)
+	wantErr(t, "Grant while the last token is live", err, fencing.ErrLeaseHeld)
 	if err := c.Release(ctx, key, lease.ID); err != nil {
 		t.Fatalf("Release: %v", err)
 	}
-	for range 2 {
-		_, err := c.Grant(ctx, key, long)
-		wantErr(t, "Grant past the last token", err, fencing.ErrTokenSpaceExhausted)
+	for i := range 2 {
+		refused := fmt.Sprint("refused-", i)
+		_, err := b.Grant(ctx, backend.Request{Key: key, LeaseID: refused, Timeout: long, Margin: time.Second})
+		wantErr(t, "Grant past the last token", err, backend.ErrTokenSpaceExhausted)
 		wantFree(t, c, key)
+		_, err = b.Renew(ctx, backend.Request{Key: key, LeaseID: refused, Timeout: long, Margin: time.Second})
+		wantErr(t, "Renew of a refused grant's ID", err, backend.ErrLeaseNotFound)
+	}
+	_, err = c.Grant(ctx, key, long)
+	wantErr(t, "Coordinator.Grant past the last token", err, fencing.ErrTokenSpaceExhausted)
+	if err := c.Release(ctx, key, lease.ID); err != nil {
+		t.Fatalf("resent Release of the last lease after exhaustion: %v, want nil (released already)", err)
 	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -146,7 +146,11 @@ func (s suite) testExpiry(t *testing.T) {
 	if lease.Deadline.After(returned.Add(timeout)) || lease.Deadline.Before(sent.Add(timeout)) {
 		t.Fatalf("Deadline %v is not send time + timeout", lease.Deadline)
 	}
-	wantLive(t, c, key, lease.Token)
+	if tok, live, err := c.Token(context.Background(), key); err != nil || !live || tok != lease.Token {
+		if s.inTime(t, sent, lease) {
+			t.Fatalf("Token(%q) right after the grant = %d, %v, %v; want %d, live", key, tok, live, err, lease.Token)
+		}
+	}
 	s.waitExpired(t, lease, returned)
 	wantFree(t, c, key)
 	wantCheck(t, c, key, lease.Token, false)
@@ -157,6 +161,7 @@ func (s suite) testRenewExtendsFromNow(t *testing.T) {
 	ctx := context.Background()
 	const key = "renew"
 	timeout, margin := s.short()
+	sent := time.Now()
 	lease, _ := s.grantShort(t, c, key)
 	if now := s.traits.Now; now != nil {
 		// Renewing halfway extends from now, and renewing again does not
@@ -179,6 +184,9 @@ func (s suite) testRenewExtendsFromNow(t *testing.T) {
 	}
 	// Real time: a renewal for long outlives the first term...
 	renewed, err := c.Renew(ctx, key, lease.ID, long)
+	if err != nil && !s.inTime(t, sent, lease) {
+		return // said in the log: not a failure of the backend
+	}
 	if err != nil {
 		t.Fatalf("Renew: %v", err)
 	}
@@ -267,8 +275,13 @@ func (s suite) testCheckToken(t *testing.T) {
 	}
 	wantCheck(t, c, key, a.Token, false)
 	// Expired, then superseded.
+	sent := time.Now()
 	b, returned := s.grantShort(t, c, key)
-	wantCheck(t, c, key, b.Token, true)
+	if ok, err := c.CheckToken(context.Background(), key, b.Token); err != nil || !ok {
+		if s.inTime(t, sent, b) {
+			t.Fatalf("CheckToken(%q, %d) right after the grant = %v, %v; want true", key, b.Token, ok, err)
+		}
+	}
 	wantCheck(t, c, key, a.Token, false)
 	s.waitExpired(t, b, returned)
 	wantCheck(t, c, key, b.Token, false)
@@ -593,4 +606,7 @@ func (s suite) testClosed(t *testing.T) {
 	}
 	_, err = b.Grant(ctx, backend.Request{Key: "closed", LeaseID: lease.ID, Timeout: long, Margin: time.Second})
 	wantErr(t, "resent Grant of a live lease after Close", err, backend.ErrClosed)
+	if err := b.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
 }

@@ -58,13 +58,20 @@
 //     lease is live, kept by renewals, gone after release; a bad owner
 //     gets ErrInvalidOwner and changes nothing;
 //   - Hold renews past the TTL and reports a rejected renewal as
-//     ErrLeaseLost; Lock wakes on release and expiry, hands the key to many
+//     ErrLeaseLost, and settles a grant whose answer was lost (Settled only
+//     when its release came through); Lock wakes on release and expiry, hands the key to many
 //     waiters one at a time in token order, and gives up with its context;
 //     Do holds its lease while fn runs.
 //
 // A harness may also implement TokenPresetter, so the suite can reach the
 // end of the token space; without it that case passes with a log line
 // saying it did not run (a harness capability, not a backend failure).
+//
+// # Crashing the server
+//
+// RunRestart kills a server of the test's own and starts it again (a
+// Restarter says how), and checks what the crash must not lose: tokens, a
+// lease live across it, and the end of one that expired meanwhile.
 //
 // # Checking your own histories
 //
@@ -133,6 +140,7 @@ func Run(t *testing.T, h Harness) {
 		{"HoldRenews", s.testHoldRenews},
 		{"HoldLostWhenRenewalRejected", s.testHoldLost},
 		{"HoldEndsWithParent", s.testHoldParentCanceled},
+		{"HoldSettlesUnknownGrant", s.testHoldSettlesUnknownGrant},
 		{"LockWaitsForRelease", s.testLockWaitsForRelease},
 		{"LockAfterExpiry", s.testLockAfterExpiry},
 		{"LockManyWaiters", s.testLockManyWaiters},
@@ -221,6 +229,22 @@ func (s suite) grantShort(t *testing.T, c *fencing.Coordinator, key string) (fen
 	timeout, margin := s.short()
 	lease := s.grant(t, c, key, timeout, margin)
 	return lease, time.Now()
+}
+
+// inTime reports whether a request about a short lease l, whose grant was
+// sent at sent, returned (just now) while l was certainly live: before its
+// TTL and margin (less clockRate, for a server clock that runs a little
+// fast) had passed since the send. A check that finds l ended proves a bug
+// only then; later, a busy machine that stalled the test can explain it,
+// and inTime says so in the log.
+func (s suite) inTime(t *testing.T, sent time.Time, l fencing.Lease) bool {
+	t.Helper()
+	const clockRate = 5 * time.Millisecond
+	if d := time.Since(sent); d >= l.TTL+l.Margin-clockRate {
+		t.Logf("a check of a %v lease returned %v after its grant was sent: too late to tell on this machine", l.TTL+l.Margin, d)
+		return false
+	}
+	return true
 }
 
 // wantLive fails unless key's live lease has token want.

@@ -195,38 +195,40 @@ func (s suite) testLockAfterExpiry(t *testing.T) {
 	s.wantNext(t, "Lock after expiry", gone.Token, token.Load())
 }
 
-// testLockManyWaiters: every waiter gets the key in turn, never two at
-// once, with tokens increasing in grant order.
+// testLockManyWaiters: every waiter gets the key in turn, round after
+// round, never two at once, with tokens increasing in grant order.
 func (s suite) testLockManyWaiters(t *testing.T) {
 	c, _ := s.coordinator(t)
 	ttl, margin := s.holdTTL()
-	const waiters = 6
+	const waiters, rounds = 6, 3
 	var (
 		inside  atomic.Int32
 		mu      sync.Mutex
 		order   []uint64
 		wg      sync.WaitGroup
-		errs    = make(chan error, waiters)
+		errs    = make(chan error, 2*waiters*rounds)
 		ctx, cn = context.WithTimeout(context.Background(), 60*time.Second)
 	)
 	defer cn()
 	for range waiters {
 		wg.Go(func() {
-			h, err := c.Lock(ctx, "many", ttl, fencing.WithMargin(margin))
-			if err != nil {
-				errs <- err
-				return
-			}
-			if n := inside.Add(1); n != 1 {
-				errs <- fmt.Errorf("%d holders at once", n)
-			}
-			mu.Lock()
-			order = append(order, h.Token())
-			mu.Unlock()
-			time.Sleep(5 * time.Millisecond)
-			inside.Add(-1)
-			if err := h.Release(ctx); err != nil {
-				errs <- err
+			for range rounds {
+				h, err := c.Lock(ctx, "many", ttl, fencing.WithMargin(margin))
+				if err != nil {
+					errs <- err
+					return
+				}
+				if n := inside.Add(1); n != 1 {
+					errs <- fmt.Errorf("%d holders at once", n)
+				}
+				mu.Lock()
+				order = append(order, h.Token())
+				mu.Unlock()
+				time.Sleep(5 * time.Millisecond)
+				inside.Add(-1)
+				if err := h.Release(ctx); err != nil {
+					errs <- err
+				}
 			}
 		})
 	}
@@ -235,8 +237,8 @@ func (s suite) testLockManyWaiters(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("waiter: %v", err)
 	}
-	if len(order) != waiters {
-		t.Fatalf("%d of %d waiters got the key", len(order), waiters)
+	if len(order) != waiters*rounds {
+		t.Fatalf("%d of %d locks taken", len(order), waiters*rounds)
 	}
 	for i := 1; i < len(order); i++ {
 		if order[i] <= order[i-1] {

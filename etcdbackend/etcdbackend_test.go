@@ -15,8 +15,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/goleak"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/internal/etcdtest"
 )
@@ -376,63 +376,33 @@ func TestCompaction(t *testing.T) {
 	}
 }
 
-// TestRestart stops the server mid-run and starts it on the same data
-// directory: tokens after the restart exceed every token before it, a lease
-// live across the restart is still the key's, and its holder can renew and
-// release it.
+// TestRestart: etcd, fsyncing, stopped and started again on its data
+// keeps tokens and live leases (conformance.RunRestart).
 func TestRestart(t *testing.T) {
-	m := etcdtest.Start(t, etcdtest.WithFsync())
-	cli := etcdtest.NewClient(t, m.Endpoints())
-	b, _ := newBackend(t, cli)
-	c := fencing.New(b)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var maxTok uint64
-	for i := range 10 {
-		l, err := c.Grant(ctx, fmt.Sprint("k", i%3), time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		maxTok = l.Token
-		if err := c.Release(ctx, l.Key, l.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	held, err := c.Grant(ctx, "held", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	if ok, err := c.CheckToken(ctx, "held", held.Token); err != nil || !ok {
-		t.Fatalf("CheckToken after restart = %v, %v", ok, err)
-	}
-	if _, err := c.Renew(ctx, "held", held.ID, time.Minute); err != nil {
-		t.Fatalf("Renew after restart: %v", err)
-	}
-	if _, err := c.Grant(ctx, "held", time.Minute); !errors.Is(err, fencing.ErrLeaseHeld) {
-		t.Fatalf("Grant of a key held across the restart: %v", err)
-	}
-	for i := range 10 {
-		l, err := c.Grant(ctx, fmt.Sprint("k", i%3), time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l.Token <= maxTok || l.Token <= held.Token {
-			t.Fatalf("token %d after restart, before it up to %d", l.Token, max(maxTok, held.Token))
-		}
-		if err := c.Release(ctx, l.Key, l.ID); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := c.Release(ctx, "held", held.ID); err != nil {
-		t.Fatalf("Release after restart: %v", err)
+	conformance.RunRestart(t, &restarter{m: etcdtest.Start(t, etcdtest.WithFsync()), prefix: newPrefix("restart")})
+}
+
+// restarter is a conformance.Restarter on an embedded member of the test's
+// own.
+type restarter struct {
+	m      *etcdtest.Member
+	prefix string
+}
+
+func (r *restarter) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
+	return etcdbackend.New(etcdtest.NewClient(t, r.m.Endpoints()), etcdbackend.WithPrefix(r.prefix))
+}
+
+func (r *restarter) Kill(testing.TB) { r.m.Stop() }
+
+func (r *restarter) Start(t testing.TB) {
+	if err := r.m.Start(); err != nil {
+		t.Fatalf("start etcd: %v", err)
 	}
 }
 
-// TestCloseKeepsClient: Close makes the backend return ErrClosed, leaves the
-// user's client working, and leaves no goroutine of the backend's behind.
+func (r *restarter) Traits() conformance.Traits { return (&harness{}).Traits() }
+
 func TestCloseKeepsClient(t *testing.T) {
 	cli := etcdtest.Client(t)
 	ctx := context.Background()

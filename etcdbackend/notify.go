@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -22,7 +23,8 @@ import (
 // member that loses its leader ends them, and the subscription sends a
 // wake-up and watches again from the revision after the last one it saw,
 // missing nothing, with a growing pause while that fails. After a
-// compaction past that revision it wakes the waiter and watches from now.
+// compaction past that revision it wakes the waiter and watches from the
+// oldest revision left, so a deletion after the compaction is not missed.
 // The channel is closed when the backend or the etcd client is closed.
 func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
 	if err := b.ready(ctx); err != nil {
@@ -72,6 +74,7 @@ type subscription struct {
 	freed  chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
+	events atomic.Int64  // deletions reported (tests: tells them from wake-ups of a broken watch)
 }
 
 // Freed implements backend.Subscription.
@@ -147,17 +150,19 @@ func (s *subscription) run(ctx context.Context, wch clientv3.WatchChan, rev int6
 					rev = max(rev, resp.Header.Revision)
 				}
 				if len(resp.Events) > 0 {
+					s.events.Add(int64(len(resp.Events)))
 					s.wake()
 				}
 				continue
 			}
-			// Broken: by a compaction (resume from now: deletions may
-			// have been missed), a lost leader or a closed stream
-			// (resume after rev: none missed). Wake the waiter either way.
+			// Broken: by a compaction (resume from the oldest revision
+			// left: deletions before it may have been missed, none after),
+			// a lost leader or a closed stream (resume after rev: none
+			// missed). Wake the waiter either way.
 			s.wake()
 			next := rev + 1
 			if ok && resp.CompactRevision > 0 {
-				next = 0
+				next = resp.CompactRevision
 			}
 			if s.b.cli.Ctx().Err() != nil {
 				return // the client is closed: no watch can go on

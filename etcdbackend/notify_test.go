@@ -49,6 +49,27 @@ func wantWake(t testing.TB, s backend.Subscription, d time.Duration, what string
 	}
 }
 
+// wantDeletion waits up to d for a wake-up on s once it has reported more
+// than before deletions of its key: the wake-up of a release, which one
+// for a broken watch cannot stand in for.
+func wantDeletion(t testing.TB, s backend.Subscription, before int64, d time.Duration, what string) {
+	t.Helper()
+	timeout := time.After(d)
+	for {
+		select {
+		case _, ok := <-s.Freed():
+			if !ok {
+				t.Fatalf("%s: Freed closed, want a wake-up", what)
+			}
+			if etcdbackend.Deletions(s) > before {
+				return
+			}
+		case <-timeout:
+			t.Fatalf("%s: no wake-up for a deletion in %v (%d deletions reported)", what, d, etcdbackend.Deletions(s))
+		}
+	}
+}
+
 // TestNotifyFreeNoSetUpRace: a release, forced release or expiry right
 // after NotifyFree returns is always seen: the watch is created first.
 func TestNotifyFreeNoSetUpRace(t *testing.T) {
@@ -96,12 +117,11 @@ func TestNotifyFreeSurvivesRestart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	wantToken(t, b, "k", mustToken(t, b, "k"), true)
-	time.Sleep(300 * time.Millisecond) // let the watch resume
-	drain(s)
+	before := etcdbackend.Deletions(s)
 	if err := b.Release(ctx, "k", "A"); err != nil {
 		t.Fatal(err)
 	}
-	wantWake(t, s, 10*time.Second, "release after restart")
+	wantDeletion(t, s, before, 10*time.Second, "release after restart")
 }
 
 func mustToken(t testing.TB, b backend.Backend, key string) uint64 {
@@ -145,12 +165,11 @@ func TestNotifyFreeAfterCompaction(t *testing.T) {
 	p.SetMode(etcdtest.Forward)
 	wantWake(t, s, 10*time.Second, "after the compaction")
 
-	time.Sleep(300 * time.Millisecond) // let the watch be made again
-	drain(s)
+	before := etcdbackend.Deletions(s)
 	if err := truth.Release(ctx, "k", "B"); err != nil {
 		t.Fatal(err)
 	}
-	wantWake(t, s, 10*time.Second, "release after the compaction")
+	wantDeletion(t, s, before, 10*time.Second, "release after the compaction")
 }
 
 // TestNotifyFreeClose: closing subscriptions and the backend ends every
@@ -252,8 +271,7 @@ func TestNotifyFreeLeaderStopped(t *testing.T) {
 	if _, err := cl.WaitLeader(ctx); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // let the watch be made again if it broke
-	drain(s)
+	before := etcdbackend.Deletions(s)
 	for {
 		err := holder.Release(ctx, "k", "A")
 		if err == nil {
@@ -264,7 +282,7 @@ func TestNotifyFreeLeaderStopped(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	wantWake(t, s, 10*time.Second, "release under the new leader")
+	wantDeletion(t, s, before, 10*time.Second, "release under the new leader")
 }
 
 // TestNotifyFreeWaitsForCreated: NotifyFree does not return before etcd has

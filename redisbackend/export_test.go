@@ -9,3 +9,18 @@ const DirectInFlight = directInFlight
 func WithEveryRequestBatched() Option {
 	return func(b *Backend) { b.direct = 0 }
 }
+
+// Queued returns how many requests wait in b's batching queue, so that
+// tests of batching can wait for a request to be queued.
+func Queued(b *Backend) int {
+	b.batch.mu.Lock()
+	defer b.batch.mu.Unlock()
+	return len(b.batch.queue)
+}
+
+// MaxBatch is maxBatch, for the tests of batching.
+const MaxBatch = maxBatch
+
+// InFlight returns how many of b's requests are sent or queued and not yet
+// answered.
+func InFlight(b *Backend) int64 { return b.batch.inFlight.Load() }

@@ -178,8 +178,9 @@ func (p *proc) wait(timeout time.Duration) int {
 
 // server is one real server the binary talks to, as flags.
 type server struct {
-	name  string
-	flags []string
+	name      string
+	flags     []string
+	waitState func(t *testing.T) waitState // see waitingFor
 }
 
 // servers starts an etcd member and a Redis server (skipped without
@@ -190,10 +191,10 @@ func servers(t *testing.T) []server {
 		t.Skip("starts etcd and redis-server")
 	}
 	m := etcdtest.Start(t)
-	out := []server{{"etcd", []string{"--etcd-endpoints", m.ClientURL}}}
+	out := []server{{"etcd", []string{"--etcd-endpoints", m.ClientURL}, etcdWaitState(m)}}
 	if _, err := exec.LookPath("redis-server"); err == nil || os.Getenv("REDIS_SERVER") != "" || os.Getenv("CI") != "" {
 		r := redistest.Start(t, redistest.Config{AppendOnly: true})
-		out = append(out, server{"redis", []string{"--redis-addr", r.Addr()}})
+		out = append(out, server{"redis", []string{"--redis-addr", r.Addr()}, redisWaitState(r)})
 	} else {
 		t.Log("redis-server not found: testing etcd only (install Redis 7 or set REDIS_SERVER)")
 	}
@@ -499,8 +500,9 @@ func TestHoldWait(t *testing.T) {
 		if !strings.Contains(r.stderr, "--wait-timeout") {
 			t.Errorf("hold --wait-timeout: %v", r)
 		}
+		before := s.waitState(t)
 		p := start(t, s.args("hold", "wait", "--ttl", "5s", "--wait", "--", "sh", "-c", `echo "$FENCING_TOKEN"`)...)
-		time.Sleep(200 * time.Millisecond) // let it wait; its subscription makes it see the release
+		waitingFor(t, s, before) // subscribed and refused once: the release's notification wakes it
 		want(t, 0, s.args("release", "wait", "--lease-id", first.LeaseID)...)
 		var token uint64
 		fmt.Sscan(p.line(30*time.Second), &token)

@@ -1,0 +1,60 @@
+package conformance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+)
+
+// answerLost is a backend whose grants take effect and then lose their
+// answer, as a connection cut after the store applied the request does.
+// With closeAfter set it also closes the backend once the grant is in, so
+// that the release settling it fails for a reason other than an unknown
+// outcome.
+type answerLost struct {
+	backend.Backend
+	closeAfter bool
+}
+
+func (a *answerLost) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if _, err := a.Backend.Grant(ctx, req); err != nil {
+		return backend.Lease{}, err
+	}
+	if a.closeAfter {
+		a.Backend.Close()
+	}
+	return backend.Lease{}, fmt.Errorf("conformance: answer lost: %w", backend.ErrOutcomeUnknown)
+}
+
+// testHoldSettlesUnknownGrant: Hold releases the lease a grant with an
+// unknown outcome took, and says Settled only when that release came
+// through; a release refused for another reason (a closed backend) leaves
+// the caller told it may still hold the key.
+func (s suite) testHoldSettlesUnknownGrant(t *testing.T) {
+	ctx := context.Background()
+	ttl, margin := s.holdTTL()
+
+	b := s.backend(t)
+	c := fencing.New(&answerLost{Backend: b}, fencing.WithOutcomeRetries(0))
+	_, err := c.Hold(ctx, "settle", ttl, fencing.WithMargin(margin))
+	var oe *fencing.OutcomeError
+	if !errors.As(err, &oe) || !oe.Settled {
+		t.Fatalf("Hold with the grant's answer lost: %v, want a settled *OutcomeError", err)
+	}
+	wantFree(t, fencing.New(b), "settle")
+
+	closed, err := s.h.NewBackend(ctx, t)
+	if err != nil {
+		t.Fatalf("NewBackend: %v", err)
+	}
+	c = fencing.New(&answerLost{Backend: closed, closeAfter: true}, fencing.WithOutcomeRetries(0))
+	_, err = c.Hold(ctx, "settle", ttl, fencing.WithMargin(margin))
+	oe = nil
+	if !errors.As(err, &oe) || oe.Settled || oe.LeaseID == "" {
+		t.Fatalf("Hold whose settling release met a closed backend: %v (%+v), want an *OutcomeError not Settled, with the lease ID", err, oe)
+	}
+}

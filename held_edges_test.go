@@ -1,0 +1,309 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/heldtest"
+	"github.com/fencing-go/fencing/memorybackend"
+)
+
+// Edges of the held lease and of Lock that the happy paths of held_test.go
+// and the conformance suite do not reach: renewals that fail after some
+// succeeded, answers that come after the loss, contexts with deadlines of
+// their own, and grants whose outcome stays unknown while Lock gives up.
+
+// waitFor polls cond every millisecond until it holds, failing after bound.
+func waitFor(t *testing.T, bound time.Duration, what string, cond func() bool) {
+	t.Helper()
+	for end := time.Now().Add(bound); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(end) {
+			t.Fatalf("%s: not within %v", what, bound)
+		}
+	}
+}
+
+// endsAtDeadline is heldtest.EndsAtDeadline with the tolerance these
+// tests use: 50ms after a timer for the Deadline fired.
+func endsAtDeadline(t *testing.T, h *fencing.Held, deadline time.Time, bound time.Duration) {
+	t.Helper()
+	if d := h.Lease().Deadline; !d.Equal(deadline) {
+		t.Fatalf("the lease's Deadline is %v, want %v", d, deadline)
+	}
+	heldtest.EndsAtDeadline(t, h, bound, 50*time.Millisecond)
+}
+
+// Renewals that succeed and then hang: the context ends at the Deadline of
+// the LAST confirmed renewal, so the expiry timer is re-armed by each one.
+func TestHoldEndsAtLatestDeadlineWhenALaterRenewalHangs(t *testing.T) {
+	f := newFaulty(t)
+	c := fencing.New(f)
+	const ttl = 600 * time.Millisecond // renewals every 50ms: only a long stall loses it
+	h, err := c.Hold(context.Background(), "k", ttl, fencing.WithRenewInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	first := h.Lease().Deadline
+	// Past the first Deadline with renewals confirmed: the expiry timer has
+	// fired once already and found the lease renewed.
+	waitFor(t, 10*time.Second, "renewed past the first Deadline", func() bool {
+		return time.Now().After(first.Add(20*time.Millisecond)) || h.Err() != nil
+	})
+	if err := h.Err(); err != nil {
+		t.Fatalf("lost before the renewals were made to hang: %v", err)
+	}
+	hang := make(chan struct{})
+	f.set(func(f *faulty) { f.hang = hang })
+	defer close(hang)
+	// A renewal started before the hang may still be confirmed. The renewer
+	// sends one renewal at a time, so once one was sent after the hang, the
+	// one before it has been answered: Lease() is final.
+	f.mu.Lock()
+	n := len(f.renewSent)
+	f.mu.Unlock()
+	waitFor(t, 10*time.Second, "a renewal sent after the hang", func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.renewSent) > n
+	})
+	endsAtDeadline(t, h, h.Lease().Deadline, 5*time.Second)
+	if err := h.Err(); !errors.Is(err, fencing.ErrLeaseLost) {
+		t.Errorf("Err() = %v, want ErrLeaseLost", err)
+	}
+}
+
+// Every renewal's outcome unknown (the store never got it): nothing was
+// confirmed, so the Deadline stays the grant's and the lease ends there.
+func TestHoldUnknownRenewalIsNotConfirmed(t *testing.T) {
+	f := newFaulty(t)
+	unknown := fmt.Errorf("test: connection reset: %w", backend.ErrOutcomeUnknown)
+	f.set(func(f *faulty) { f.renewErr = unknown })
+	c := fencing.New(f)
+	const ttl = 300 * time.Millisecond
+	h, err := c.Hold(context.Background(), "k", ttl, fencing.WithRenewInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	defer h.Release(context.Background())
+	granted := h.Lease().Deadline
+	endsAtDeadline(t, h, granted, 5*time.Second)
+	if d := h.Lease().Deadline; !d.Equal(granted) {
+		t.Errorf("Lease().Deadline moved from %v to %v on renewals whose outcome was unknown", granted, d)
+	}
+	if err := h.Err(); !errors.Is(err, fencing.ErrLeaseLost) || !errors.Is(err, backend.ErrOutcomeUnknown) {
+		t.Errorf("Err() = %v, want ErrLeaseLost with the unknown outcome", err)
+	}
+}
+
+// A renewal that took effect but whose answer came after the Deadline
+// passed: the loss stands, and Lease() keeps the Deadline it was lost at.
+func TestHoldRenewalConfirmedAfterLossChangesNothing(t *testing.T) {
+	f := newFaulty(t)
+	const ttl = 400 * time.Millisecond
+	f.set(func(f *faulty) { f.renewDelay = 2 * ttl })
+	c := fencing.New(f)
+	h, err := c.Hold(context.Background(), "k", ttl, fencing.WithRenewInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	waitDone(t, h, 10*time.Second)
+	lostAt := h.Lease().Deadline
+	f.mu.Lock()
+	renewals := len(f.renewSent)
+	f.mu.Unlock()
+	if renewals == 0 {
+		t.Fatal("lost before any renewal was sent")
+	}
+	h.Release(context.Background()) // waits for the slow renewal's answer
+	if d := h.Lease().Deadline; !d.Equal(lostAt) {
+		t.Errorf("Lease().Deadline moved from %v to %v after the loss", lostAt, d)
+	}
+	if err := h.Err(); !errors.Is(err, fencing.ErrLeaseLost) {
+		t.Errorf("Err() = %v, want ErrLeaseLost", err)
+	}
+}
+
+// The held context's Deadline is the earlier of the lease's and the
+// parent's.
+func TestHeldContextDeadlineIsTheEarlier(t *testing.T) {
+	env := newEnv(t)
+	far, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	h, err := env.c.Hold(far, "far", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	if d, ok := h.Context().Deadline(); !ok || !d.Equal(h.Lease().Deadline) {
+		t.Errorf("parent an hour away: Deadline() = %v, %v; want the lease's %v", d, ok, h.Lease().Deadline)
+	}
+	near, cancel2 := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel2()
+	h2, err := env.c.Hold(near, "near", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h2.Release(context.Background())
+	if pd, _ := near.Deadline(); !pd.Before(h2.Lease().Deadline) {
+		t.Fatalf("test setup: parent deadline %v not before the lease's %v", pd, h2.Lease().Deadline)
+	} else if d, ok := h2.Context().Deadline(); !ok || !d.Equal(pd) {
+		t.Errorf("parent 30s away: Deadline() = %v, %v; want the parent's %v", d, ok, pd)
+	}
+}
+
+// When the parent context ends, the renewer frees the key by itself (with
+// a context of its own: the parent's is done), long before the lease
+// would expire, and without the holder's Release.
+func TestHoldParentEndFreesKeyWithoutRelease(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	c := fencing.New(mem)
+	ctx, cancel := context.WithCancel(context.Background())
+	h, err := c.Hold(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	cancel()
+	waitFor(t, 10*time.Second, "key freed after the parent ended", func() bool {
+		_, live, err := mem.Token(context.Background(), "k")
+		return err == nil && !live
+	})
+}
+
+// A held lease lost for want of a confirmed renewal is counted under
+// reason "deadline" (TestMetricsLeaseLostAndLockWait has "rejected").
+func TestMetricsLeaseLostByDeadline(t *testing.T) {
+	m := newMeter(t)
+	f := newFaulty(t)
+	f.set(func(f *faulty) { f.renewErr = errors.New("test: store unavailable") })
+	c := fencing.New(f, fencing.WithMeterProvider(m.mp))
+	h, err := c.Hold(context.Background(), "k", 200*time.Millisecond, fencing.WithRenewInterval(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, h, 10*time.Second)
+	h.Release(context.Background())
+	be := "fencing.backend=" + fencing.BackendName(f)
+	if got := m.value(fencing.MetricLeasesLost, be+",fencing.reason=deadline"); got != 1 {
+		t.Errorf("leases lost (deadline) = %d, want 1; points %v", got, m.collect(fencing.MetricLeasesLost))
+	}
+	if got := m.value(fencing.MetricLeasesLost, be+",fencing.reason=rejected"); got != 0 {
+		t.Errorf("leases lost (rejected) = %d, want 0", got)
+	}
+}
+
+// notifying is the memory backend (with its Notifier) counting grants.
+type notifying struct {
+	*memorybackend.Backend
+	mu     sync.Mutex
+	grants int
+}
+
+func (n *notifying) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	n.mu.Lock()
+	n.grants++
+	n.mu.Unlock()
+	return n.Backend.Grant(ctx, req)
+}
+
+func (n *notifying) grantCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.grants
+}
+
+// A waiter wakes on the release's notification, not on its poll: with a
+// 10s poll and a holder with a minute left, only the notification can wake
+// it within seconds.
+func TestLockWakesOnNotification(t *testing.T) {
+	n := &notifying{Backend: memorybackend.New()}
+	defer n.Close()
+	c := fencing.New(n)
+	ctx := context.Background()
+	holder, err := c.Grant(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan *fencing.Held, 1)
+	go func() {
+		h, err := c.Lock(ctx, "k", time.Minute, fencing.WithPollInterval(10*time.Second))
+		if err != nil {
+			t.Errorf("Lock: %v", err)
+		}
+		got <- h
+	}()
+	// The waiter subscribes before its first attempt: once that attempt
+	// was refused, a release notifies it.
+	waitFor(t, 10*time.Second, "the waiter's first grant attempt", func() bool { return n.grantCount() >= 2 })
+	released := time.Now()
+	if err := c.Release(ctx, "k", holder.ID); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case h := <-got:
+		if h != nil {
+			h.Release(ctx)
+		}
+	case <-time.After(4 * time.Second): // the poll would take 5 to 10 s
+		t.Fatalf("Lock still waiting %v after the release: the notification did not wake it", time.Since(released))
+	}
+}
+
+// unknownGrants is the memory backend whose every grant takes effect and
+// then loses its answer; onGrant runs after each.
+type unknownGrants struct {
+	*memorybackend.Backend
+	onGrant func()
+}
+
+func (u *unknownGrants) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	_, err := u.Backend.Grant(context.WithoutCancel(ctx), req)
+	if u.onGrant != nil {
+		u.onGrant()
+	}
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	return backend.Lease{}, fmt.Errorf("test: answer lost: %w", backend.ErrOutcomeUnknown)
+}
+
+// Lock that gives up while its grant's outcome is unknown releases the
+// lease that grant took: the caller is never locked out by its own lease.
+// Both ways it can give up: its context ends between resends, or during
+// the very first attempt.
+func TestLockGivingUpSettlesUnknownGrant(t *testing.T) {
+	for _, when := range []string{"between resends", "during the first attempt"} {
+		t.Run(when, func(t *testing.T) {
+			u := &unknownGrants{Backend: memorybackend.New()}
+			defer u.Close()
+			c := fencing.New(u, fencing.WithOutcomeRetries(0))
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if when == "during the first attempt" {
+				u.onGrant = cancel
+			} else {
+				var once sync.Once
+				u.onGrant = func() { once.Do(func() { time.AfterFunc(50*time.Millisecond, cancel) }) }
+			}
+			h, err := c.Lock(ctx, "k", time.Minute)
+			if err == nil {
+				h.Release(context.Background())
+				t.Fatal("Lock returned a lease although every grant's answer was lost")
+			}
+			var oe *fencing.OutcomeError
+			if !errors.As(err, &oe) || !oe.Settled {
+				t.Errorf("Lock: %v, want a settled *OutcomeError", err)
+			}
+			if tok, live, _ := u.Token(context.Background(), "k"); live {
+				t.Errorf("the key is still held (token %d) after Lock gave up", tok)
+			}
+		})
+	}
+}
