@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -27,5 +28,15 @@ func TestPostgresConformance(t *testing.T) {
 func TestPostgresConformanceListener(t *testing.T) {
 	srv, h := newPostgres(t)
 	h.opts = append(h.opts, sqlbackend.WithListener(srv.DSN()))
+	conformance.Run(t, h)
+}
+
+// TestPgBouncerConformance runs the suite through PgBouncer in transaction
+// pooling mode, with fewer server connections than the suite's clients:
+// consecutive statements of one client land on different sessions.
+func TestPgBouncerConformance(t *testing.T) {
+	srv := pgtest.Start(t)
+	bouncer := pgtest.StartBouncer(t, srv, 4)
+	h := &harness{db: bouncer.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithoutSafetyChecks()}}
 	conformance.Run(t, h)
 }
