@@ -72,5 +72,27 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 	if syncLevel < 2 {
 		return &SafetyError{Setting: "synchronous", Value: [...]string{"OFF", "NORMAL"}[syncLevel], Fix: "use synchronous FULL (the default) or EXTRA in the connection string, e.g. _pragma=synchronous(FULL)"}
 	}
+	// The write lock, taken and given back: a read-only file or
+	// connection fails here rather than at the first grant.
+	conn, err := b.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlbackend: check the SQLite database: %w", err)
+	}
+	defer conn.Close()
+	if err := retryBusy(ctx, func() error {
+		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		return err
+	}); err != nil {
+		return &SafetyError{Setting: "write access", Value: err.Error(), Fix: "open a file this process may write (not mode=ro), in a writable directory"}
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	var version int64
+	err = conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version)
+	if err == nil { // the same value, rolled back: a write that changes nothing
+		_, err = conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
+	}
+	if err != nil {
+		return &SafetyError{Setting: "write access", Value: err.Error(), Fix: "open a file this process may write (not mode=ro), in a writable directory"}
+	}
 	return nil
 }
