@@ -4,7 +4,9 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,8 +21,20 @@ import (
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
-// No goroutine of a subscription, Hold or Lock outlives its test.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// No goroutine of a subscription, Hold or Lock outlives its test. Run
+// with SQLBACKEND_TEST_CHILD set, the test binary is a child process of
+// TestSQLiteProcesses.
+func TestMain(m *testing.M) {
+	if role, path, ok := strings.Cut(os.Getenv(childEnv), ":"); ok {
+		runChild(role, path)
+		os.Exit(0)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var sqlOpen = sql.Open
+
+func sqlOpenPgx(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }
 
 // sqliteDSN is how the tests open a database file: WAL, a busy timeout,
 // synchronous FULL.
