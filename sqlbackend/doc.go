@@ -62,10 +62,9 @@
 // one session LISTENs and the release functions NOTIFY in their own
 // transaction, so a waiter wakes when the release commits; without a
 // listener, one goroutine per Backend asks every 100 ms, in one statement
-// for all the keys waited on, which are free. On SQLite one goroutine reads
-// PRAGMA data_version every 10 ms while someone waits, and wakes the waiters
-// when another connection or process has committed; that is polling, of a
-// number SQLite keeps in shared memory, not of the table. Either way,
+// for all the keys waited on, which are free. On SQLite that goroutine
+// reads the rows of the keys waited on every 10 ms: polling, outside any
+// transaction, with a connection of the pool taken only for each read. Either way,
 // fencing.Coordinator.Lock also sleeps until a held lease's end.
 //
 // # Safety checks

@@ -18,14 +18,12 @@ import (
 //     when they commit. A broken session wakes every subscription and is
 //     re-opened.
 //   - PostgreSQL without it: one goroutine per Backend asks every
-//     pollInterval, in one statement for all subscribed keys, which of them
-//     are free.
-//   - SQLite: one goroutine per Backend reads PRAGMA data_version on a
-//     connection it keeps while subscriptions exist, every sqlitePoll; the
-//     number changes when any other connection (or process) commits, and
-//     then every subscription wakes. A waiter learns of a release in
-//     another process within about sqlitePoll, at the cost of a spurious
-//     wake-up on every commit to the file.
+//     pgPollInterval, in one statement for all subscribed keys, which of
+//     them are free.
+//   - SQLite: the same every sqlitePoll, one read of a key's row per
+//     subscribed key, outside any transaction (a hint: the waiter's grant
+//     decides). A waiter learns of a release in another process within
+//     about sqlitePoll.
 //
 // Releases through this Backend wake its subscriptions at once on both.
 const (
@@ -197,11 +195,11 @@ func (h *hub) watch(ctx context.Context, ready chan struct{}, done chan struct{}
 	defer setReady()
 	switch {
 	case h.b.dialect == SQLite:
-		h.watchDataVersion(ctx, setReady)
+		h.poll(ctx, setReady, sqlitePoll)
 	case h.b.listenDSN != "":
 		h.listen(ctx, setReady)
 	default:
-		h.pollPG(ctx, setReady)
+		h.poll(ctx, setReady, pgPollInterval)
 	}
 }
 
@@ -216,62 +214,59 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// watchDataVersion polls SQLite's PRAGMA data_version on one connection.
-func (h *hub) watchDataVersion(ctx context.Context, setReady func()) {
-	for ctx.Err() == nil {
-		conn, err := h.b.db.Conn(ctx)
-		if err != nil {
-			setReady()
-			h.wakeAll()
-			sleepCtx(ctx, reconnectWait)
-			continue
-		}
-		var last int64 = -1
-		for {
-			var v int64
-			if err := conn.QueryRowContext(ctx, "PRAGMA data_version").Scan(&v); err != nil {
-				h.wakeAll()
-				break
-			}
-			if last >= 0 && v != last {
-				h.wakeAll()
-			}
-			last = v
-			setReady()
-			if !sleepCtx(ctx, sqlitePoll) {
-				break
-			}
-		}
-		conn.Close()
-		sleepCtx(ctx, reconnectWait)
-	}
-}
-
-// pollPG asks which subscribed keys are free, without a listener session.
-func (h *hub) pollPG(ctx context.Context, setReady func()) {
+// poll asks, every interval, which of the subscribed keys are free, and
+// wakes their subscriptions. It takes a connection of the pool only for
+// each read, so a pool of one connection still serves the operations.
+func (h *hub) poll(ctx context.Context, setReady func(), interval time.Duration) {
 	setReady() // the first poll is the watch: a release after now is seen by it
-	for sleepCtx(ctx, pgPollInterval) {
+	for sleepCtx(ctx, interval) {
 		keys := h.keys()
 		if len(keys) == 0 {
 			continue
 		}
+		freed, err := h.b.freed(ctx, keys)
+		if err != nil {
+			h.wakeAll() // the waiters find out for themselves
+			continue
+		}
+		for _, k := range freed {
+			h.wakeKey(k)
+		}
+	}
+}
+
+// freed returns those of keys that have no live lease.
+func (b *Backend) freed(ctx context.Context, keys []string) ([]string, error) {
+	var out []string
+	if b.dialect == Postgres {
 		arg := make([][]byte, len(keys))
 		for i, k := range keys {
 			arg[i] = []byte(k)
 		}
-		rows, err := h.b.db.QueryContext(ctx, h.b.sql.freed, arg)
+		rows, err := b.db.QueryContext(ctx, b.sql.freed, arg)
 		if err != nil {
-			h.wakeAll()
-			continue
+			return nil, err
 		}
+		defer rows.Close()
 		for rows.Next() {
 			var k []byte
-			if rows.Scan(&k) == nil {
-				h.wakeKey(string(k))
+			if err := rows.Scan(&k); err != nil {
+				return nil, err
 			}
+			out = append(out, string(k))
 		}
-		rows.Close()
+		return out, rows.Err()
 	}
+	for _, k := range keys {
+		r, found, err := b.readRow(ctx, b.db, k)
+		if err != nil {
+			return nil, err
+		}
+		if !found || !r.live(b.hostNow()) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
 }
 
 // listen keeps one LISTEN session open.

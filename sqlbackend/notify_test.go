@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -69,5 +70,40 @@ func drain(sub backend.Subscription) {
 		case <-time.After(50 * time.Millisecond):
 			return
 		}
+	}
+}
+
+// Lock on a SQLite pool of one connection: the waiting takes no connection
+// for itself, so the holder's release and the waiter's grant get through.
+func TestSQLiteLockOnePoolConnection(t *testing.T) {
+	db := openSQLite(t)
+	db.SetMaxOpenConns(1)
+	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	ctx := context.Background()
+	if err := b.CreateTables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c := fencing.New(b)
+	first, err := c.Grant(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		c.Release(ctx, "k", first.ID)
+	}()
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	l, err := c.Lock(lctx, "k", time.Minute)
+	if err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	defer l.Release(ctx)
+	if l.Token() != first.Token+1 {
+		t.Fatalf("Lock token %d, want %d", l.Token(), first.Token+1)
 	}
 }
