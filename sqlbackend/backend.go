@@ -138,7 +138,10 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
 }
 
 // CreateTables creates the backend's table (and on PostgreSQL its
-// functions) if they do not exist: the statements of DDL, in order.
+// functions) if they do not exist: the statements of DDL, in order. Run it
+// once, at deployment or start-up, rather than from many processes at the
+// same moment: PostgreSQL refuses concurrent CREATE OR REPLACE FUNCTION
+// ("tuple concurrently updated").
 func (b *Backend) CreateTables(ctx context.Context) error {
 	if err := b.ready(ctx); err != nil {
 		return err

@@ -30,6 +30,9 @@ const (
 	pgPollInterval = 100 * time.Millisecond
 	sqlitePoll     = 10 * time.Millisecond
 	reconnectWait  = 200 * time.Millisecond
+	// listenConnectTimeout bounds opening and setting up the listener
+	// session.
+	listenConnectTimeout = 5 * time.Second
 )
 
 type subscription struct {
@@ -272,10 +275,14 @@ func (b *Backend) freed(ctx context.Context, keys []string) ([]string, error) {
 // listen keeps one LISTEN session open.
 func (h *hub) listen(ctx context.Context, setReady func()) {
 	for ctx.Err() == nil {
-		conn, err := pgx.Connect(ctx, h.b.listenDSN)
+		// Bounded, so that a server that does not answer holds up no
+		// NotifyFree for long: its waiter polls meanwhile.
+		cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
+		conn, err := pgx.Connect(cctx, h.b.listenDSN)
 		if err == nil {
-			_, err = conn.Exec(ctx, "LISTEN "+pgx.Identifier{h.b.sql.notifyChannel}.Sanitize())
+			_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{h.b.sql.notifyChannel}.Sanitize())
 		}
+		cancel()
 		if err != nil {
 			if conn != nil {
 				conn.Close(context.WithoutCancel(ctx))
