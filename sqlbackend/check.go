@@ -2,6 +2,7 @@ package sqlbackend
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strings"
@@ -59,10 +60,12 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 	}
 	var mode string
 	var syncLevel int
-	if err := b.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+	// A busy database (another connection switching the journal mode as
+	// it opens) is waited for, not reported.
+	if err := retryBusy(ctx, func() error { return b.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode) }); err != nil {
 		return fmt.Errorf("sqlbackend: check the SQLite database (is it a writable SQLite file?): %w", err)
 	}
-	if err := b.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&syncLevel); err != nil {
+	if err := retryBusy(ctx, func() error { return b.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&syncLevel) }); err != nil {
 		return fmt.Errorf("sqlbackend: check the SQLite database: %w", err)
 	}
 	switch strings.ToLower(mode) {
@@ -74,8 +77,8 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 	}
 	// The write lock, taken and given back: a read-only file or
 	// connection fails here rather than at the first grant.
-	conn, err := b.db.Conn(ctx)
-	if err != nil {
+	var conn *sql.Conn
+	if err := retryBusy(ctx, func() (err error) { conn, err = b.db.Conn(ctx); return err }); err != nil {
 		return fmt.Errorf("sqlbackend: check the SQLite database: %w", err)
 	}
 	defer conn.Close()
@@ -87,7 +90,7 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 	}
 	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
 	var version int64
-	err = conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version)
+	err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version)
 	if err == nil { // the same value, rolled back: a write that changes nothing
 		_, err = conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
 	}

@@ -108,8 +108,10 @@ func retryBusy(ctx context.Context, fn func() error) error {
 // back; nothing of it is applied. A COMMIT that fails leaves the outcome
 // unknown. what names the operation for errors.
 func (b *Backend) sqliteTx(ctx context.Context, what string, fn func(c *sql.Conn, now hostNow) error) (err error) {
-	conn, err := b.db.Conn(ctx)
-	if err != nil {
+	var conn *sql.Conn
+	// Opening a connection can find the database busy too (a pragma of
+	// the connection string, such as journal_mode, needing a lock).
+	if err := retryBusy(ctx, func() (err error) { conn, err = b.db.Conn(ctx); return err }); err != nil {
 		return fmt.Errorf("sqlbackend: %s: %w", what, err)
 	}
 	discard := false
