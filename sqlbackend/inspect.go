@@ -110,7 +110,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 			for rows.Next() {
 				var key []byte
 				var r sqliteRow
-				if err := rows.Scan(&key, &r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin); err != nil {
+				if err := rows.Scan(&key, &r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin, &r.owner); err != nil {
 					return err
 				}
 				page = append(page, backend.KeyInfo{Key: string(key), State: r.state(now)})

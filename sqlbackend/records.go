@@ -74,10 +74,10 @@ func newStatements(d Dialect, prefix string) statements {
 		return s
 	}
 	s.ddl = []string{r.Replace(sqliteTable)}
-	s.read = r.Replace(`SELECT token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns FROM {t} WHERE key = ?`)
+	s.read = r.Replace(`SELECT token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns, owner FROM {t} WHERE key = ?`)
 	s.insert = r.Replace(`INSERT INTO {t} (key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns, owner) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?)`)
 	s.update = r.Replace(`UPDATE {t} SET token = ?, lease_id = ?, released = ?, boot_id = ?, expires_at = ?, ttl_ns = ?, margin_ns = ?, owner = ? WHERE key = ?`)
-	s.list = r.Replace(`SELECT key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns FROM {t} WHERE (?1 = 0 OR key > ?2) AND (?3 = 0 OR substr(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
+	s.list = r.Replace(`SELECT key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns, owner FROM {t} WHERE (?1 = 0 OR key > ?2) AND (?3 = 0 OR substr(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
 	// A write that changes nothing: it takes the database's write lock in
 	// the caller's transaction (AdmitTx).
 	s.touch = r.Replace(`UPDATE {t} SET token = token WHERE key = ?`)

@@ -32,6 +32,7 @@ type sqliteRow struct {
 	expires  int64
 	ttl      int64
 	margin   int64
+	owner    string
 }
 
 // live reports whether the row's lease is live at now: not released, of
@@ -53,7 +54,7 @@ type querier interface {
 
 // readRow reads key's row; found is false when the key was never leased.
 func (b *Backend) readRow(ctx context.Context, q querier, key string) (r sqliteRow, found bool, err error) {
-	err = q.QueryRowContext(ctx, b.sql.read, []byte(key)).Scan(&r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin)
+	err = q.QueryRowContext(ctx, b.sql.read, []byte(key)).Scan(&r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin, &r.owner)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
@@ -64,9 +65,9 @@ func (b *Backend) readRow(ctx context.Context, q querier, key string) (r sqliteR
 func (b *Backend) writeRow(ctx context.Context, q querier, key string, r sqliteRow, found bool) error {
 	var err error
 	if found {
-		_, err = q.ExecContext(ctx, b.sql.update, r.token, r.leaseID, r.released, r.boot, r.expires, r.ttl, r.margin, "", []byte(key))
+		_, err = q.ExecContext(ctx, b.sql.update, r.token, r.leaseID, r.released, r.boot, r.expires, r.ttl, r.margin, r.owner, []byte(key))
 	} else {
-		_, err = q.ExecContext(ctx, b.sql.insert, []byte(key), r.token, r.leaseID, r.boot, r.expires, r.ttl, r.margin, "")
+		_, err = q.ExecContext(ctx, b.sql.insert, []byte(key), r.token, r.leaseID, r.boot, r.expires, r.ttl, r.margin, r.owner)
 	}
 	return err
 }
