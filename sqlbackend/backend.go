@@ -173,6 +173,3 @@ func (b *Backend) ready(ctx context.Context) error {
 	}
 	return nil
 }
-
-// nsToDuration turns a stored nanosecond count back into a duration.
-func nsToDuration(ns int64) time.Duration { return time.Duration(ns) }

@@ -40,7 +40,7 @@ func (b *Backend) grantPG(ctx context.Context, req backend.Request) (backend.Lea
 	case outGranted, outSame:
 		return backend.Lease{
 			Key: req.Key, LeaseID: req.LeaseID, Token: uint64(token.Int64),
-			TTL: nsToDuration(ttl.Int64), Margin: nsToDuration(marg.Int64), ExpiresAt: expires.Time,
+			TTL: time.Duration(ttl.Int64), Margin: time.Duration(marg.Int64), ExpiresAt: expires.Time,
 		}, nil
 	case outHeld:
 		return backend.Lease{}, &backend.HeldError{Remaining: max(time.Duration(remainingMicros.Int64)*time.Microsecond, time.Microsecond)}
@@ -104,7 +104,7 @@ func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend
 func (b *Backend) sqliteLease(key string, r *sqliteRow, now hostNow) backend.Lease {
 	return backend.Lease{
 		Key: key, LeaseID: r.leaseID, Token: uint64(r.token),
-		TTL: nsToDuration(r.ttl), Margin: nsToDuration(r.margin), ExpiresAt: r.expiresAt(now),
+		TTL: time.Duration(r.ttl), Margin: time.Duration(r.margin), ExpiresAt: r.expiresAt(now),
 	}
 }
 
