@@ -12,7 +12,7 @@ import (
 )
 
 // A release through another Backend (another process, as far as the
-// subscriber can tell) wakes a subscription: by data_version on SQLite, by
+// subscriber can tell) wakes a subscription: by polling the rows on SQLite, by
 // polling or by LISTEN/NOTIFY on PostgreSQL.
 func TestNotifyFreeFromAnotherBackend(t *testing.T) {
 	run := func(t *testing.T, h *harness, within time.Duration) {
