@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# build-test-images.sh builds the two local container images that the
+# build-test-images.sh builds the local container images that the
 # integration tests (integration_test.go) can use instead of the official
 # ones, for machines that cannot pull from a registry:
 #
@@ -9,6 +9,10 @@
 #   fencing-test/redis:<major>   Debian's redis-server, its shared libraries and
 #                                the dynamic loader in a scratch image laid out
 #                                like the official redis image
+#   fencing-test/postgres:<major> Debian's PostgreSQL server, its library and
+#                                share directories, their shared libraries, the
+#                                loader and dash as /bin/sh, in a scratch image
+#                                laid out like the official postgres image
 #
 # It prints the environment for the tests on stdout, and its progress on stderr:
 #
@@ -16,12 +20,13 @@
 #   go test -run Integration -v .
 #
 # Options: --print-env (the default: print the exports), --force (rebuild
-# both images even when they are up to date).
+# every image even when it is up to date).
 #
 # An image is rebuilt only when its inputs changed: each image carries a label
 # with a hash of everything it is built from, and a tag whose label matches is
 # kept. Nothing is pulled (docker build runs without --pull, FROM scratch). The
-# script installs Debian's redis-server package when redis-server is missing.
+# script installs Debian's redis-server and postgresql packages when they are
+# missing.
 set -euo pipefail
 
 force=false
@@ -138,6 +143,54 @@ else
 	build "$ctx/redis" "$redis_tag" "$redis_hash"
 fi
 
+# postgres.
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+if [[ -z $pg_bin ]]; then
+	log "installing Debian's postgresql"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get install -y --no-install-recommends postgresql >&2 ||
+		{ apt-get update >&2 && apt-get install -y --no-install-recommends postgresql >&2; }
+	pg_bin=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
+fi
+pg_major=$(basename "$(dirname "$pg_bin")")
+pg_lib=/usr/lib/postgresql/$pg_major/lib
+pg_share=/usr/share/postgresql/$pg_major
+pg_tag=fencing-test/postgres:$pg_major
+sh_bin=$(readlink -f /bin/sh)
+# The shared libraries of the server, initdb, the server's modules and the
+# shell, and the loader.
+mapfile -t pg_libs < <(ldd "$pg_bin/postgres" "$pg_bin/initdb" "$pg_lib"/*.so "$sh_bin" 2>/dev/null |
+	awk '$2 == "=>" && $3 ~ /^\// {print $3} $1 ~ /^\// && $1 !~ /:$/ {print $1}' | sort -u)
+pg_hash=$( (printf '%s\n%s\n%s\n' "$go_version" "$script_hash" "${pg_libs[*]}" &&
+	sha256sum -- "$pg_bin/postgres" "$pg_bin/initdb" "$sh_bin" "${pg_libs[@]}" | cut -d' ' -f1) |
+	(cd "$images" && inputs_hash go.mod go.sum postgres/main.go postgres/Dockerfile))
+if up_to_date "$pg_tag" "$pg_hash"; then
+	log "$pg_tag is up to date"
+else
+	log "building $pg_tag from $pg_bin"
+	rootfs=$ctx/postgres/rootfs
+	mkdir -p "$rootfs/usr/local/bin" "$rootfs/tmp" "$rootfs/bin" "$rootfs/etc" "$rootfs/var/lib/postgresql/data" \
+		"$rootfs/usr/lib/postgresql/$pg_major/bin" "$rootfs/usr/share/zoneinfo/Etc" "$rootfs/var/run/postgresql"
+	chmod 1777 "$rootfs/tmp"
+	cp "$pg_bin/postgres" "$pg_bin/initdb" "$rootfs/usr/lib/postgresql/$pg_major/bin/"
+	cp -a "$pg_lib" "$rootfs/usr/lib/postgresql/$pg_major/"
+	mkdir -p "$rootfs$(dirname "$pg_share")"
+	cp -aL "$pg_share" "$rootfs$pg_share"
+	cp -L /usr/share/zoneinfo/UTC "$rootfs/usr/share/zoneinfo/UTC"
+	cp -L /usr/share/zoneinfo/UTC "$rootfs/usr/share/zoneinfo/Etc/UTC"
+	cp "$sh_bin" "$rootfs/bin/sh"
+	for lib in "${pg_libs[@]}"; do
+		mkdir -p "$rootfs$(dirname "$lib")"
+		cp -L "$lib" "$rootfs$lib"
+	done
+	printf 'root:x:0:0::/root:/bin/sh\npostgres:x:999:999::/var/lib/postgresql:/bin/sh\n' >"$rootfs/etc/passwd"
+	printf 'root:x:0:\npostgres:x:999:\n' >"$rootfs/etc/group"
+	(cd "$images" && go build -trimpath -ldflags='-s -w' -o "$rootfs/usr/local/bin/docker-entrypoint" ./postgres)
+	cp "$images/postgres/Dockerfile" "$ctx/postgres/"
+	build "$ctx/postgres" "$pg_tag" "$pg_hash"
+fi
+
 echo "export FENCING_ETCD_IMAGE=$etcd_tag"
+echo "export FENCING_POSTGRES_IMAGE=$pg_tag"
 echo "export FENCING_REDIS_IMAGE=$redis_tag"
 echo "export TESTCONTAINERS_RYUK_DISABLED=true"

@@ -62,6 +62,8 @@ type connFlags struct {
 	redisSentinelPass   string
 	redisCluster        bool
 	redisConfigCheck    string
+
+	sql sqlFlags // sqlconn.go
 }
 
 // addConnFlags declares the backend flags on cmd and arranges for their
@@ -82,7 +84,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 			fs.SetAnnotation(n, envAnnotation, []string{envName(n)})
 		}
 	}
-	fs.StringVar(&f.backend, "backend", "", "the backend: memory, etcd or redis (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, else memory)")
+	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, memory, etcd or redis (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, else sqlite)")
 	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis)", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
@@ -110,6 +112,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 	fs.StringVar(&f.redisConfigCheck, "redis-config-check", "refuse", "what to do about a Redis configuration that can lose tokens (appendonly no, allkeys-* eviction): refuse, warn or ignore")
 	env("redis-addr", "redis-user", "redis-password", "redis-db", "redis-tls", "redis-cacert", "redis-cert", "redis-key",
 		"redis-tls-insecure", "redis-sentinel-master", "redis-sentinel-password", "redis-cluster", "redis-config-check")
+	f.sql.add(fs)
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error { return applyEnv(cmd.Flags()) }
 	return f
 }
@@ -143,7 +146,7 @@ func applyEnv(fs *pflag.FlagSet) error {
 type session struct {
 	c       *fencing.Coordinator
 	b       backend.Backend
-	name    string // memory, etcd or redis
+	name    string // sqlite, postgres, memory, etcd or redis
 	where   string // what to name in "unreachable" errors
 	timeout time.Duration
 	close   func()
@@ -205,8 +208,10 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 			kind = "etcd"
 		case f.redisAddr != "":
 			kind = "redis"
+		case f.sql.postgresDSN != "":
+			kind = "postgres"
 		default:
-			kind = "memory"
+			kind = "sqlite"
 		}
 	}
 	s := &session{name: kind, timeout: f.requestTimeout}
@@ -219,8 +224,12 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 		err = f.openEtcd(ctx, s)
 	case "redis":
 		err = f.openRedis(ctx, s)
+	case "sqlite":
+		err = f.openSQLite(ctx, s)
+	case "postgres":
+		err = f.openPostgres(ctx, s)
 	default:
-		return nil, fmt.Errorf("%w: --backend %q: want memory, etcd or redis", errUsage, kind)
+		return nil, fmt.Errorf("%w: --backend %q: want sqlite, postgres, memory, etcd or redis", errUsage, kind)
 	}
 	if err != nil {
 		return nil, err

@@ -1,5 +1,6 @@
 // Command fencing runs and inspects leases with fencing tokens from the
-// shell: on the in-memory backend (to try things), etcd or Redis.
+// shell: on a SQLite file per user (the default, which fences the processes
+// of one machine), PostgreSQL, etcd, Redis or the in-memory backend.
 //
 // Usage:
 //
@@ -127,11 +128,14 @@ func rootCommand() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "fencing",
 		Short: "Leases with fencing tokens, from the shell",
-		Long: `fencing takes, inspects and breaks leases with fencing tokens on the in-memory
-backend (to try things), etcd or Redis, and runs commands under a lease.
+		Long: `fencing takes, inspects and breaks leases with fencing tokens on a SQLite file,
+PostgreSQL, etcd, Redis or the in-memory backend, and runs commands under a lease.
 
-Choose the backend with --backend or FENCING_BACKEND (memory, etcd, redis); with
-neither, --etcd-endpoints or --redis-addr (or their environment variables) pick it.
+Choose the backend with --backend or FENCING_BACKEND (sqlite, postgres, memory,
+etcd, redis); with neither, --etcd-endpoints, --redis-addr or --postgres-dsn (or
+their environment variables) pick it, and without those the default is the SQLite
+file fencing.db in the user's state directory ($XDG_STATE_HOME/fencing, else
+~/.local/state/fencing), so invocations on one machine exclude each other.
 Every flag of the backend has an environment variable: FENCING_ and the flag's name
 in capitals with '-' as '_' (FENCING_ETCD_ENDPOINTS, FENCING_REDIS_PASSWORD...).
 

@@ -41,8 +41,11 @@ const (
 
 // Server is a running PostgreSQL server, a child process of the test.
 type Server struct {
-	dir  string // owned by the server's user: data/, the socket, the log
-	port int
+	dir     string // owned by the server's user: data/, the socket, the log
+	port    int
+	durable bool // fsync on (Config.Durable)
+	bin     string
+	cred    *syscall.Credential
 
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has been waited for
@@ -121,6 +124,20 @@ func runAs(t testing.TB) *syscall.Credential {
 // when t ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return StartConfig(t, Config{})
+}
+
+// Config changes how StartConfig runs the server.
+type Config struct {
+	// Durable keeps PostgreSQL's defaults fsync, synchronous_commit and
+	// full_page_writes on, for tests of what survives a crash. Without it
+	// the server keeps nothing safe, for speed.
+	Durable bool
+}
+
+// StartConfig is Start with a Config.
+func StartConfig(t testing.TB, cfg Config) *Server {
+	t.Helper()
 	bin := BinDir(t)
 	cred := runAs(t)
 	dir, err := os.MkdirTemp("", "pgtest-")
@@ -133,7 +150,7 @@ func Start(t testing.TB) *Server {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	s := &Server{dir: dir}
+	s := &Server{dir: dir, durable: cfg.Durable, bin: bin, cred: cred}
 	initdb := exec.Command(filepath.Join(bin, "initdb"),
 		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := run(initdb, dir, cred); err != nil {
@@ -172,15 +189,16 @@ func freePort() (int, error) {
 }
 
 func (s *Server) start(bin string, cred *syscall.Credential) error {
-	cmd := exec.Command(filepath.Join(bin, "postgres"),
+	args := []string{
 		"-D", s.dataDir(),
 		"-p", strconv.Itoa(s.port),
 		"-k", s.dir, // the Unix socket, in our own directory
 		"-c", "listen_addresses=127.0.0.1",
-		"-c", "fsync=off",
-		"-c", "synchronous_commit=off",
-		"-c", "full_page_writes=off",
-	)
+	}
+	if !s.durable {
+		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+	}
+	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	var log bytes.Buffer

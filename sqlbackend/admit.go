@@ -1,0 +1,90 @@
+package sqlbackend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// AdmitTx admits a write in the caller's own transaction tx, on the database
+// of this backend, only if token is the token of key's live lease at this
+// moment, and makes every grant, renewal and release of key wait until tx
+// ends: on PostgreSQL it locks the key's lease row (SELECT ... FOR SHARE),
+// on SQLite tx takes the database's write lock. Otherwise it returns an
+// error wrapping backend.ErrStaleToken (fencing.ErrStaleToken), and the
+// caller rolls tx back, so nothing of the write is applied.
+//
+// This is stronger than a high-water-mark fence (package guard's sqlguard):
+// a fence refuses a token lower than one it has seen, so a stale holder
+// whose successor has not written yet still gets through. AdmitTx refuses
+// every token but the live one, and no later holder can be granted until
+// tx has committed, so "the lease was live" and "the write was applied"
+// hold together. The lease may run out while tx is open: no one else can
+// have it meanwhile, and the holder's renewal waits for tx too.
+//
+// What it costs: a long transaction delays the next grant and the holder's
+// own renewals (and on SQLite every operation on the file). Keep the
+// transactions that call AdmitTx shorter than the lease's margin, or let
+// the renewal's request timeout cover them; call AdmitTx last, just before
+// COMMIT, when the rest of the transaction is slow. On PostgreSQL the row
+// lock is the statement's own, so AdmitTx works behind PgBouncer in
+// transaction pooling mode. A tx at REPEATABLE READ or SERIALIZABLE may get
+// a serialization failure when the lease row changed since its snapshot:
+// retry the transaction.
+func (b *Backend) AdmitTx(ctx context.Context, tx *sql.Tx, key string, token uint64) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return err
+	}
+	if tx == nil {
+		return fmt.Errorf("%w: AdmitTx with a nil *sql.Tx", ErrInvalidConfig)
+	}
+	live, ok, err := b.admitToken(ctx, tx, key)
+	if err != nil {
+		return err
+	}
+	switch {
+	case !ok:
+		return fmt.Errorf("%w: no live lease", backend.ErrStaleToken)
+	case token > MaxToken || live != int64(token):
+		return fmt.Errorf("%w: token %d is not the live lease's", backend.ErrStaleToken, token)
+	}
+	return nil
+}
+
+// admitToken locks key's lease in tx and reads its live token.
+func (b *Backend) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64, bool, error) {
+	if b.dialect == Postgres {
+		var live int64
+		err := tx.QueryRowContext(ctx, b.sql.admit, []byte(key)).Scan(&live)
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return 0, false, nil
+		case err != nil:
+			return 0, false, b.classify("admit", err)
+		}
+		return live, true, nil
+	}
+	// A write that changes nothing takes the write lock (or fails, if
+	// another connection holds it past the busy timeout); from then on tx
+	// reads the latest commit and no other writer can run.
+	if _, err := tx.ExecContext(ctx, b.sql.touch, []byte(key)); err != nil {
+		if missingTable(err) {
+			return 0, false, fmt.Errorf("sqlbackend: admit: %w: %w", ErrNoTables, err)
+		}
+		return 0, false, fmt.Errorf("sqlbackend: admit: take the write lock: %w", err)
+	}
+	r, found, err := b.readRow(ctx, tx, key)
+	if err != nil {
+		return 0, false, fmt.Errorf("sqlbackend: admit: %w", err)
+	}
+	if !found || !r.live(b.hostNow()) {
+		return 0, false, nil
+	}
+	return r.token, true, nil
+}

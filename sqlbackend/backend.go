@@ -1,0 +1,175 @@
+package sqlbackend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// MaxToken is the largest token this backend mints: SQL integers are signed
+// 64-bit.
+const MaxToken = math.MaxInt64
+
+// The optional capabilities of package backend, all implemented on both
+// dialects (see notify.go for how each one learns of a release).
+var (
+	_ backend.Notifier      = (*Backend)(nil)
+	_ backend.Inspector     = (*Backend)(nil)
+	_ backend.ForceReleaser = (*Backend)(nil)
+	_ backend.Lister        = (*Backend)(nil)
+)
+
+// Dialect is the SQL spoken by one kind of database.
+type Dialect struct{ name string }
+
+// Dialects.
+var (
+	// Postgres is PostgreSQL 12 or later, with any database/sql driver
+	// (pgx's stdlib adapter, lib/pq).
+	Postgres = Dialect{"postgres"}
+	// SQLite is SQLite 3.24 or later with any database/sql driver
+	// (modernc.org/sqlite, mattn/go-sqlite3), on a file that the processes
+	// of one host share.
+	SQLite = Dialect{"sqlite"}
+)
+
+// String returns the dialect's name: "postgres" or "sqlite".
+func (d Dialect) String() string { return d.name }
+
+// ErrInvalidConfig is returned by New for a nil database, a zero Dialect or
+// a bad table prefix.
+var ErrInvalidConfig = errors.New("sqlbackend: invalid configuration")
+
+// ErrNoTables is wrapped by the error of an operation on a database that has
+// no tables for the backend's prefix yet: run CreateTables (or DDL in a
+// migration) first.
+var ErrNoTables = errors.New("sqlbackend: tables missing (run CreateTables or the statements of DDL)")
+
+// Backend is a fencing backend on a PostgreSQL or SQLite database. It is
+// safe for concurrent use. The zero value is not usable; call New.
+type Backend struct {
+	db        *sql.DB
+	dialect   Dialect
+	prefix    string
+	sql       statements
+	clock     HostClock
+	checks    bool
+	checkTime time.Duration
+	listenDSN string
+	closed    atomic.Bool
+	hub       hub
+}
+
+// Option configures a Backend.
+type Option func(*Backend)
+
+// WithTablePrefix sets the prefix of the backend's table and functions
+// (default DefaultPrefix): an unquoted identifier, optionally
+// schema-qualified ("app.fencing_"). Backends with different prefixes have
+// independent key spaces in one database.
+func WithTablePrefix(prefix string) Option { return func(b *Backend) { b.prefix = prefix } }
+
+// WithHostClock makes a SQLite backend read c instead of SystemClock, for
+// tests. Every process sharing a database file must use the same clock.
+// It has no effect on PostgreSQL, whose server clock decides.
+func WithHostClock(c HostClock) Option { return func(b *Backend) { b.clock = c } }
+
+// WithoutSafetyChecks makes New skip the checks that refuse a database that
+// can lose or roll back committed tokens (see SafetyError). For tests on
+// throw-away servers only.
+func WithoutSafetyChecks() Option { return func(b *Backend) { b.checks = false } }
+
+// WithCheckTimeout bounds the round trips New makes for its safety checks
+// (default 10 seconds).
+func WithCheckTimeout(d time.Duration) Option { return func(b *Backend) { b.checkTime = d } }
+
+// WithListener gives a PostgreSQL backend a connection string for the one
+// session it opens to LISTEN for releases, so that NotifyFree wakes waiters
+// at once. It must reach the server directly (a session, not a pooler in
+// transaction mode). Without it NotifyFree returns errors.ErrUnsupported
+// and fencing.Coordinator.Lock falls back to its bounded, jittered polling
+// (plus sleeping until a held lease's end). The session is opened at the
+// first NotifyFree and closed by Close.
+func WithListener(connString string) Option { return func(b *Backend) { b.listenDSN = connString } }
+
+// New returns a backend over db, which stays the caller's: Close never
+// closes it. On PostgreSQL db may reach the server through PgBouncer in
+// transaction pooling mode (see the package documentation).
+//
+// New checks that the database keeps what it commits (see SafetyError);
+// WithoutSafetyChecks turns that off. It does not create the tables: call
+// CreateTables once, or run DDL in a migration.
+func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
+	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, checks: true, checkTime: 10 * time.Second}
+	b.hub.b = b
+	for _, o := range opts {
+		o(b)
+	}
+	if db == nil {
+		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
+	}
+	if dialect != Postgres && dialect != SQLite {
+		return nil, fmt.Errorf("%w: no dialect (use sqlbackend.Postgres or sqlbackend.SQLite)", ErrInvalidConfig)
+	}
+	if !prefixPattern.MatchString(b.prefix) {
+		return nil, fmt.Errorf("%w: table prefix %q is not an unquoted identifier, optionally schema-qualified", ErrInvalidConfig, b.prefix)
+	}
+	if dialect == SQLite && b.clock == nil {
+		b.clock = SystemClock()
+	}
+	if b.listenDSN != "" && dialect != Postgres {
+		return nil, fmt.Errorf("%w: WithListener is for PostgreSQL", ErrInvalidConfig)
+	}
+	b.sql = newStatements(dialect, b.prefix)
+	if b.checks {
+		ctx, cancel := context.WithTimeout(context.Background(), b.checkTime)
+		defer cancel()
+		if err := b.checkSafety(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return b, nil
+}
+
+// CreateTables creates the backend's table (and on PostgreSQL its
+// functions) if they do not exist: the statements of DDL, in order. Run it
+// once, at deployment or start-up, rather than from many processes at the
+// same moment: PostgreSQL refuses concurrent CREATE OR REPLACE FUNCTION
+// ("tuple concurrently updated").
+func (b *Backend) CreateTables(ctx context.Context) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	for _, stmt := range b.sql.ddl {
+		if _, err := b.db.ExecContext(ctx, stmt); err != nil {
+			return fmt.Errorf("sqlbackend: create tables: %w", err)
+		}
+	}
+	return nil
+}
+
+// Close implements backend.Backend: it ends the listener session and every
+// subscription, and never closes db. Later calls return backend.ErrClosed.
+func (b *Backend) Close() error {
+	if b.closed.Swap(true) {
+		return nil
+	}
+	b.hub.close()
+	return nil
+}
+
+func (b *Backend) ready(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if b.closed.Load() {
+		return backend.ErrClosed
+	}
+	return nil
+}

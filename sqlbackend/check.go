@@ -1,0 +1,101 @@
+package sqlbackend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// ErrUnsafeDatabase is wrapped by every *SafetyError.
+var ErrUnsafeDatabase = errors.New("sqlbackend: database may lose committed tokens")
+
+// SafetyError is returned by New for a database that could lose a committed
+// grant, and so reissue a token after a crash, or that cannot take writes.
+// It names the setting, what it is, and the fix. errors.Is(err,
+// ErrUnsafeDatabase) reports true for it. WithoutSafetyChecks skips the
+// checks.
+type SafetyError struct {
+	Setting string // e.g. "fsync", "synchronous_commit", "journal_mode"
+	Value   string // what the database reports
+	Fix     string // what to change
+}
+
+func (e *SafetyError) Error() string {
+	return fmt.Sprintf("%v: %s is %s; %s (or use sqlbackend.WithoutSafetyChecks for a throw-away database)", ErrUnsafeDatabase, e.Setting, e.Value, e.Fix)
+}
+
+// Unwrap returns ErrUnsafeDatabase.
+func (e *SafetyError) Unwrap() error { return ErrUnsafeDatabase }
+
+// checkSafety refuses, on PostgreSQL, fsync=off, synchronous_commit=off, a
+// standby (pg_is_in_recovery) and a read-only session
+// (transaction_read_only); on SQLite a journal that does not survive a
+// crash (journal_mode MEMORY or OFF) and synchronous below FULL, with which
+// a power loss can undo a commit (in WAL mode with NORMAL, the last
+// transactions before the loss; in rollback mode, the file can corrupt).
+// It reads one connection of the pool: the others come from the same
+// connection string.
+func (b *Backend) checkSafety(ctx context.Context) error {
+	if b.dialect == Postgres {
+		var fsync, syncCommit, readOnly string
+		var standby bool
+		err := b.db.QueryRowContext(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), `+
+			`current_setting('transaction_read_only'), pg_is_in_recovery()`).Scan(&fsync, &syncCommit, &readOnly, &standby)
+		if err != nil {
+			return fmt.Errorf("sqlbackend: check the PostgreSQL server's settings (is this PostgreSQL?): %w", err)
+		}
+		switch {
+		case standby:
+			return &SafetyError{Setting: "pg_is_in_recovery()", Value: "true", Fix: "connect to the primary, not a standby"}
+		case readOnly == "on":
+			return &SafetyError{Setting: "transaction_read_only", Value: "on", Fix: "connect to a writable primary (target_session_attrs=read-write), or turn off default_transaction_read_only"}
+		case fsync == "off":
+			return &SafetyError{Setting: "fsync", Value: "off", Fix: "set fsync = on in postgresql.conf"}
+		case syncCommit == "off":
+			return &SafetyError{Setting: "synchronous_commit", Value: "off", Fix: "set synchronous_commit = on (or local, remote_write, remote_apply) for the backend's role or database"}
+		}
+		return nil
+	}
+	var mode string
+	var syncLevel int
+	// A busy database (another connection switching the journal mode as
+	// it opens) is waited for, not reported.
+	if err := retryBusy(ctx, func() error { return b.db.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode) }); err != nil {
+		return fmt.Errorf("sqlbackend: check the SQLite database (is it a writable SQLite file?): %w", err)
+	}
+	if err := retryBusy(ctx, func() error { return b.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&syncLevel) }); err != nil {
+		return fmt.Errorf("sqlbackend: check the SQLite database: %w", err)
+	}
+	switch strings.ToLower(mode) {
+	case "memory", "off":
+		return &SafetyError{Setting: "journal_mode", Value: mode, Fix: "use journal_mode WAL (or DELETE) on a file"}
+	}
+	if syncLevel < 2 {
+		return &SafetyError{Setting: "synchronous", Value: [...]string{"OFF", "NORMAL"}[syncLevel], Fix: "use synchronous FULL (the default) or EXTRA in the connection string, e.g. _pragma=synchronous(FULL)"}
+	}
+	// The write lock, taken and given back: a read-only file or
+	// connection fails here rather than at the first grant.
+	var conn *sql.Conn
+	if err := retryBusy(ctx, func() (err error) { conn, err = b.db.Conn(ctx); return err }); err != nil {
+		return fmt.Errorf("sqlbackend: check the SQLite database: %w", err)
+	}
+	defer conn.Close()
+	if err := retryBusy(ctx, func() error {
+		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		return err
+	}); err != nil {
+		return &SafetyError{Setting: "write access", Value: err.Error(), Fix: "open a file this process may write (not mode=ro), in a writable directory"}
+	}
+	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	var version int64
+	err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version)
+	if err == nil { // the same value, rolled back: a write that changes nothing
+		_, err = conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", version))
+	}
+	if err != nil {
+		return &SafetyError{Setting: "write access", Value: err.Error(), Fix: "open a file this process may write (not mode=ro), in a writable directory"}
+	}
+	return nil
+}

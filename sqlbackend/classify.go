@@ -1,0 +1,77 @@
+package sqlbackend
+
+import (
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Errors from the database, sorted into the contract's two kinds: a
+// statement that certainly did not take effect (a plain error), and one
+// that may have (wrapping backend.ErrOutcomeUnknown).
+
+// sqlStater is implemented by the server errors of pgx (*pgconn.PgError)
+// and lib/pq: the server answered, so it rolled the statement back.
+type sqlStater interface{ SQLState() string }
+
+// notSent reports whether err proves the statement never reached the
+// server: the pool could not connect, or the driver says it sent nothing.
+func notSent(err error) bool {
+	var connect *pgconn.ConnectError
+	var op *net.OpError
+	switch {
+	case errors.As(err, &connect):
+		return true
+	case errors.As(err, &op) && op.Op == "dial":
+		return true
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrConnDone):
+		return true // database/sql gave up before sending
+	}
+	return pgconn.SafeToRetry(err)
+}
+
+// classify wraps a failed statement's error for the caller. what names the
+// operation. A server error is definite, except the ones that end the
+// session (class 08, and 57P01 to 57P03: shut down, crashed), after which
+// the commit may or may not have happened.
+func (b *Backend) classify(what string, err error) error {
+	if missingTable(err) {
+		return fmt.Errorf("sqlbackend: %s: %w: %w", what, ErrNoTables, err)
+	}
+	var st sqlStater
+	if errors.As(err, &st) {
+		code := st.SQLState()
+		if !strings.HasPrefix(code, "08") && !strings.HasPrefix(code, "57P0") {
+			return fmt.Errorf("sqlbackend: %s: %w", what, err)
+		}
+	} else if notSent(err) {
+		return fmt.Errorf("sqlbackend: %s: not sent: %w", what, err)
+	}
+	return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrOutcomeUnknown, err)
+}
+
+// missingTable reports an error about an undefined table or function.
+func missingTable(err error) bool {
+	var st sqlStater
+	if errors.As(err, &st) {
+		c := st.SQLState()
+		return c == "42P01" || c == "42883" // undefined_table, undefined_function
+	}
+	return err != nil && strings.Contains(err.Error(), "no such table")
+}
+
+// busy reports SQLite's SQLITE_BUSY: another connection holds the lock.
+func busy(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
+}

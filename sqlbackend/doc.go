@@ -1,0 +1,83 @@
+// Package sqlbackend is a fencing backend on a SQL database: PostgreSQL for
+// teams that run it already, and SQLite, a file that fences the processes of
+// one host with nothing installed. It keeps the contract of package backend
+// on both, over database/sql: the pool is the caller's (New never opens and
+// Close never closes it), with any driver (the tests use pgx v5's stdlib
+// adapter and modernc.org/sqlite).
+//
+//	db, _ := sql.Open("pgx", "postgres://app@db/app")
+//	b, err := sqlbackend.New(db, sqlbackend.Postgres)
+//	if err != nil { ... }                   // e.g. a *SafetyError: fsync=off
+//	if err := b.CreateTables(ctx); err != nil { ... } // or DDL() in a migration
+//	c := fencing.New(b)
+//
+// # Storage and tokens
+//
+// One table, <prefix>leases (DefaultPrefix "fencing_", WithTablePrefix for
+// another), holds a row per key ever leased, keyed by the key's bytes (any
+// bytes, up to backend.MaxKeyLength). The row is never deleted: its token
+// column is the key's counter, raised by the statement that grants, so a
+// token is never reissued, also after a crash (as far as the database keeps
+// its commits: see the safety checks). Tokens are dense (1, 2, 3...; a
+// refused grant uses none) and end at MaxToken (math.MaxInt64, SQL's largest
+// integer) with backend.ErrTokenSpaceExhausted. Other tables in the schema
+// (package sqlguard's fencing_fences) do not clash.
+//
+// # PostgreSQL
+//
+// Every operation is one statement and one round trip: Grant, Renew,
+// Release and ForceRelease call PL/pgSQL functions that CreateTables
+// installs, which lock the key's row (SELECT ... FOR UPDATE) and decide
+// with clock_timestamp(), the server's clock at that moment (not now(),
+// which is when the transaction began); Token and Inspect are one SELECT
+// each. Lease.ExpiresAt is on the server's clock. Nothing keeps session
+// state (no advisory locks, no SET), so the backend works behind PgBouncer
+// in transaction pooling mode; with pgx before PgBouncer 1.21, use a
+// connection string with default_query_exec_mode=exec (or simple_protocol),
+// as pgx's default caches named prepared statements per connection.
+//
+// A statement whose connection broke after it was sent returns an error
+// wrapping backend.ErrOutcomeUnknown; a resend with the same lease ID
+// learns what happened (the grant function answers a resend with the same
+// lease). An error that proves nothing was sent (the dial refused, the
+// driver's driver.ErrBadConn) and any error the server answered with are
+// plain errors.
+//
+// # SQLite
+//
+// Every operation is a BEGIN IMMEDIATE transaction on one connection of the
+// pool: it takes the file's write lock (retrying SQLITE_BUSY until the
+// context ends), then reads the host's clock, so a request is dated when it
+// is processed and a read is ordered with every write. The coordinator's
+// clock is the host's boot clock (see HostClock): a lease's end is stored
+// as a reading of CLOCK_BOOTTIME with the boot ID, so stepping the wall
+// clock neither extends nor shortens a live lease, and after a reboot every
+// lease is expired. Outside Linux the wall clock is used and a step moves
+// lease ends. The file must be on a local disk of the one host whose
+// processes share it (not a network file system).
+//
+// # Waiting
+//
+// The backend implements backend.Notifier. On PostgreSQL with WithListener
+// one session LISTENs and the release functions NOTIFY in their own
+// transaction, so a waiter wakes when the release commits; without a
+// listener, one goroutine per Backend asks every 100 ms, in one statement
+// for all the keys waited on, which are free. On SQLite that goroutine
+// reads the rows of the keys waited on every 10 ms: polling, outside any
+// transaction, with a connection of the pool taken only for each read. Either way,
+// fencing.Coordinator.Lock also sleeps until a held lease's end.
+//
+// # Safety checks
+//
+// New refuses a database that can lose committed tokens or cannot take
+// writes, with a *SafetyError naming the setting and the fix: on PostgreSQL
+// fsync=off, synchronous_commit=off, a standby and a read-only session; on
+// SQLite journal_mode MEMORY or OFF and synchronous below FULL.
+// WithoutSafetyChecks skips them, for throw-away test databases.
+//
+// # The lease inside the writer's transaction
+//
+// AdmitTx admits a write in the caller's own transaction only while the
+// token's lease is live, and holds every grant, renewal and release of that
+// key until the transaction ends; see AdmitTx and docs/sql.md.
+package sqlbackend

@@ -1,0 +1,113 @@
+package sqlbackend
+
+import (
+	"context"
+	"database/sql"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Grant implements backend.Backend. On PostgreSQL it is one statement (the
+// grant function: the row locked, the server's clock read, the counter
+// raised); on SQLite one BEGIN IMMEDIATE transaction.
+func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if err := b.ready(ctx); err != nil {
+		return backend.Lease{}, err
+	}
+	if err := backend.CheckRequest(req); err != nil {
+		return backend.Lease{}, err
+	}
+	if b.dialect == Postgres {
+		return b.grantPG(ctx, req)
+	}
+	return b.grantSQLite(ctx, req)
+}
+
+func (b *Backend) grantPG(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	var (
+		outcome          int
+		token, ttl, marg sql.NullInt64
+		expires          sql.NullTime
+		remainingMicros  sql.NullInt64
+	)
+	err := b.db.QueryRowContext(ctx, b.sql.grant, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), requestOwner(req)).
+		Scan(&outcome, &token, &expires, &ttl, &marg, &remainingMicros)
+	if err != nil {
+		return backend.Lease{}, b.classify("grant", err)
+	}
+	switch outcome {
+	case outGranted, outSame:
+		return backend.Lease{
+			Key: req.Key, LeaseID: req.LeaseID, Token: uint64(token.Int64),
+			TTL: time.Duration(ttl.Int64), Margin: time.Duration(marg.Int64), ExpiresAt: expires.Time,
+		}, nil
+	case outHeld:
+		return backend.Lease{}, &backend.HeldError{Remaining: max(time.Duration(remainingMicros.Int64)*time.Microsecond, time.Microsecond)}
+	}
+	return backend.Lease{}, verdict(outcome)
+}
+
+// verdict returns the sentinel for a refusing outcome.
+func verdict(outcome int) error {
+	switch outcome {
+	case outExpired:
+		return backend.ErrLeaseExpired
+	case outNotFound:
+		return backend.ErrLeaseNotFound
+	case outExhaust:
+		return backend.ErrTokenSpaceExhausted
+	}
+	return nil
+}
+
+func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	var lease backend.Lease
+	err := b.sqliteTx(ctx, "grant", func(c *sql.Conn, now hostNow) error {
+		r, found, err := b.readRow(ctx, c, req.Key)
+		if err != nil {
+			return err
+		}
+		if found && r.leaseID == req.LeaseID { // a resend of the grant that made this lease
+			switch {
+			case r.released:
+				return backend.ErrLeaseNotFound
+			case !r.live(now):
+				return backend.ErrLeaseExpired
+			}
+			lease = b.sqliteLease(req.Key, &r, now)
+			return nil
+		}
+		if found && r.live(now) {
+			return &backend.HeldError{Remaining: r.remaining(now)}
+		}
+		if r.token >= MaxToken {
+			return backend.ErrTokenSpaceExhausted
+		}
+		r = sqliteRow{
+			token: r.token + 1, leaseID: req.LeaseID, boot: now.boot,
+			expires: now.since + int64(req.Timeout+req.Margin), ttl: int64(req.Timeout), margin: int64(req.Margin),
+			owner: requestOwner(req),
+		}
+		if err := b.writeRow(ctx, c, req.Key, r, found); err != nil {
+			return err
+		}
+		lease = b.sqliteLease(req.Key, &r, now)
+		return nil
+	})
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	return lease, nil
+}
+
+func (b *Backend) sqliteLease(key string, r *sqliteRow, now hostNow) backend.Lease {
+	return backend.Lease{
+		Key: key, LeaseID: r.leaseID, Token: uint64(r.token),
+		TTL: time.Duration(r.ttl), Margin: time.Duration(r.margin), ExpiresAt: r.expiresAt(now),
+	}
+}
+
+// requestOwner is the holder's public name that a grant stores in the
+// owner column: none yet, as backend.Request carries none.
+func requestOwner(backend.Request) string { return "" }

@@ -1,0 +1,130 @@
+package sqlbackend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Inspect implements backend.Inspector in one statement (PostgreSQL) or one
+// transaction (SQLite).
+func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
+	if err := b.ready(ctx); err != nil {
+		return backend.KeyState{}, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return backend.KeyState{}, err
+	}
+	if b.dialect == Postgres {
+		info, err := scanPG(b.db.QueryRowContext(ctx, b.sql.inspect, []byte(key)))
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return backend.KeyState{}, nil
+		case err != nil:
+			return backend.KeyState{}, b.classify("inspect", err)
+		}
+		return info.State, nil
+	}
+	var st backend.KeyState
+	err := b.sqliteTx(ctx, "inspect", func(c *sql.Conn, now hostNow) error {
+		r, found, err := b.readRow(ctx, c, key)
+		if found {
+			st = r.state(now)
+		}
+		return err
+	})
+	return st, err
+}
+
+// state is the row's KeyState at now.
+func (r *sqliteRow) state(now hostNow) backend.KeyState {
+	st := backend.KeyState{MaxToken: uint64(r.token)}
+	if r.live(now) {
+		st.Live, st.Token, st.ExpiresAt, st.Remaining = true, uint64(r.token), r.expiresAt(now), r.remaining(now)
+	}
+	return st
+}
+
+// scanner is a *sql.Row or *sql.Rows.
+type scanner interface{ Scan(dest ...any) error }
+
+// scanPG reads one row of the inspect and list queries.
+func scanPG(s scanner) (backend.KeyInfo, error) {
+	var (
+		key     []byte
+		token   int64
+		live    bool
+		expires time.Time
+		micros  int64
+	)
+	if err := s.Scan(&key, &token, &live, &expires, &micros); err != nil {
+		return backend.KeyInfo{}, err
+	}
+	info := backend.KeyInfo{Key: string(key), State: backend.KeyState{MaxToken: uint64(token)}}
+	if live {
+		info.State.Live, info.State.Token, info.State.ExpiresAt = true, uint64(token), expires
+		info.State.Remaining = time.Duration(micros) * time.Microsecond
+	}
+	return info, nil
+}
+
+// DefaultListLimit is the page size of List when the caller gives none.
+const DefaultListLimit = 100
+
+// List implements backend.Lister: keys in byte order, in one statement per
+// page; the cursor is the last key of the page before.
+func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, "", err
+	}
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	var page []backend.KeyInfo
+	if b.dialect == Postgres {
+		rows, err := b.db.QueryContext(ctx, b.sql.list, len(cursor), []byte(cursor), len(prefix), []byte(prefix), limit+1)
+		if err != nil {
+			return nil, "", b.classify("list", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			info, err := scanPG(rows)
+			if err != nil {
+				return nil, "", b.classify("list", err)
+			}
+			page = append(page, info)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, "", b.classify("list", err)
+		}
+	} else {
+		err := b.sqliteTx(ctx, "list", func(c *sql.Conn, now hostNow) error {
+			rows, err := c.QueryContext(ctx, b.sql.list, len(cursor), []byte(cursor), len(prefix), []byte(prefix), limit+1)
+			if err != nil {
+				return err
+			}
+			defer rows.Close()
+			for rows.Next() {
+				var key []byte
+				var r sqliteRow
+				if err := rows.Scan(&key, &r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin, &r.owner); err != nil {
+					return err
+				}
+				page = append(page, backend.KeyInfo{Key: string(key), State: r.state(now)})
+			}
+			return rows.Err()
+		})
+		if err != nil {
+			return nil, "", err
+		}
+	}
+	next := ""
+	if len(page) > limit {
+		page = page[:limit]
+		next = page[limit-1].Key
+	}
+	return page, next, nil
+}

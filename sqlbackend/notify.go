@@ -1,0 +1,313 @@
+package sqlbackend
+
+import (
+	"context"
+	"encoding/hex"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// How NotifyFree learns that a key may be free, by dialect:
+//
+//   - PostgreSQL with WithListener: one session LISTENs on the backend's
+//     channel; the release and force_release functions NOTIFY with the key
+//     when they commit. A broken session wakes every subscription and is
+//     re-opened.
+//   - PostgreSQL without it: one goroutine per Backend asks every
+//     pgPollInterval, in one statement for all subscribed keys, which of
+//     them are free.
+//   - SQLite: the same every sqlitePoll, one read of a key's row per
+//     subscribed key, outside any transaction (a hint: the waiter's grant
+//     decides). A waiter learns of a release in another process within
+//     about sqlitePoll.
+//
+// Releases through this Backend wake its subscriptions at once on both.
+const (
+	pgPollInterval = 100 * time.Millisecond
+	sqlitePoll     = 10 * time.Millisecond
+	reconnectWait  = 200 * time.Millisecond
+	// listenConnectTimeout bounds opening and setting up the listener
+	// session.
+	listenConnectTimeout = 5 * time.Second
+)
+
+type subscription struct {
+	h     *hub
+	key   string
+	freed chan struct{}
+	once  sync.Once
+}
+
+func (s *subscription) Freed() <-chan struct{} { return s.freed }
+
+func (s *subscription) Close() error {
+	s.once.Do(func() { s.h.remove(s) })
+	return nil
+}
+
+func (s *subscription) wake() {
+	select {
+	case s.freed <- struct{}{}:
+	default: // a wake-up is pending already
+	}
+}
+
+// hub holds the subscriptions of one Backend and the goroutine that watches
+// for them; the goroutine runs while there are subscriptions.
+type hub struct {
+	b       *Backend
+	mu      sync.Mutex
+	subs    map[string]map[*subscription]struct{}
+	n       int
+	closed  bool
+	stop    context.CancelFunc
+	done    chan struct{}
+	readyCh chan struct{}
+}
+
+// NotifyFree implements backend.Notifier (see the package documentation for
+// how each dialect learns of a release).
+func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return nil, err
+	}
+	sub := &subscription{h: &b.hub, key: key, freed: make(chan struct{}, 1)}
+	ready := b.hub.add(sub)
+	select {
+	case <-ready:
+	case <-ctx.Done():
+		sub.Close()
+		return nil, ctx.Err()
+	}
+	return sub, nil
+}
+
+// add registers sub and returns a channel closed once the watch is in
+// place.
+func (h *hub) add(sub *subscription) <-chan struct{} {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed { // Close came first: a closed channel, and no goroutine
+		close(sub.freed)
+		return closedCh
+	}
+	if h.subs == nil {
+		h.subs = make(map[string]map[*subscription]struct{})
+	}
+	set := h.subs[sub.key]
+	if set == nil {
+		set = make(map[*subscription]struct{})
+		h.subs[sub.key] = set
+	}
+	set[sub] = struct{}{}
+	h.n++
+	if h.n == 1 && h.done == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		ready := make(chan struct{})
+		h.stop, h.done = cancel, make(chan struct{})
+		go h.watch(ctx, ready, h.done)
+		h.readyCh = ready
+	}
+	return h.readyCh
+}
+
+func (h *hub) remove(sub *subscription) {
+	h.mu.Lock()
+	if set := h.subs[sub.key]; set != nil {
+		if _, ok := set[sub]; ok {
+			delete(set, sub)
+			h.n--
+			if len(set) == 0 {
+				delete(h.subs, sub.key)
+			}
+		}
+	}
+	var done chan struct{}
+	if h.n == 0 && h.done != nil {
+		h.stop()
+		done, h.done = h.done, nil
+	}
+	h.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// close ends the watch and every subscription (Backend.Close).
+func (h *hub) close() {
+	h.mu.Lock()
+	var done chan struct{}
+	if h.done != nil {
+		h.stop()
+		done, h.done = h.done, nil
+	}
+	for _, set := range h.subs {
+		for sub := range set {
+			close(sub.freed)
+		}
+	}
+	h.subs, h.n, h.closed = nil, 0, true
+	h.mu.Unlock()
+	if done != nil {
+		<-done
+	}
+}
+
+// wakeKey wakes key's subscriptions.
+func (h *hub) wakeKey(key string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for sub := range h.subs[key] {
+		sub.wake()
+	}
+}
+
+// wakeAll wakes every subscription.
+func (h *hub) wakeAll() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, set := range h.subs {
+		for sub := range set {
+			sub.wake()
+		}
+	}
+}
+
+func (h *hub) keys() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	keys := make([]string, 0, len(h.subs))
+	for k := range h.subs {
+		keys = append(keys, k)
+	}
+	return keys
+}
+
+// watch runs until ctx ends.
+func (h *hub) watch(ctx context.Context, ready chan struct{}, done chan struct{}) {
+	defer close(done)
+	var once sync.Once
+	setReady := func() { once.Do(func() { close(ready) }) }
+	defer setReady()
+	switch {
+	case h.b.dialect == SQLite:
+		h.poll(ctx, setReady, sqlitePoll)
+	case h.b.listenDSN != "":
+		h.listen(ctx, setReady)
+	default:
+		h.poll(ctx, setReady, pgPollInterval)
+	}
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// poll asks, every interval, which of the subscribed keys are free, and
+// wakes their subscriptions. It takes a connection of the pool only for
+// each read, so a pool of one connection still serves the operations.
+func (h *hub) poll(ctx context.Context, setReady func(), interval time.Duration) {
+	setReady() // the first poll is the watch: a release after now is seen by it
+	for sleepCtx(ctx, interval) {
+		keys := h.keys()
+		if len(keys) == 0 {
+			continue
+		}
+		freed, err := h.b.freed(ctx, keys)
+		if err != nil {
+			h.wakeAll() // the waiters find out for themselves
+			continue
+		}
+		for _, k := range freed {
+			h.wakeKey(k)
+		}
+	}
+}
+
+// freed returns those of keys that have no live lease.
+func (b *Backend) freed(ctx context.Context, keys []string) ([]string, error) {
+	var out []string
+	if b.dialect == Postgres {
+		arg := make([][]byte, len(keys))
+		for i, k := range keys {
+			arg[i] = []byte(k)
+		}
+		rows, err := b.db.QueryContext(ctx, b.sql.freed, arg)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var k []byte
+			if err := rows.Scan(&k); err != nil {
+				return nil, err
+			}
+			out = append(out, string(k))
+		}
+		return out, rows.Err()
+	}
+	for _, k := range keys {
+		r, found, err := b.readRow(ctx, b.db, k)
+		if err != nil {
+			return nil, err
+		}
+		if !found || !r.live(b.hostNow()) {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+// listen keeps one LISTEN session open.
+func (h *hub) listen(ctx context.Context, setReady func()) {
+	for ctx.Err() == nil {
+		// Bounded, so that a server that does not answer holds up no
+		// NotifyFree for long: its waiter polls meanwhile.
+		cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
+		conn, err := pgx.Connect(cctx, h.b.listenDSN)
+		if err == nil {
+			_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{h.b.sql.notifyChannel}.Sanitize())
+		}
+		cancel()
+		if err != nil {
+			if conn != nil {
+				conn.Close(context.WithoutCancel(ctx))
+			}
+			setReady() // a waiter is not held up: it polls meanwhile
+			h.wakeAll()
+			sleepCtx(ctx, reconnectWait)
+			continue
+		}
+		setReady()
+		h.wakeAll() // anything may have happened while no session listened
+		for {
+			n, err := conn.WaitForNotification(ctx)
+			if err != nil {
+				break
+			}
+			if key, err := hex.DecodeString(n.Payload); err == nil {
+				h.wakeKey(string(key))
+			}
+		}
+		conn.Close(context.WithoutCancel(ctx))
+		h.wakeAll()
+		sleepCtx(ctx, reconnectWait)
+	}
+}
+
+// closedCh is a closed channel.
+var closedCh = func() chan struct{} { c := make(chan struct{}); close(c); return c }()

@@ -1,0 +1,86 @@
+package sqlbackend
+
+import (
+	"context"
+	"database/sql"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Release implements backend.Backend: one statement on PostgreSQL (the
+// release function, which also notifies waiters when it commits), one
+// BEGIN IMMEDIATE transaction on SQLite.
+func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	if err := backend.CheckRelease(key, leaseID); err != nil {
+		return err
+	}
+	if b.dialect == Postgres {
+		var outcome int
+		if err := b.db.QueryRowContext(ctx, b.sql.release, []byte(key), leaseID).Scan(&outcome); err != nil {
+			return b.classify("release", err)
+		}
+		if outcome == outGranted {
+			b.hub.wakeKey(key)
+		}
+		return verdict(outcome)
+	}
+	released := false
+	err := b.sqliteTx(ctx, "release", func(c *sql.Conn, now hostNow) error {
+		r, found, err := b.readRow(ctx, c, key)
+		if err != nil {
+			return err
+		}
+		switch {
+		case !found || r.leaseID != leaseID:
+			return backend.ErrLeaseNotFound
+		case r.released:
+			return nil // released already: a resent release is harmless
+		case !r.live(now):
+			return backend.ErrLeaseExpired
+		}
+		r.released, released = true, true
+		return b.writeRow(ctx, c, key, r, true)
+	})
+	if released && err == nil {
+		b.hub.wakeKey(key)
+	}
+	return err
+}
+
+// ForceRelease implements backend.ForceReleaser. The old holder's release
+// then returns nil (its lease reads as released), its renewals and resent
+// grants get backend.ErrLeaseNotFound.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
+	if err := b.ready(ctx); err != nil {
+		return false, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return false, err
+	}
+	if b.dialect == Postgres {
+		var ended bool
+		if err := b.db.QueryRowContext(ctx, b.sql.forceRelease, []byte(key)).Scan(&ended); err != nil {
+			return false, b.classify("force release", err)
+		}
+		if ended {
+			b.hub.wakeKey(key)
+		}
+		return ended, nil
+	}
+	var ended bool
+	err := b.sqliteTx(ctx, "force release", func(c *sql.Conn, now hostNow) error {
+		r, found, err := b.readRow(ctx, c, key)
+		if err != nil || !found || !r.live(now) {
+			return err
+		}
+		r.released, ended = true, true
+		return b.writeRow(ctx, c, key, r, true)
+	})
+	if ended && err == nil {
+		b.hub.wakeKey(key)
+	}
+	return ended, err
+}

@@ -1,0 +1,160 @@
+package sqlbackend
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// hostNow is one reading of the HostClock.
+type hostNow struct {
+	boot  string
+	since int64 // nanoseconds since boot
+	wall  time.Time
+}
+
+func (b *Backend) hostNow() hostNow {
+	boot, since, wall := b.clock.Now()
+	return hostNow{boot: boot, since: int64(since), wall: wall}
+}
+
+// sqliteRow is a key's row on SQLite.
+type sqliteRow struct {
+	token    int64
+	leaseID  string
+	released bool
+	boot     string
+	expires  int64
+	ttl      int64
+	margin   int64
+	owner    string
+}
+
+// live reports whether the row's lease is live at now: not released, of
+// this boot and not past its end.
+func (r *sqliteRow) live(now hostNow) bool {
+	return !r.released && r.boot == now.boot && r.expires > now.since
+}
+
+// remaining is how long r's live lease has left at now.
+func (r *sqliteRow) remaining(now hostNow) time.Duration { return time.Duration(r.expires - now.since) }
+
+func (r *sqliteRow) expiresAt(now hostNow) time.Time { return now.wall.Add(r.remaining(now)) }
+
+// querier is a *sql.Conn or a *sql.Tx.
+type querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+}
+
+// readRow reads key's row; found is false when the key was never leased.
+func (b *Backend) readRow(ctx context.Context, q querier, key string) (r sqliteRow, found bool, err error) {
+	err = q.QueryRowContext(ctx, b.sql.read, []byte(key)).Scan(&r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin, &r.owner)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, false, nil
+	}
+	return r, err == nil, err
+}
+
+// writeRow stores r as key's row.
+func (b *Backend) writeRow(ctx context.Context, q querier, key string, r sqliteRow, found bool) error {
+	var err error
+	if found {
+		_, err = q.ExecContext(ctx, b.sql.update, r.token, r.leaseID, r.released, r.boot, r.expires, r.ttl, r.margin, r.owner, []byte(key))
+	} else {
+		_, err = q.ExecContext(ctx, b.sql.insert, []byte(key), r.token, r.leaseID, r.boot, r.expires, r.ttl, r.margin, r.owner)
+	}
+	return err
+}
+
+// Retrying a busy database: the first waits are short, so a lock held for
+// one short transaction costs little; later ones back off.
+const (
+	busyFirstWait = 200 * time.Microsecond
+	busyMaxWait   = 20 * time.Millisecond
+	// commitBound bounds the retries of a busy COMMIT, which do not end
+	// with the caller's context (a transaction left open would hold the
+	// write lock).
+	commitBound = 30 * time.Second
+)
+
+// retryBusy runs fn until it returns anything but SQLITE_BUSY, or ctx ends.
+func retryBusy(ctx context.Context, fn func() error) error {
+	wait := busyFirstWait
+	for {
+		err := fn()
+		if !busy(err) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (waiting for the database's write lock: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, busyMaxWait)
+	}
+}
+
+// sqliteTx runs fn in a BEGIN IMMEDIATE transaction on one connection of
+// the pool: it takes the database's write lock (waiting while another
+// connection or process holds it), then reads the host clock, so the
+// request is dated when it is processed. fn's error rolls the transaction
+// back; nothing of it is applied. A COMMIT that fails leaves the outcome
+// unknown. what names the operation for errors.
+func (b *Backend) sqliteTx(ctx context.Context, what string, fn func(c *sql.Conn, now hostNow) error) (err error) {
+	var conn *sql.Conn
+	// Opening a connection can find the database busy too (a pragma of
+	// the connection string, such as journal_mode, needing a lock).
+	if err := retryBusy(ctx, func() (err error) { conn, err = b.db.Conn(ctx); return err }); err != nil {
+		return fmt.Errorf("sqlbackend: %s: %w", what, err)
+	}
+	discard := false
+	defer func() {
+		if discard { // a connection in an unknown transaction state is not reused
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+		conn.Close()
+	}()
+	if err := retryBusy(ctx, func() error {
+		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+		return err
+	}); err != nil {
+		return fmt.Errorf("sqlbackend: %s: begin: %w", what, err)
+	}
+	if err := fn(conn, b.hostNow()); err != nil {
+		if _, rerr := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); rerr != nil {
+			discard = true
+		}
+		if isVerdict(err) {
+			return err
+		}
+		if missingTable(err) {
+			return fmt.Errorf("sqlbackend: %s: %w: %w", what, ErrNoTables, err)
+		}
+		return fmt.Errorf("sqlbackend: %s: %w", what, err)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBound)
+	defer cancel()
+	if err := retryBusy(cctx, func() error {
+		_, err := conn.ExecContext(cctx, "COMMIT")
+		return err
+	}); err != nil {
+		discard = true
+		return fmt.Errorf("sqlbackend: %s: commit: %w: %w", what, backend.ErrOutcomeUnknown, err)
+	}
+	return nil
+}
+
+// isVerdict reports the contract's verdicts, returned bare.
+func isVerdict(err error) bool {
+	var held *backend.HeldError
+	return errors.As(err, &held) || err == backend.ErrLeaseExpired || err == backend.ErrLeaseNotFound ||
+		err == backend.ErrTokenSpaceExhausted
+}
