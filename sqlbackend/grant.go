@@ -31,7 +31,7 @@ func (b *Backend) grantPG(ctx context.Context, req backend.Request) (backend.Lea
 		expires          sql.NullTime
 		remainingMicros  sql.NullInt64
 	)
-	err := b.db.QueryRowContext(ctx, b.sql.grant, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), requestOwner(req)).
+	err := b.db.QueryRowContext(ctx, b.sql.grant, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner).
 		Scan(&outcome, &token, &expires, &ttl, &marg, &remainingMicros)
 	if err != nil {
 		return backend.Lease{}, b.classify("grant", err)
@@ -87,7 +87,7 @@ func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend
 		r = sqliteRow{
 			token: r.token + 1, leaseID: req.LeaseID, boot: now.boot,
 			expires: now.since + int64(req.Timeout+req.Margin), ttl: int64(req.Timeout), margin: int64(req.Margin),
-			owner: requestOwner(req),
+			owner: req.Owner,
 		}
 		if err := b.writeRow(ctx, c, req.Key, r, found); err != nil {
 			return err
@@ -107,7 +107,3 @@ func (b *Backend) sqliteLease(key string, r *sqliteRow, now hostNow) backend.Lea
 		TTL: time.Duration(r.ttl), Margin: time.Duration(r.margin), ExpiresAt: r.expiresAt(now),
 	}
 }
-
-// requestOwner is the holder's public name that a grant stores in the
-// owner column: none yet, as backend.Request carries none.
-func requestOwner(backend.Request) string { return "" }

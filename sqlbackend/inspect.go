@@ -44,6 +44,7 @@ func (r *sqliteRow) state(now hostNow) backend.KeyState {
 	st := backend.KeyState{MaxToken: uint64(r.token)}
 	if r.live(now) {
 		st.Live, st.Token, st.ExpiresAt, st.Remaining = true, uint64(r.token), r.expiresAt(now), r.remaining(now)
+		st.Owner = r.owner
 	}
 	return st
 }
@@ -59,14 +60,16 @@ func scanPG(s scanner) (backend.KeyInfo, error) {
 		live    bool
 		expires time.Time
 		micros  int64
+		owner   string
 	)
-	if err := s.Scan(&key, &token, &live, &expires, &micros); err != nil {
+	if err := s.Scan(&key, &token, &live, &expires, &micros, &owner); err != nil {
 		return backend.KeyInfo{}, err
 	}
 	info := backend.KeyInfo{Key: string(key), State: backend.KeyState{MaxToken: uint64(token)}}
 	if live {
 		info.State.Live, info.State.Token, info.State.ExpiresAt = true, uint64(token), expires
 		info.State.Remaining = time.Duration(micros) * time.Microsecond
+		info.State.Owner = owner
 	}
 	return info, nil
 }

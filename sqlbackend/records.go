@@ -64,10 +64,10 @@ func newStatements(d Dialect, prefix string) statements {
 		s.forceRelease = r.Replace(`SELECT {p}force_release($1)`)
 		s.token = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp()`)
 		s.inspect = r.Replace(`SELECT key, token, NOT released AND expires_at > n, expires_at, ` +
-			`(extract(epoch FROM expires_at - n) * 1000000)::bigint ` +
+			`(extract(epoch FROM expires_at - n) * 1000000)::bigint, owner ` +
 			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = $1) AS l`)
 		s.list = r.Replace(`SELECT key, token, NOT released AND expires_at > n, expires_at, ` +
-			`(extract(epoch FROM expires_at - n) * 1000000)::bigint ` +
+			`(extract(epoch FROM expires_at - n) * 1000000)::bigint, owner ` +
 			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE ($1 = 0 OR key > $2) AND ($3 = 0 OR substring(key FROM 1 FOR $3) = $4) ORDER BY key LIMIT $5) AS l ORDER BY key`)
 		s.freed = r.Replace(`SELECT key FROM {t} WHERE key = ANY($1) AND (released OR expires_at <= clock_timestamp())`)
 		s.admit = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp() FOR SHARE`)
