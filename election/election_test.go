@@ -1,6 +1,7 @@
 package election_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -111,7 +112,7 @@ func TestOneLeaderAtATime(t *testing.T) {
 							if err != nil || !l.Live || l.Identity != id || l.Token != h.Token() {
 								t.Errorf("%s leads with token %d, but Leader = %+v, %v", id, h.Token(), l, err)
 							}
-							time.Sleep(150 * time.Millisecond) // long enough for Observe to see every term, under load too
+							time.Sleep(cmp.Or(w.ObserveLag, 150*time.Millisecond)) // long enough for Observe to see every term, under load too
 							active.Add(-1)
 							if err := h.Release(ctx); err != nil {
 								t.Errorf("%s: resign: %v", id, err)
@@ -150,7 +151,7 @@ func TestOneLeaderAtATime(t *testing.T) {
 
 // TestTakeoverAfterStall: a leader that stops renewing (memory: its
 // coordinator's clock jumps past the term; etcd: every byte to the server
-// held by a proxy) loses the office to a waiting candidate, whose term has
+// held by a proxy; SQL: its requests held before they reach the store) loses the office to a waiting candidate, whose term has
 // a larger token; the stalled leader's guarded write with its old token is
 // refused once the new leader has admitted its own; and the stalled leader's
 // term context ends.
@@ -172,6 +173,10 @@ func TestTakeoverAfterStall(t *testing.T) {
 			leaderCoord = fencing.New(recipetest.EtcdBackend(t, p.Endpoints(), w.Prefix), fencing.WithDefaultMargin(w.Margin))
 			stall = func() { p.SetMode(etcdtest.Pause) }
 			resume = func() { p.SetMode(etcdtest.Forward) }
+		default: // sqlite, postgres: the leader's requests held before they reach the store
+			sb := recipetest.NewStallable(w.NewBackend(t))
+			leaderCoord = fencing.New(sb, fencing.WithDefaultMargin(w.Margin))
+			stall, resume = sb.Stall, sb.Resume
 		}
 		old := election.New(leaderCoord, "office", w.TTL, election.WithHoldOptions(holdOpts()...))
 		next := election.New(w.Coordinator(t), "office", w.TTL, election.WithHoldOptions(holdOpts()...))

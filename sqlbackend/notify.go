@@ -218,45 +218,59 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // poll asks, every interval, which of the subscribed keys are free, and
-// wakes their subscriptions. It takes a connection of the pool only for
-// each read, so a pool of one connection still serves the operations.
+// wakes their subscriptions. A key whose live lease has another token than
+// at the poll before was freed in between (a release and the next grant
+// between two polls), so it wakes too: a poll never hides a release. It
+// takes a connection of the pool only for each read, so a pool of one
+// connection still serves the operations.
 func (h *hub) poll(ctx context.Context, setReady func(), interval time.Duration) {
-	setReady() // the first poll is the watch: a release after now is seen by it
+	setReady()                  // the first poll is the watch: a release after now is seen by it
+	seen := map[string]uint64{} // a key's live token at the poll before
 	for sleepCtx(ctx, interval) {
 		keys := h.keys()
 		if len(keys) == 0 {
+			clear(seen)
 			continue
 		}
-		freed, err := h.b.freed(ctx, keys)
+		states, err := h.b.liveTokens(ctx, keys)
 		if err != nil {
 			h.wakeAll() // the waiters find out for themselves
 			continue
 		}
-		for _, k := range freed {
-			h.wakeKey(k)
+		for _, k := range keys {
+			token, live := states[k]
+			if before, ok := seen[k]; !live || ok && before != token {
+				h.wakeKey(k)
+			}
+			if live {
+				seen[k] = token
+			} else {
+				delete(seen, k)
+			}
 		}
 	}
 }
 
-// freed returns those of keys that have no live lease.
-func (b *Backend) freed(ctx context.Context, keys []string) ([]string, error) {
-	var out []string
+// liveTokens returns the token of each of keys that has a live lease.
+func (b *Backend) liveTokens(ctx context.Context, keys []string) (map[string]uint64, error) {
+	out := make(map[string]uint64, len(keys))
 	if b.dialect == Postgres {
 		arg := make([][]byte, len(keys))
 		for i, k := range keys {
 			arg[i] = []byte(k)
 		}
-		rows, err := b.db.QueryContext(ctx, b.sql.freed, arg)
+		rows, err := b.db.QueryContext(ctx, b.sql.liveTokens, arg)
 		if err != nil {
 			return nil, err
 		}
 		defer rows.Close()
 		for rows.Next() {
 			var k []byte
-			if err := rows.Scan(&k); err != nil {
+			var token int64
+			if err := rows.Scan(&k, &token); err != nil {
 				return nil, err
 			}
-			out = append(out, string(k))
+			out[string(k)] = uint64(token)
 		}
 		return out, rows.Err()
 	}
@@ -265,8 +279,8 @@ func (b *Backend) freed(ctx context.Context, keys []string) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !found || !r.live(b.hostNow()) {
-			out = append(out, k)
+		if found && r.live(b.hostNow()) {
+			out[k] = uint64(r.token)
 		}
 	}
 	return out, nil

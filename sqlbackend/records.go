@@ -43,7 +43,7 @@ type statements struct {
 	// PostgreSQL: one statement per operation.
 	grant, renew, release, forceRelease string
 	// Both dialects.
-	token, inspect, list, admit, freed string
+	token, inspect, list, admit, liveTokens string
 
 	// SQLite: the rows the Go code reads and writes inside BEGIN IMMEDIATE.
 	read, insert, update, touch string
@@ -69,7 +69,7 @@ func newStatements(d Dialect, prefix string) statements {
 		s.list = r.Replace(`SELECT key, token, NOT released AND expires_at > n, expires_at, ` +
 			`(extract(epoch FROM expires_at - n) * 1000000)::bigint, owner ` +
 			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE ($1 = 0 OR key > $2) AND ($3 = 0 OR substring(key FROM 1 FOR $3) = $4) ORDER BY key LIMIT $5) AS l ORDER BY key`)
-		s.freed = r.Replace(`SELECT key FROM {t} WHERE key = ANY($1) AND (released OR expires_at <= clock_timestamp())`)
+		s.liveTokens = r.Replace(`SELECT key, token FROM {t} WHERE key = ANY($1) AND NOT released AND expires_at > clock_timestamp()`)
 		s.admit = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp() FOR SHARE`)
 		return s
 	}

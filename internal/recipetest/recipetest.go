@@ -1,6 +1,7 @@
 // Package recipetest runs the tests of the recipes over a Coordinator
 // (packages election and semaphore) on every backend: the in-memory one on
-// a fake clock, an embedded etcd member and a redis-server child process.
+// a fake clock, an embedded etcd member, a redis-server child process, a
+// SQLite file and a PostgreSQL child process.
 package recipetest
 
 import (
@@ -31,6 +32,10 @@ type World struct {
 	TTL time.Duration
 	// Margin is the Coordinators' default margin.
 	Margin time.Duration
+	// ObserveLag is how long a term must last for Observe (polling every
+	// 10ms) to see it on this store; zero means 150ms. On SQLite every
+	// read queues behind the waiters' polls for the file's write lock.
+	ObserveLag time.Duration
 	// Clock is the memory world's fake clock; nil on real servers.
 	Clock *memorybackend.FakeClock
 	// Etcd is the etcd world's member; nil elsewhere.
@@ -113,8 +118,8 @@ func RedisBackend(t testing.TB, addr, prefix string) backend.Backend {
 	return b
 }
 
-// Each runs f on every world: memory, then etcd and Redis (not with
-// -short).
+// Each runs f on every world: memory, then etcd, Redis, SQLite and
+// PostgreSQL (not with -short).
 func Each(t *testing.T, f func(t *testing.T, w World)) {
 	t.Run("memory", func(t *testing.T) { f(t, Memory(t)) })
 	if testing.Short() {
@@ -123,4 +128,6 @@ func Each(t *testing.T, f func(t *testing.T, w World)) {
 	}
 	t.Run("etcd", func(t *testing.T) { f(t, Etcd(t)) })
 	t.Run("redis", func(t *testing.T) { f(t, Redis(t)) })
+	t.Run("sqlite", func(t *testing.T) { f(t, SQLite(t)) })
+	t.Run("postgres", func(t *testing.T) { f(t, Postgres(t)) })
 }
