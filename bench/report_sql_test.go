@@ -33,8 +33,8 @@ import (
 //     with pg_try_advisory_lock + pg_advisory_unlock on one session (no
 //     token, no durability: the floor) and with SELECT 1 round trips;
 //   - on SQLite (a WAL file) with a flock(2) lock/unlock pair on a file,
-//     and the Lock handoff between two processes with a blocking flock(2)
-//     waiter's (see sqliteHandoff).
+//     and the Lock handoff between two processes against a blocking
+//     flock(2) waiter (see sqliteHandoff).
 func sqlSection(t *testing.T, r *report) {
 	srv := pgtest.Start(t)
 	db, err := sql.Open("pgx", srv.DSN())
