@@ -4,7 +4,10 @@ import (
 	"context"
 	cryptorand "crypto/rand"
 	"errors"
+	"fmt"
 	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -174,4 +177,55 @@ func countdown(n int) func() bool {
 		n--
 		return n >= 0
 	}
+}
+
+// timedHandoff is one kind of round of timedHandoffTable: fn hands a lock over
+// once and returns the time from the holder's release call, and from its
+// return, to the waiter's lock call returning.
+type timedHandoff struct {
+	name  string // the table's row
+	short string // the contender in the ratio lines
+	fn    func() (fromCall, fromReturn time.Duration, err error)
+}
+
+// timedHandoffTable runs rounds rounds of kinds, each round in a fresh random
+// order, and returns a Markdown table of each one's median, minimum and
+// maximum in µs, from the release's return and from its call, then the
+// ratio of kinds[0]'s medians to each other kind's.
+func timedHandoffTable(t *testing.T, kinds []timedHandoff, rounds int) string {
+	t.Helper()
+	fromCall := make([][]float64, len(kinds))
+	fromReturn := make([][]float64, len(kinds))
+	for range rounds {
+		for _, i := range rand.Perm(len(kinds)) {
+			call, ret, err := kinds[i].fn()
+			if err != nil {
+				t.Fatalf("handoff: %s: %v", kinds[i].name, err)
+			}
+			fromCall[i] = append(fromCall[i], float64(call.Microseconds()))
+			fromReturn[i] = append(fromReturn[i], float64(ret.Microseconds()))
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintln(&b, "| contender | from the release's return: median | min | max | from the release's call: median | min | max |")
+	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|")
+	for i, k := range kinds {
+		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", k.name,
+			median(fromReturn[i]), slices.Min(fromReturn[i]), slices.Max(fromReturn[i]),
+			median(fromCall[i]), slices.Min(fromCall[i]), slices.Max(fromCall[i]))
+	}
+	// Per-round ratios are meaningless here (a handoff can end before the
+	// release returns: 0 µs or less), so the ratio is of the medians, and
+	// none of a median at or below 0.
+	ratio := func(a, b []float64) string {
+		if median(b) <= 0 {
+			return "none (its median is not above 0 µs)"
+		}
+		return fmt.Sprintf("%.2fx", median(a)/median(b))
+	}
+	for i, k := range kinds[1:] {
+		fmt.Fprintf(&b, "\nHandoff from the release's return, %s / %s (medians): **%s**. From the release's call: %s.\n",
+			kinds[0].short, k.short, ratio(fromReturn[0], fromReturn[i+1]), ratio(fromCall[0], fromCall[i+1]))
+	}
+	return b.String()
 }

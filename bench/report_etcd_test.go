@@ -6,8 +6,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/url"
-	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -310,37 +308,16 @@ func etcdHandoff(t *testing.T, cli *clientv3.Client, rounds int) string {
 		return fromCall, fromReturn, err
 	}
 
-	kinds := []func() (time.Duration, time.Duration, error){ours, theirs}
-	var fromCall, fromReturn [2][]float64
-	for range rounds {
-		for _, i := range rand.Perm(len(kinds)) {
-			call, ret, err := kinds[i]()
-			if err != nil {
-				t.Fatalf("etcd handoff: %v", err)
-			}
-			fromCall[i] = append(fromCall[i], float64(call.Microseconds()))
-			fromReturn[i] = append(fromReturn[i], float64(ret.Microseconds()))
-		}
+	kinds := []timedHandoff{
+		{name: "ours: Held.Release → Coordinator.Lock", short: "ours", fn: ours},
+		{name: "Mutex: Unlock → Lock", short: "Mutex", fn: theirs},
 	}
+	table := timedHandoffTable(t, kinds, rounds)
 	if err := held.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
 	if err := holder.Unlock(ctx); err != nil {
 		t.Fatal(err)
 	}
-	// Per-round ratios are meaningless here (a handoff can end before the
-	// release returns: 0 µs), so the ratio is of the medians.
-	var b strings.Builder
-	fmt.Fprintf(&b, "etcd handoff, %d rounds each (%v settle before each release), fsync off; µs until the waiter's lock returned:\n\n", rounds, settle)
-	fmt.Fprintln(&b, "| contender | from the release's return: median | min | max | from the release's call: median | min | max |")
-	fmt.Fprintln(&b, "|---|---:|---:|---:|---:|---:|---:|")
-	for i, name := range []string{"ours: Held.Release → Coordinator.Lock", "Mutex: Unlock → Lock"} {
-		fmt.Fprintf(&b, "| %s | %.0f | %.0f | %.0f | %.0f | %.0f | %.0f |\n", name,
-			median(fromReturn[i]), slices.Min(fromReturn[i]), slices.Max(fromReturn[i]),
-			median(fromCall[i]), slices.Min(fromCall[i]), slices.Max(fromCall[i]))
-	}
-	ratio := median(fromReturn[0]) / median(fromReturn[1])
-	fmt.Fprintf(&b, "\nHandoff from the release's return, ours / Mutex (medians): **%.2fx**. From the release's call: %.2fx.\n",
-		ratio, median(fromCall[0])/median(fromCall[1]))
-	return b.String()
+	return fmt.Sprintf("etcd handoff, %d rounds each (%v settle before each release), fsync off; µs until the waiter's lock returned:\n\n", rounds, settle) + table
 }

@@ -1,17 +1,23 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	cryptorand "crypto/rand"
 	"database/sql"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
 	"github.com/fencing-go/fencing"
@@ -26,7 +32,9 @@ import (
 //     FOR UPDATE and UPDATE or INSERT to acquire, one UPDATE to release),
 //     with pg_try_advisory_lock + pg_advisory_unlock on one session (no
 //     token, no durability: the floor) and with SELECT 1 round trips;
-//   - on SQLite (a WAL file) with a flock(2) lock/unlock pair on a file.
+//   - on SQLite (a WAL file) with a flock(2) lock/unlock pair on a file,
+//     and the Lock handoff between two processes against a blocking
+//     flock(2) waiter (see sqliteHandoff).
 func sqlSection(t *testing.T, r *report) {
 	srv := pgtest.Start(t)
 	db, err := sql.Open("pgx", srv.DSN())
@@ -102,7 +110,7 @@ func sqlSection(t *testing.T, r *report) {
 		})
 	}
 
-	lite, err := sql.Open("sqlite", "file:"+filepath.Join(t.TempDir(), "bench.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)")
+	lite, err := sql.Open("sqlite", sqliteDSN(filepath.Join(t.TempDir(), "bench.db")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,11 +148,25 @@ func sqlSection(t *testing.T, r *report) {
 			{name: "flock lock+unlock", worker: flockWorker(t, lockFile)},
 		},
 	})
+	r.notes = append(r.notes, sqliteHandoff(t, 10*r.rounds))
 }
 
+// sqliteDSN opens a SQLite file as every SQLite contender does: WAL,
+// synchronous FULL, a busy timeout of 10 s.
+func sqliteDSN(path string) string {
+	return "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
+}
+
+// sqlCoordinator returns a Coordinator over tables of its own in db.
 func sqlCoordinator(t *testing.T, db *sql.DB, d sqlbackend.Dialect) *fencing.Coordinator {
+	return sqlCoordinatorPrefix(t, db, d, "bench_"+cryptorand.Text()[:8]+"_")
+}
+
+// sqlCoordinatorPrefix returns a Coordinator over the tables named with
+// prefix in db, created if need be.
+func sqlCoordinatorPrefix(t *testing.T, db *sql.DB, d sqlbackend.Dialect, prefix string) *fencing.Coordinator {
 	t.Helper()
-	b, err := sqlbackend.New(db, d, sqlbackend.WithoutSafetyChecks(), sqlbackend.WithTablePrefix("bench_"+cryptorand.Text()[:8]+"_"))
+	b, err := newSQLBackend(db, d, prefix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,6 +175,12 @@ func sqlCoordinator(t *testing.T, db *sql.DB, d sqlbackend.Dialect) *fencing.Coo
 		t.Fatal(err)
 	}
 	return fencing.New(b)
+}
+
+// newSQLBackend is the benchmarks' backend on db: the tables named with
+// prefix, no safety checks (PostgreSQL runs with fsync off).
+func newSQLBackend(db *sql.DB, d sqlbackend.Dialect, prefix string) (*sqlbackend.Backend, error) {
+	return sqlbackend.New(db, d, sqlbackend.WithoutSafetyChecks(), sqlbackend.WithTablePrefix(prefix))
 }
 
 func selectOne(ctx context.Context, db *sql.DB) error {
@@ -234,4 +262,218 @@ func flockWorker(t *testing.T, path string) func(int) func(int) error {
 			return syscall.Flock(fd, syscall.LOCK_UN)
 		}
 	}
+}
+
+// sqliteHandoffEnv, set to a directory, makes the test binary the waiter
+// of sqliteHandoff (see sqliteHandoffChild) instead of running tests.
+const sqliteHandoffEnv = "BENCH_SQLITE_HANDOFF_DIR"
+
+const (
+	// sqliteHandoffPrefix names the tables of the handoff's database, a
+	// file of its own.
+	sqliteHandoffPrefix = "bench_handoff_"
+	sqliteHandoffKey    = "handoff"
+	// sqlitePoll is how often sqlbackend's waiters on SQLite read the rows
+	// of the keys they wait for (its notify.go).
+	sqlitePoll = 10 * time.Millisecond
+	// sqliteSettle is the least time a handoff round lets the waiter settle
+	// into waiting before the release; a random pause of up to
+	// 2*sqlitePoll is added, so that the release falls at any point of
+	// the waiter's poll.
+	sqliteSettle = 30 * time.Millisecond
+)
+
+// sqliteHandoff times rounds lock handoffs of each kind between this
+// process and a child process (this test binary again, see
+// sqliteHandoffChild), in a shuffled order each round, and returns a
+// Markdown table. This process holds the key and releases it; the child
+// waits, and reads CLOCK_MONOTONIC (one clock for both processes) when its
+// lock call returns:
+//
+//   - ours: a Coordinator.Grant, then Coordinator.Release, to a
+//     Coordinator.Lock in the child, on one SQLite file (WAL, synchronous
+//     FULL). The waiter learns of the release from another process by
+//     polling: every 10 ms it reads the key's row.
+//   - flock: flock(2) LOCK_UN to a blocking LOCK_EX in the child, on one
+//     file: the kernel wakes the waiter.
+//
+// The child's lock call returning before the release's call would mean
+// both held the lock at once: the test fails.
+func sqliteHandoff(t *testing.T, rounds int) string {
+	ctx := context.Background()
+	dir := t.TempDir()
+	db, err := sql.Open("sqlite", sqliteDSN(filepath.Join(dir, "handoff.db")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	coord := sqlCoordinatorPrefix(t, db, sqlbackend.SQLite, sqliteHandoffPrefix)
+	lockFile, err := os.OpenFile(filepath.Join(dir, "flock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lockFile.Close() })
+	fd := int(lockFile.Fd())
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), sqliteHandoffEnv+"="+dir)
+	cmd.Stderr = os.Stderr
+	toChild, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start the waiter process: %v", err)
+	}
+	t.Cleanup(func() {
+		toChild.Close() // the child returns at the end of its input
+		if t.Failed() {
+			cmd.Process.Kill() // it may be waiting for a lock never released
+			cmd.Wait()
+			return
+		}
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("waiter process: %v", err)
+		}
+	})
+	fromChild := bufio.NewScanner(stdout)
+	expect := func(want string) error {
+		if !fromChild.Scan() {
+			return fmt.Errorf("waiter process: %v (expected %q)", fromChild.Err(), want)
+		}
+		if got := fromChild.Text(); got != want {
+			return fmt.Errorf("waiter process: %q, expected %q", got, want)
+		}
+		return nil
+	}
+	if err := expect("ready"); err != nil {
+		t.Fatal(err)
+	}
+
+	// round holds the lock, has the child wait for it in the way kind
+	// names, releases it and returns the handoff's times.
+	round := func(kind string, hold func() (release func() error, err error)) (fromCall, fromReturn time.Duration, err error) {
+		release, err := hold()
+		if err != nil {
+			return 0, 0, err
+		}
+		fmt.Fprintln(toChild, kind)
+		if err := expect("waiting"); err != nil {
+			return 0, 0, err
+		}
+		time.Sleep(sqliteSettle + rand.N(2*sqlitePoll))
+		called := monotonic()
+		if err := release(); err != nil {
+			return 0, 0, err
+		}
+		returned := monotonic()
+		if !fromChild.Scan() {
+			return 0, 0, fmt.Errorf("waiter process: %v", fromChild.Err())
+		}
+		at, ok := strings.CutPrefix(fromChild.Text(), "locked ")
+		ns, err := strconv.ParseInt(at, 10, 64)
+		if !ok || err != nil {
+			return 0, 0, fmt.Errorf("waiter process: %q", fromChild.Text())
+		}
+		locked := time.Duration(ns)
+		if locked < called {
+			return 0, 0, fmt.Errorf("the waiter's lock returned %v before the release was called", called-locked)
+		}
+		return locked - called, locked - returned, nil
+	}
+	kinds := []timedHandoff{
+		{name: "ours: Coordinator.Release → Coordinator.Lock (polls every 10 ms)", short: "ours", fn: func() (time.Duration, time.Duration, error) {
+			return round("fencing", func() (func() error, error) {
+				l, err := coord.Grant(ctx, sqliteHandoffKey, leaseTTL)
+				return func() error { return coord.Release(ctx, sqliteHandoffKey, l.ID) }, err
+			})
+		}},
+		{name: "flock(2): LOCK_UN → blocking LOCK_EX", short: "flock", fn: func() (time.Duration, time.Duration, error) {
+			return round("flock", func() (func() error, error) {
+				err := syscall.Flock(fd, syscall.LOCK_EX|syscall.LOCK_NB)
+				return func() error { return syscall.Flock(fd, syscall.LOCK_UN) }, err
+			})
+		}},
+	}
+	table := timedHandoffTable(t, kinds, rounds)
+	return fmt.Sprintf("\nLock handoff on SQLite between two processes, %d rounds each (%v plus a random 0-%v pause before each release; "+
+		"the waiter is a child process, ours polls the key's row every %v); µs from the holder's release until the waiter's lock returned "+
+		"(negative: before the release's call returned):\n\n", rounds, sqliteSettle, 2*sqlitePoll, sqlitePoll) + table
+}
+
+// sqliteHandoffChild is the waiter of sqliteHandoff, in a process of its
+// own on dir's files. For each line of its input ("fencing" or "flock") it
+// says "waiting", waits for the lock that way, reads CLOCK_MONOTONIC when
+// the lock call returns, unlocks and says "locked" and the reading in ns.
+// It returns the process's exit code at the end of its input.
+func sqliteHandoffChild(dir string) int {
+	fail := func(err error) int {
+		fmt.Fprintln(os.Stderr, "sqlite handoff waiter:", err)
+		return 1
+	}
+	ctx := context.Background()
+	db, err := sql.Open("sqlite", sqliteDSN(filepath.Join(dir, "handoff.db")))
+	if err != nil {
+		return fail(err)
+	}
+	defer db.Close()
+	b, err := newSQLBackend(db, sqlbackend.SQLite, sqliteHandoffPrefix)
+	if err != nil {
+		return fail(err)
+	}
+	defer b.Close()
+	coord := fencing.New(b)
+	f, err := os.OpenFile(filepath.Join(dir, "flock"), os.O_RDWR, 0)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	fmt.Println("ready")
+	in := bufio.NewScanner(os.Stdin)
+	for in.Scan() {
+		fmt.Println("waiting")
+		var locked time.Duration
+		switch in.Text() {
+		case "fencing":
+			h, err := coord.Lock(ctx, sqliteHandoffKey, leaseTTL)
+			locked = monotonic()
+			if err == nil {
+				err = h.Release(ctx)
+			}
+			if err != nil {
+				return fail(err)
+			}
+		case "flock":
+			err := syscall.Flock(fd, syscall.LOCK_EX)
+			locked = monotonic()
+			if err == nil {
+				err = syscall.Flock(fd, syscall.LOCK_UN)
+			}
+			if err != nil {
+				return fail(err)
+			}
+		default:
+			return fail(fmt.Errorf("unknown kind %q", in.Text()))
+		}
+		fmt.Println("locked", int64(locked))
+	}
+	if err := in.Err(); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// monotonic reads CLOCK_MONOTONIC, one clock for every process of the
+// host (Go's monotonic readings count from each process's start).
+func monotonic() time.Duration {
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		panic(err)
+	}
+	return time.Duration(ts.Nano())
 }

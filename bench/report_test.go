@@ -49,7 +49,7 @@ var reportSections = []struct {
 	{"memory", memorySection}, // vs the original single-mutex design; the Lock handoff
 	{"redis", redisSection},   // vs redislock, redsync and PING; server CPU from INFO commandstats
 	{"etcd", etcdSection},     // vs concurrency.Mutex (fresh and shared Session), Txn and Get floors
-	{"sql", sqlSection},       // PostgreSQL vs pglock's table lease, advisory locks, SELECT 1; SQLite vs flock
+	{"sql", sqlSection},       // PostgreSQL vs pglock's table lease, advisory locks, SELECT 1; SQLite vs flock, the handoff too
 }
 
 func TestReport(t *testing.T) {

@@ -23,7 +23,12 @@ var serverAddr string
 // serverErr says why serverAddr is empty.
 var serverErr error
 
+// TestMain starts the package's redis-server. With sqliteHandoffEnv set,
+// the binary is the waiter process of sqliteHandoff instead.
 func TestMain(m *testing.M) {
+	if dir := os.Getenv(sqliteHandoffEnv); dir != "" {
+		os.Exit(sqliteHandoffChild(dir))
+	}
 	os.Exit(runMain(m))
 }
 
