@@ -10,12 +10,14 @@ package etcdtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,17 +83,28 @@ func Start(t testing.TB, opts ...Option) *Member {
 	for _, opt := range opts {
 		opt(&o)
 	}
-	m := newMember(t, "m0", t.TempDir(), o.fsync)
-	m.cluster = m.Name + "=" + m.peerURL
-	t.Cleanup(m.Stop)
-	if err := m.Start(); err != nil {
-		t.Fatalf("etcdtest: %v", err)
+	for attempt := 1; ; attempt++ {
+		m := newMember(t, "m0", t.TempDir(), o.fsync)
+		m.cluster = m.Name + "=" + m.peerURL
+		t.Cleanup(m.Stop)
+		err := m.Start()
+		if err == nil {
+			err = m.waitReady()
+		}
+		if err == nil {
+			return m
+		}
+		if attempt == bindAttempts || !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatalf("etcdtest: %v", err)
+		}
+		m.Stop() // a port free a moment ago was taken since: others, anew
 	}
-	if err := m.waitReady(); err != nil {
-		t.Fatalf("etcdtest: %v", err)
-	}
-	return m
 }
+
+// bindAttempts is how many times a new member or cluster is started on
+// fresh ports when one of the ports it picked was taken in between (by
+// another test process: go test runs packages in parallel).
+const bindAttempts = 3
 
 func newMember(t testing.TB, name, dir string, fsync bool) *Member {
 	t.Helper()
@@ -243,6 +256,20 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 	for _, opt := range opts {
 		opt(&o)
 	}
+	for attempt := 1; ; attempt++ {
+		c, err := startCluster(t, n, o)
+		if err == nil {
+			return c
+		}
+		c.Stop()
+		if attempt == bindAttempts || !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatalf("etcdtest: %v", err)
+		}
+	}
+}
+
+// startCluster makes and starts an n-member cluster on fresh ports.
+func startCluster(t testing.TB, n int, o options) (*Cluster, error) {
 	c := &Cluster{}
 	var parts []string
 	for i := range n {
@@ -270,12 +297,13 @@ func StartCluster(t testing.TB, n int, opts ...Option) *Cluster {
 			errs <- m.waitReady()
 		}()
 	}
+	var first error
 	for range n {
-		if err := <-errs; err != nil {
-			t.Fatalf("etcdtest: %v", err)
+		if err := <-errs; err != nil && first == nil {
+			first = err
 		}
 	}
-	return c
+	return c, first
 }
 
 // Endpoints returns every member's client endpoint.
