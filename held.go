@@ -308,6 +308,7 @@ func (h *Held) Release(ctx context.Context) error {
 		h.mu.Lock()
 		h.ended = true
 		h.stopTimers()
+		h.max.holderReleases() // the holder releases it: no release at the cap
 		lost, lease := h.err, h.lease
 		h.mu.Unlock()
 		h.cancel(errReleased) // ends an in-flight renewal too

@@ -52,6 +52,20 @@ func (c holdConfig) grantTimeout(ttl time.Duration) time.Duration {
 type maxHold struct {
 	end     time.Time // the grant's send time plus the cap; zero: no cap
 	reached bool      // no renewal will be sent: the lease ends at its Deadline
+	// The release at the cap: its cancel while it runs, and whether the
+	// holder's Release came first (which then releases the lease itself,
+	// bounded by its own context).
+	releasing      context.CancelFunc
+	holderReleased bool
+}
+
+// holderReleases is called by Held.Release, with the Held's mu held: the
+// release at the cap, if any, is no longer needed.
+func (m *maxHold) holderReleases() {
+	m.holderReleased = true
+	if m.releasing != nil {
+		m.releasing()
+	}
 }
 
 // newMaxHold returns the cap of a held lease just granted: the grant was
@@ -116,15 +130,18 @@ func (h *Held) renewTimeout(lease Lease) (time.Duration, bool) {
 func (h *Held) endAtMaxHold(parent context.Context) {
 	<-h.ctx.Done()
 	h.mu.Lock()
-	capped, lease := errors.Is(h.err, ErrMaxHold), h.lease
-	h.mu.Unlock()
+	capped, lease := errors.Is(h.err, ErrMaxHold) && !h.max.holderReleased, h.lease
 	if !capped {
+		h.mu.Unlock()
 		h.afterEnd(parent, lease)
 		return
 	}
 	// The coordinator keeps the lease at most a TTL and the margin longer:
-	// a release that takes longer is moot.
+	// a release that takes longer is moot. The holder's Release, bounded
+	// by its own context, cuts it short.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), h.ttl)
 	defer cancel()
+	h.max.releasing = cancel
+	h.mu.Unlock()
 	_ = h.c.Release(ctx, h.key, lease.ID) // logged and counted by Release; the lease expires anyway
 }

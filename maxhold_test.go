@@ -35,6 +35,7 @@ type asked struct {
 	grants   []sentReq
 	renewals []sentReq
 	releases []time.Time
+	hang     bool // Release waits for its context to end
 }
 
 func newAsked(t *testing.T) *asked {
@@ -60,7 +61,12 @@ func (a *asked) Renew(ctx context.Context, req backend.Request) (backend.Lease, 
 func (a *asked) Release(ctx context.Context, key, leaseID string) error {
 	a.mu.Lock()
 	a.releases = append(a.releases, time.Now())
+	hang := a.hang
 	a.mu.Unlock()
+	if hang {
+		<-ctx.Done() // a server that does not answer
+		return ctx.Err()
+	}
 	return a.Backend.Release(ctx, key, leaseID)
 }
 
@@ -318,5 +324,33 @@ func TestMaxHoldMetricAndLog(t *testing.T) {
 	}
 	if lost < 0 || !slices.Contains(msgs[lost:], "fencing: release") {
 		t.Errorf("logs %q, want the loss, then the release", msgs)
+	}
+}
+
+// The release at the cap does not hold up the holder's Release, which is
+// bounded by its own context: with a server that does not answer, Release
+// returns when its context ends, not when the cap's release gives up (a TTL
+// later).
+func TestMaxHoldReleaseAtCapYieldsToHolder(t *testing.T) {
+	a := newAsked(t)
+	a.hang = true
+	h, err := fencing.New(a).Hold(context.Background(), "k", time.Minute, fencing.WithMaxHold(50*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, h, 10*time.Second)
+	waitFor(t, 10*time.Second, "the release at the cap sent", func() bool {
+		_, _, rels := a.sent()
+		return len(rels) == 1
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() { returned <- h.Release(ctx) }()
+	select {
+	case err := <-returned:
+		wantMaxHoldLoss(t, "Release", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("Release waited for the release at the cap, which a TTL (a minute) bounds")
 	}
 }
