@@ -28,12 +28,12 @@ func TestHoldMaxHold(t *testing.T) {
 	}
 }
 
-// On a shared server the key is free at the maximum hold, while the
-// command is still stopping: the lease was released, not left to expire
-// (--ttl plus a 30s margin).
+// On a shared server, renewed and its last renewal shortened, the key is
+// free at the maximum hold while the command is still stopping: the lease
+// was released, not left to expire (--ttl plus a 30s margin).
 func TestHoldMaxHoldReleases(t *testing.T) {
 	onServers(t, func(t *testing.T, s server) {
-		p := start(t, s.args("hold", "maxhold", "--ttl", "2s", "--margin", "30s", "--max-hold", "1s", "--grace", "60s",
+		p := start(t, s.args("hold", "maxhold", "--ttl", "1s", "--renew-interval", "200ms", "--margin", "30s", "--max-hold", "1500ms", "--grace", "60s",
 			"--", "sh", "-c", `trap 'echo term' TERM; echo $$; while :; do sleep 0.05; done`)...)
 		var pid int
 		fmt.Sscan(p.line(30*time.Second), &pid)
