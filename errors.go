@@ -55,7 +55,8 @@ var (
 	// (WithMaxHold) was reached. It is wrapped with ErrLeaseLost.
 	ErrMaxHold = errors.New("maximum hold reached")
 	// ErrInvalidOption: a HoldOption is nil or out of range (a renewal
-	// interval not shorter than the TTL, a negative duration, a bad owner).
+	// interval not shorter than the TTL, a negative duration, a maximum hold
+	// below backend.MinTimeout, a bad owner).
 	ErrInvalidOption = errors.New("invalid option")
 	// ErrNoAnswer: the backend did not answer a request attempt within the
 	// Coordinator's request timeout (WithRequestTimeout), or a renewal of a

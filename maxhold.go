@@ -13,10 +13,10 @@ import (
 // counts from the moment the grant that made the lease held was sent (the
 // moment its Deadline counts from; for Lock, the grant that got the key,
 // not the start of the wait). No grant or renewal asks for more than the
-// time left before that moment, so the lease's Deadline never passes it:
-// the last renewal is shortened to the time left, and with d at most the
-// TTL the grant itself asks for d and is never renewed. WithWarning still
-// warns before that last Deadline.
+// time left until the grant's send plus d, so the lease's Deadline never
+// passes that moment: the last renewal is shortened to the time left, and
+// with d at most the TTL the grant itself asks for d and is never renewed.
+// WithWarning still warns before that last Deadline.
 //
 // At that Deadline the held lease's Context ends with an error wrapping
 // ErrLeaseLost and ErrMaxHold, Err returns it, and the lease is released
@@ -24,7 +24,9 @@ import (
 // without waiting out the TTL and the margin. The loss is counted in
 // MetricLeasesLost with reason "max_hold" and logged like any other loss.
 // A lease lost earlier (a rejected renewal, a Deadline passed without a
-// confirmed renewal) is lost for that reason, as without the cap.
+// confirmed renewal) is lost for that reason, as without the cap. After
+// the last renewal nothing is sent until the cap, so a lease broken in
+// that stretch (ForceRelease) is reported at its Deadline as the cap.
 //
 // It stops a holder whose work is wedged while its renewer still runs from
 // keeping the key forever. d must be at least backend.MinTimeout.
