@@ -47,12 +47,16 @@ var (
 	ErrStaleToken = backend.ErrStaleToken
 
 	// ErrLeaseLost: a held lease (Hold, Lock, Do) ended before its holder
-	// released it: the coordinator rejected a renewal, or the Deadline of
-	// the last confirmed request passed without a newer confirmation. The
-	// error wraps the reason too.
+	// released it: the coordinator rejected a renewal, the Deadline of the
+	// last confirmed request passed without a newer confirmation, or the
+	// maximum hold was reached (ErrMaxHold). The error wraps the reason too.
 	ErrLeaseLost = errors.New("lease lost")
+	// ErrMaxHold: a held lease ended because its maximum hold
+	// (WithMaxHold) was reached. It is wrapped with ErrLeaseLost.
+	ErrMaxHold = errors.New("maximum hold reached")
 	// ErrInvalidOption: a HoldOption is nil or out of range (a renewal
-	// interval not shorter than the TTL, a negative duration, a bad owner).
+	// interval not shorter than the TTL, a negative duration, a maximum hold
+	// below backend.MinTimeout, a bad owner).
 	ErrInvalidOption = errors.New("invalid option")
 	// ErrNoAnswer: the backend did not answer a request attempt within the
 	// Coordinator's request timeout (WithRequestTimeout), or a renewal of a

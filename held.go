@@ -23,6 +23,7 @@ type holdConfig struct {
 	warnBefore   time.Duration // 0: no warnings
 	pollInterval time.Duration // Lock's fallback poll; 0: the default
 	waitTimeout  time.Duration // Lock's bound on the wait; 0: ctx alone
+	maxHold      time.Duration // the cap on the whole hold (maxhold.go); 0: none
 }
 
 // WithMargin sets the coordinator's margin for the held lease (default the
@@ -136,9 +137,9 @@ func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConf
 // holder releases it or it is lost. Its Context ends at the earliest of: a
 // renewal the coordinator rejects; the Deadline of the last confirmed grant
 // or renewal passing without a newer confirmation (counted, like
-// Lease.Deadline, from when that request was sent); the parent context
-// ending; Release. Work done under the lease runs under Context and stops by
-// itself.
+// Lease.Deadline, from when that request was sent); the maximum hold
+// (WithMaxHold) being reached; the parent context ending; Release. Work done
+// under the lease runs under Context and stops by itself.
 //
 // A Held is safe for concurrent use. Call Release when done, even after the
 // lease was lost: it stops the renewal and frees the key early.
@@ -159,6 +160,7 @@ type Held struct {
 	lastErr  error       // the latest failed renewal attempt's error
 	expiry   *time.Timer // ends the lease at its Deadline
 	warning  *time.Timer // sends on warn before the Deadline; nil without WithWarning
+	max      maxHold     // WithMaxHold's cap (maxhold.go)
 	released sync.Once
 	relErr   error
 }
@@ -182,7 +184,7 @@ func (c *Coordinator) Hold(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, opError("hold", key, err)
 	}
-	req, err := c.request(key, c.newLeaseID(), ttl, []time.Duration{cfg.margin})
+	req, err := c.request(key, c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
 	if err != nil {
 		return nil, opError("hold", key, err)
 	}
@@ -218,7 +220,7 @@ func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) 
 
 func (c *Coordinator) startHeld(parent context.Context, lease Lease, ttl time.Duration, cfg holdConfig) *Held {
 	ctx, cancel := context.WithCancelCause(parent)
-	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease}
+	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease, max: newMaxHold(lease, ttl, cfg)}
 	h.ctx = heldContext{Context: ctx, h: h}
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(time.Until(lease.Deadline), h.expire)
@@ -306,6 +308,7 @@ func (h *Held) Release(ctx context.Context) error {
 		h.mu.Lock()
 		h.ended = true
 		h.stopTimers()
+		h.max.holderReleases() // the holder releases it: no release at the cap
 		lost, lease := h.err, h.lease
 		h.mu.Unlock()
 		h.cancel(errReleased) // ends an in-flight renewal too
@@ -357,6 +360,10 @@ func (h *Held) expire() {
 	if time.Until(h.lease.Deadline) > 0 {
 		return
 	}
+	if h.max.reached {
+		h.loseLocked(h.max.err(h.cfg.maxHold))
+		return
+	}
 	if h.lastErr != nil {
 		h.loseLocked(fmt.Errorf("%w: %w without a confirmed renewal (last attempt: %w)", ErrLeaseLost, errDeadlinePassed, h.lastErr))
 		return
@@ -383,6 +390,7 @@ func (h *Held) confirm(l Lease) bool {
 	if h.ended {
 		return false
 	}
+	l = h.max.clamp(l)
 	h.lease, h.lastErr = l, nil
 	h.expiry.Reset(time.Until(l.Deadline))
 	if h.warning != nil {
@@ -396,6 +404,10 @@ func (h *Held) renew(parent context.Context) {
 	defer close(h.done)
 	for {
 		lease := h.Lease()
+		if h.maxReached() {
+			h.endAtMaxHold(parent)
+			return
+		}
 		sentAt := lease.Deadline.Add(-h.ttl)
 		if sleep(h.ctx, time.Until(sentAt.Add(h.cfg.interval))) != nil {
 			h.afterEnd(parent, lease)
@@ -417,10 +429,14 @@ func (h *Held) renewOnce(lease Lease) bool {
 			<-h.ctx.Done() // the expiry timer ends the lease
 			return false
 		}
+		timeout, ok := h.renewTimeout(lease)
+		if !ok {
+			return true // the maximum hold leaves nothing to renew for
+		}
 		// No attempt outlives the Deadline it could save; one cut off by
 		// it got no answer in time (ErrNoAnswer).
 		ctx, cancel := context.WithDeadlineCause(h.ctx, lease.Deadline, errNoAnswerCause)
-		next, err := h.c.Renew(ctx, h.key, lease.ID, h.ttl, h.cfg.margin)
+		next, err := h.c.Renew(ctx, h.key, lease.ID, timeout, h.cfg.margin)
 		cancel()
 		switch {
 		case err == nil:

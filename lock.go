@@ -74,7 +74,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	}
 	defer w.close()
 
-	req, err := c.request(key, c.newLeaseID(), ttl, []time.Duration{cfg.margin})
+	req, err := c.request(key, c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}

@@ -43,7 +43,8 @@ const (
 	MetricReleases = "fencing.releases"
 	// MetricLeasesLost counts held leases (Hold, Lock, Do) that ended before
 	// their holder released them, by reason: "rejected" (the coordinator
-	// refused a renewal) or "deadline" (no renewal was confirmed in time).
+	// refused a renewal), "deadline" (no renewal was confirmed in time) or
+	// "max_hold" (WithMaxHold's cap was reached).
 	MetricLeasesLost = "fencing.leases.lost"
 	// MetricLockWait is a histogram (seconds) of how long Lock waited
 	// before it got the key.
@@ -169,8 +170,8 @@ type observer struct {
 
 	// Attribute sets, built once so that recording allocates nothing.
 	opAttrs   [numOps][numOutcomes]metric.MeasurementOption
-	lostAttrs [2]metric.MeasurementOption // rejected, deadline
-	bAttrs    metric.MeasurementOption    // the backend alone
+	lostAttrs [numLostReasons]metric.MeasurementOption
+	bAttrs    metric.MeasurementOption // the backend alone
 }
 
 // durationBuckets suit requests from an in-process map (microseconds) to a
@@ -214,8 +215,9 @@ func (o *observer) init(b backend.Backend) {
 			o.opAttrs[i][j] = metric.WithAttributeSet(attribute.NewSet(be, AttrOperation.String(opNames[i]), AttrOutcome.String(outcomeNames[j])))
 		}
 	}
-	o.lostAttrs[0] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String("rejected")))
-	o.lostAttrs[1] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String("deadline")))
+	for i, r := range lostReasonNames {
+		o.lostAttrs[i] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String(r)))
+	}
 	o.bAttrs = metric.WithAttributeSet(attribute.NewSet(be))
 	o.on = true
 }
@@ -359,18 +361,39 @@ func (o *observer) lockStart(ctx context.Context) time.Time {
 	return time.Time{}
 }
 
+// lostReason is why a held lease was lost: the reason attribute of
+// MetricLeasesLost and of the log.
+type lostReason int
+
+const (
+	lostRejected lostReason = iota
+	lostDeadline
+	lostMaxHold
+	numLostReasons
+)
+
+var lostReasonNames = [numLostReasons]string{"rejected", "deadline", "max_hold"}
+
+func lostReasonOf(err error) lostReason {
+	switch {
+	case errors.Is(err, ErrMaxHold):
+		return lostMaxHold
+	case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
+		return lostRejected
+	}
+	return lostDeadline
+}
+
 // leaseLost records a held lease lost with err.
 func (o *observer) leaseLost(key string, token uint64, err error) {
 	ctx := context.Background()
+	reason := lostReasonOf(err)
 	if o.recording() {
-		reason := 1
-		if errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound) {
-			reason = 0
-		}
 		add(ctx, o.lost, o.lostAttrs[reason])
 	}
 	if o.log != nil {
-		o.log.LogAttrs(ctx, slog.LevelWarn, "fencing: lease lost", slog.String("key", key), slog.Uint64("token", token), slog.Any("error", err))
+		o.log.LogAttrs(ctx, slog.LevelWarn, "fencing: lease lost", slog.String("key", key), slog.Uint64("token", token),
+			slog.String("reason", lostReasonNames[reason]), slog.Any("error", err))
 	}
 }
 

@@ -27,6 +27,7 @@ type holdFlags struct {
 	waitTimeout   time.Duration
 	grace         time.Duration
 	renewInterval time.Duration
+	maxHold       time.Duration
 }
 
 func holdCommand() *cobra.Command {
@@ -48,6 +49,9 @@ so hold exits within a second of the command.
 If the lease is lost while the command runs (a renewal is refused, for instance
 after "release --force", or none is confirmed before the lease's deadline), hold
 sends the command SIGTERM, then SIGKILL after --grace, and exits with status 4.
+With --max-hold D, the lease is held for D in all, counted from its grant: the
+last renewal asks only for the time left, and at D hold says "maximum hold
+reached", releases the lease and stops the command the same way (status 4).
 The command runs in a process group of its own (unless its stdin is a terminal),
 and the signal goes to the whole group. SIGINT, SIGTERM and SIGHUP sent to hold
 are passed on to the command.
@@ -56,7 +60,8 @@ Exit status: the command's own; 3 the key is held (without --wait, or still held
 after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
 flags; 127 the command could not be started.`,
 		Example: `  fencing hold jobs/nightly --ttl 30s -- ./nightly.sh
-  fencing hold jobs/nightly --ttl 30s --wait --wait-timeout 10m -- sh -c 'run --token "$FENCING_TOKEN"'`,
+  fencing hold jobs/nightly --ttl 30s --wait --wait-timeout 10m -- sh -c 'run --token "$FENCING_TOKEN"'
+  fencing hold jobs/nightly --ttl 30s --max-hold 2h -- ./nightly.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
 				return errors.New("want KEY -- COMMAND [ARG...]: the key, then \"--\", then the command")
@@ -72,6 +77,7 @@ flags; 127 the command could not be started.`,
 	cmd.Flags().DurationVar(&hf.waitTimeout, "wait-timeout", 0, "with --wait: give up after this long (0: wait until interrupted)")
 	cmd.Flags().DurationVar(&hf.grace, "grace", 10*time.Second, "after the lease is lost: how long the command has between SIGTERM and SIGKILL")
 	cmd.Flags().DurationVar(&hf.renewInterval, "renew-interval", 0, "renew this long after each confirmed renewal (default a third of --ttl)")
+	cmd.Flags().DurationVar(&hf.maxHold, "max-hold", 0, "hold the lease for at most this long in all, from its grant, then stop the command as on a loss (0: no limit)")
 	conn = addBackendFlags(cmd)
 	addOwnerFlag(cmd, conn)
 	return cmd
@@ -83,6 +89,8 @@ func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, key string, argv []
 		return fmt.Errorf("%w: --grace %v is negative", errUsage, hf.grace)
 	case hf.waitTimeout < 0:
 		return fmt.Errorf("%w: --wait-timeout %v is negative", errUsage, hf.waitTimeout)
+	case hf.maxHold < 0:
+		return fmt.Errorf("%w: --max-hold %v is negative", errUsage, hf.maxHold)
 	case hf.waitTimeout > 0 && !hf.wait:
 		return fmt.Errorf("%w: --wait-timeout goes with --wait", errUsage)
 	}
@@ -153,6 +161,9 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fenci
 	opts := []fencing.HoldOption{fencing.WithMargin(hf.margin)}
 	if hf.renewInterval > 0 {
 		opts = append(opts, fencing.WithRenewInterval(hf.renewInterval))
+	}
+	if hf.maxHold > 0 {
+		opts = append(opts, fencing.WithMaxHold(hf.maxHold))
 	}
 	stop = func() { cancel(nil) }
 	if hf.wait {

@@ -1,0 +1,149 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// WithMaxHold caps how long Hold, Lock and Do hold the lease in all: d
+// counts from the moment the grant that made the lease held was sent (the
+// moment its Deadline counts from; for Lock, the grant that got the key,
+// not the start of the wait). No grant or renewal asks for more than the
+// time left until the grant's send plus d, so the lease's Deadline never
+// passes that moment: the last renewal is shortened to the time left, and
+// with d at most the TTL the grant itself asks for d and is never renewed.
+// WithWarning still warns before that last Deadline.
+//
+// At that Deadline the held lease's Context ends with an error wrapping
+// ErrLeaseLost and ErrMaxHold, Err returns it, and the lease is released
+// at once rather than left to expire, so the next holder gets the key
+// without waiting out the TTL and the margin. The loss is counted in
+// MetricLeasesLost with reason "max_hold" and logged like any other loss.
+// A lease lost earlier (a rejected renewal, a Deadline passed without a
+// confirmed renewal) is lost for that reason, as without the cap. After
+// the last renewal nothing is sent until the cap, so a lease broken in
+// that stretch (ForceRelease) is reported at its Deadline as the cap.
+//
+// It stops a holder whose work is wedged while its renewer still runs from
+// keeping the key forever. d must be at least backend.MinTimeout.
+func WithMaxHold(d time.Duration) HoldOption {
+	return func(c *holdConfig) error {
+		if d < backend.MinTimeout {
+			return fmt.Errorf("%w: maximum hold %v is below the minimum %v", ErrInvalidOption, d, backend.MinTimeout)
+		}
+		c.maxHold = d
+		return nil
+	}
+}
+
+// grantTimeout is the timeout the grant asks for: ttl, or the maximum
+// hold when that is shorter.
+func (c holdConfig) grantTimeout(ttl time.Duration) time.Duration {
+	if c.maxHold > 0 && c.maxHold < ttl {
+		return c.maxHold
+	}
+	return ttl
+}
+
+// maxHold is a Held's cap on its whole hold. Its fields are guarded by the
+// Held's mu.
+type maxHold struct {
+	end     time.Time // the grant's send time plus the cap; zero: no cap
+	reached bool      // no renewal will be sent: the lease ends at its Deadline
+	// The release at the cap: its cancel while it runs, and whether the
+	// holder's Release came first (which then releases the lease itself,
+	// bounded by its own context).
+	releasing      context.CancelFunc
+	holderReleased bool
+}
+
+// holderReleases is called by Held.Release, with the Held's mu held: the
+// release at the cap, if any, is no longer needed.
+func (m *maxHold) holderReleases() {
+	m.holderReleased = true
+	if m.releasing != nil {
+		m.releasing()
+	}
+}
+
+// newMaxHold returns the cap of a held lease just granted: the grant was
+// sent the grant's timeout before its Deadline.
+func newMaxHold(lease Lease, ttl time.Duration, cfg holdConfig) maxHold {
+	if cfg.maxHold == 0 {
+		return maxHold{}
+	}
+	end := lease.Deadline.Add(cfg.maxHold - cfg.grantTimeout(ttl))
+	return maxHold{end: end, reached: !lease.Deadline.Before(end)}
+}
+
+// clamp returns l with its Deadline at most the cap's end (a renewal that
+// asked for the time left was sent a moment after that was read), and
+// marks the cap reached when l's Deadline is there.
+func (m *maxHold) clamp(l Lease) Lease {
+	if m.end.IsZero() {
+		return l
+	}
+	if !l.Deadline.Before(m.end) {
+		l.Deadline = m.end
+		m.reached = true
+	}
+	return l
+}
+
+// err is the loss at the cap d.
+func (m *maxHold) err(d time.Duration) error {
+	return fmt.Errorf("%w: %w (%v after the grant was sent)", ErrLeaseLost, ErrMaxHold, d)
+}
+
+// maxReached reports whether the cap leaves nothing to renew.
+func (h *Held) maxReached() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.max.reached
+}
+
+// renewTimeout returns the timeout the next renewal attempt of lease asks
+// for: the TTL, or the time left before the cap when that is shorter. It
+// reports false, and marks the cap reached, when that time is too short to
+// renew for (below backend.MinTimeout, or no later than lease's Deadline).
+func (h *Held) renewTimeout(lease Lease) (time.Duration, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.max.end.IsZero() {
+		return h.ttl, true
+	}
+	left := time.Until(h.max.end)
+	if left < backend.MinTimeout || !h.max.end.After(lease.Deadline) {
+		h.max.reached = true
+		return 0, false
+	}
+	return min(h.ttl, left), true
+}
+
+// endAtMaxHold is the renewer's end once the cap leaves nothing to renew:
+// it waits for the lease's context to end (the expiry timer ends it at the
+// last Deadline with the cap's error), then releases the lease at once.
+// When something else ended the lease first, it ends as the renewer
+// always does (afterEnd).
+func (h *Held) endAtMaxHold(parent context.Context) {
+	<-h.ctx.Done()
+	h.mu.Lock()
+	capped, lease := errors.Is(h.err, ErrMaxHold) && !h.max.holderReleased, h.lease
+	if !capped {
+		h.mu.Unlock()
+		h.afterEnd(parent, lease)
+		return
+	}
+	// The coordinator keeps the lease at most a TTL and the margin longer:
+	// a release that takes longer is moot. The holder's Release, bounded
+	// by its own context, cuts it short.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), h.ttl)
+	defer cancel()
+	h.max.releasing = cancel
+	h.mu.Unlock()
+	_ = h.c.Release(ctx, h.key, lease.ID) // logged and counted by Release; the lease expires anyway
+}
