@@ -70,7 +70,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 // WithLogger makes the Coordinator log what it does with l: grants,
-// renewals, releases and lost leases at Debug, failures and forced releases
+// renewals and releases at Debug; failures, lost leases and forced releases
 // at Warn. Logs name the key and the token, never the lease ID. The default
 // (and a nil l) logs nothing.
 func WithLogger(l *slog.Logger) Option {
