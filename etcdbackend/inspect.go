@@ -13,25 +13,6 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// Token implements backend.Backend with one linearizable read. A lease whose
-// TTL ran out but which etcd has not yet revoked is reported live.
-func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
-		return 0, false, err
-	}
-	resp, err := b.kv.Get(ctx, b.keys(key).lease, clientv3.WithKeysOnly())
-	if err != nil {
-		return 0, false, fmt.Errorf("etcd get: %w", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return 0, false, nil
-	}
-	return uint64(resp.Kvs[0].CreateRevision), true, nil
-}
-
 // Inspect implements backend.Inspector. It is one linearizable read of the
 // key's records when no lease is live, and that read plus a LeaseTimeToLive
 // of the live lease's etcd lease (two round trips) when one is: etcd reports
