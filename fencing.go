@@ -1,37 +1,9 @@
-// Package fencing hands out leases on keys with fencing tokens.
-//
-// A lease says "you may act on this key until your Deadline". Each new lease
-// on a key carries a token strictly larger than every token the key had
-// before, so a resource that remembers the highest token it has seen can
-// reject a writer whose lease quietly ran out (a GC pause, a slow network):
-// that writer's token is stale.
-//
-// A Coordinator does defaults, lease IDs, resends and local deadlines; a
-// backend.Backend (in memory, etcd, Redis or your own) checks the arguments
-// (backend.CheckRequest) and does the atomic work against the coordinator's
-// clock, the only clock that decides expiry.
-//
-// # Time
-//
-// The backend ends a lease at expiresAt = now + timeout + margin on its own
-// clock, at the moment it processes the request. The holder's promise to
-// itself is Lease.Deadline = t_send + timeout on its monotonic clock, where
-// t_send is read just before the request leaves. Network delay only moves
-// the backend's expiry later than the holder's deadline, and the margin
-// absorbs clock rate differences: a holder that stops by its Deadline never
-// overlaps the next holder as long as the two clocks' rates differ by less
-// than margin/timeout.
 package fencing
 
 import (
 	"context"
-	cryptorand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
@@ -265,76 +237,6 @@ func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live
 		return 0, false, opError("token", key, err)
 	}
 	return token, live, nil
-}
-
-// idSource makes lease IDs from ChaCha8 streams, a cryptographically strong
-// generator, each seeded with 256 bits from crypto/rand, so no ID tells
-// anything about another. A ChaCha8 is not safe for concurrent use: the pool
-// lends each to one goroutine at a time. Each Coordinator has its own.
-type idSource struct{ pool sync.Pool }
-
-func newIDSource() *idSource {
-	return &idSource{pool: sync.Pool{New: func() any {
-		var seed [32]byte
-		cryptorand.Read(seed[:]) // never fails: it crashes the program instead
-		return rand.NewChaCha8(seed)
-	}}}
-}
-
-// newLeaseID returns a fresh lease ID: 26 characters of the RFC 4648 base32
-// alphabet, as crypto/rand.Text makes, each 5 random bits (130 in all), at
-// a third of its cost.
-func (c *Coordinator) newLeaseID() string {
-	g := c.ids.pool.Get().(*rand.ChaCha8)
-	a, b, d := g.Uint64(), g.Uint64(), g.Uint64()
-	c.ids.pool.Put(g)
-	// Two characters (10 bits) at a time: 12 from each of a and b (60 of
-	// their 64 bits), 2 from d.
-	var id [26]byte
-	for i := 0; i < 12; i += 2 {
-		binary.LittleEndian.PutUint16(id[i:], base32Pairs[a&1023])
-		binary.LittleEndian.PutUint16(id[12+i:], base32Pairs[b&1023])
-		a, b = a>>10, b>>10
-	}
-	binary.LittleEndian.PutUint16(id[24:], base32Pairs[d&1023])
-	return string(id[:])
-}
-
-// base32Pairs maps 10 bits to two characters of the RFC 4648 base32
-// alphabet, the low 5 bits first, as little-endian uint16s.
-var base32Pairs = func() (t [1024]uint16) {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-	for i := range t {
-		t[i] = uint16(alphabet[i&31]) | uint16(alphabet[i>>5])<<8
-	}
-	return t
-}()
-
-// clockRefresh is how old the wall-clock reading of a sendClock may be.
-const clockRefresh = time.Second
-
-// sendClock reads the local clock for the moment a request leaves, from
-// which its Deadline counts. time.Now reads two clocks, the wall clock and
-// the monotonic one, which costs more than reading the monotonic one alone;
-// the monotonic reading is what Deadline is compared by, and the wall
-// reading is only what a Deadline prints as.
-type sendClock struct {
-	base atomic.Pointer[time.Time] // a time.Now at most clockRefresh old
-}
-
-// now returns the current time: its monotonic reading is read now, and its
-// wall reading is that of a time.Now at most clockRefresh old plus the
-// monotonic time since (so it is off only by a step of the wall clock
-// within the last clockRefresh).
-func (c *sendClock) now() time.Time {
-	if b := c.base.Load(); b != nil {
-		if d := time.Since(*b); d >= 0 && d < clockRefresh {
-			return b.Add(d)
-		}
-	}
-	t := time.Now()
-	c.base.Store(&t)
-	return t
 }
 
 // request builds a grant or renew request, without an owner (a grant sets
