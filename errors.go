@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/guard"
 )
 
 // Errors returned by the Coordinator and every backend. Test them with
@@ -44,7 +45,7 @@ var (
 	ErrOutcomeUnknown = backend.ErrOutcomeUnknown
 	// ErrStaleToken: a resource-side guard refused a write whose token is
 	// lower than the highest it has admitted (see package guard).
-	ErrStaleToken = backend.ErrStaleToken
+	ErrStaleToken = guard.ErrStaleToken
 
 	// ErrLeaseLost: a held lease (Hold, Lock, Do) ended before its holder
 	// released it: the coordinator rejected a renewal, or the Deadline of

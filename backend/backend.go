@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/fencing-go/fencing/internal/staletoken"
 )
 
 // Backend is a store that grants leases with fencing tokens.
@@ -112,10 +114,9 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrClosed is returned by a backend after Close.
 	ErrClosed = errors.New("backend closed")
-	// ErrStaleToken is returned by a resource-side guard for a write whose
-	// token is lower than the highest one the resource has admitted.
-	// Nothing of that write was applied.
-	ErrStaleToken = errors.New("fencing: stale token")
+	// ErrStaleToken is guard.ErrStaleToken, kept here for code that
+	// imported it from this package: no backend returns it.
+	ErrStaleToken = staletoken.Err
 )
 
 // CheckKey returns an error wrapping ErrInvalidKey unless key is 1 to

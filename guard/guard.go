@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/staletoken"
 )
 
 // Guard admits fencing tokens for resources.
@@ -27,8 +28,9 @@ type Guard interface {
 var (
 	// ErrStaleToken is returned for a write or Admit whose token is lower
 	// than the fence: the highest token the resource has admitted. Nothing
-	// of that write was applied. It is fencing.ErrStaleToken.
-	ErrStaleToken = backend.ErrStaleToken
+	// of that write was applied. fencing.ErrStaleToken and
+	// backend.ErrStaleToken are the same value.
+	ErrStaleToken = staletoken.Err
 	// ErrInvalidToken is returned for token 0 (never minted) and, by a
 	// guard whose store cannot hold it, for a token out of the store's
 	// range (see sqlguard.TokenRangeError). Nothing was changed.
