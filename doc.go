@@ -13,12 +13,12 @@
 //
 // # Time
 //
-// The backend ends a lease at expiresAt = now + timeout + margin on its own
+// The backend ends a lease at expiresAt = now + ttl + margin on its own
 // clock, at the moment it processes the request. The holder's promise to
-// itself is Lease.Deadline = t_send + timeout on its monotonic clock, where
+// itself is Lease.Deadline = t_send + ttl on its monotonic clock, where
 // t_send is read just before the request leaves. Network delay only moves
 // the backend's expiry later than the holder's deadline, and the margin
 // absorbs clock rate differences: a holder that stops by its Deadline never
 // overlaps the next holder as long as the two clocks' rates differ by less
-// than margin/timeout.
+// than margin/ttl.
 package fencing

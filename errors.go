@@ -25,8 +25,8 @@ var (
 	// ErrLeaseExpired: the lease ID was the key's most recent lease, and its
 	// time ran out on the coordinator's clock. Nothing was changed.
 	ErrLeaseExpired = backend.ErrLeaseExpired
-	// ErrInvalidTimeout: the timeout is below backend.MinTimeout (a
-	// millisecond), or timeout+margin exceeds backend.MaxDuration.
+	// ErrInvalidTimeout: the TTL is below backend.MinTimeout (a
+	// millisecond), or ttl+margin exceeds backend.MaxDuration.
 	ErrInvalidTimeout = backend.ErrInvalidTimeout
 	// ErrInvalidMargin: the margin is negative, or more than one was given.
 	ErrInvalidMargin = backend.ErrInvalidMargin

@@ -25,13 +25,14 @@ type Lease struct {
 	// ID is the holder's credential: 26 base32 characters carrying 130
 	// bits from a ChaCha8 generator seeded with 256 bits from crypto/rand,
 	// so it cannot be guessed from the key, the token, the time or other
-	// IDs.
+	// IDs. It is ID, not LeaseID, because it is the Lease's own ID;
+	// parameters and other types name a lease's ID LeaseID.
 	ID string
 	// Token is the fencing token: larger than every earlier token on Key.
 	// Send it with every write to the protected resource.
 	Token uint64
-	// TTL is the timeout actually granted, after any rounding up by the
-	// backend. It is at least the timeout asked for.
+	// TTL is the TTL actually granted, after any rounding up by the
+	// backend. It is at least the TTL asked for.
 	TTL time.Duration
 	// Margin is the coordinator's safety buffer past TTL.
 	Margin time.Duration
@@ -41,7 +42,7 @@ type Lease struct {
 	ExpiresAt time.Time
 	// Deadline is the local time (with a monotonic reading) by which the
 	// holder must stop relying on the lease: the moment just before the
-	// request was sent plus the timeout asked for, without the margin.
+	// request was sent plus the TTL asked for, without the margin.
 	// Go compares it by its monotonic reading (time.Until, Before, After);
 	// its wall-clock reading, which only printing and Round(0) use, is
 	// derived from a wall-clock reading at most a second older, so a step
@@ -137,16 +138,16 @@ func New(b backend.Backend, opts ...Option) *Coordinator {
 	return c
 }
 
-// Grant takes a new lease on key for timeout, with the coordinator keeping it
-// for a further margin (at most one; default the Coordinator's default
+// Grant takes a new lease on key for ttl, with the coordinator keeping it for
+// a further margin (at most one; default the Coordinator's default
 // margin). It fails with ErrLeaseHeld while another lease on key is live.
 //
 // Grant takes the lease and leaves it to the caller; Hold also keeps it
 // renewed, Lock waits for the key, and Do runs a function under a held lease.
 // When the outcome stays unknown the error is an *OutcomeError with the lease
 // ID, so the caller can release or adopt the lease it may have taken.
-func (c *Coordinator) Grant(ctx context.Context, key string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	req, err := c.request(key, c.newLeaseID(), timeout, margin)
+func (c *Coordinator) Grant(ctx context.Context, key string, ttl time.Duration, margin ...time.Duration) (Lease, error) {
+	req, err := c.request(key, c.newLeaseID(), ttl, margin)
 	if err != nil {
 		return Lease{}, opError("grant", key, err)
 	}
@@ -155,16 +156,16 @@ func (c *Coordinator) Grant(ctx context.Context, key string, timeout time.Durati
 }
 
 // Acquire is an alias of Grant.
-func (c *Coordinator) Acquire(ctx context.Context, key string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	return c.Grant(ctx, key, timeout, margin...)
+func (c *Coordinator) Acquire(ctx context.Context, key string, ttl time.Duration, margin ...time.Duration) (Lease, error) {
+	return c.Grant(ctx, key, ttl, margin...)
 }
 
-// Renew extends the live lease leaseID on key to timeout (plus margin) from
-// now, keeping its token. A lease whose time ran out gets ErrLeaseExpired; an
-// ID that is not the key's current lease gets ErrLeaseNotFound. Either way
+// Renew extends the live lease leaseID on key to ttl (plus margin) from now,
+// keeping its token. A lease whose time ran out gets ErrLeaseExpired; an ID
+// that is not the key's current lease gets ErrLeaseNotFound. Either way
 // nothing changes, and the holder must stop using the token.
-func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	req, err := c.request(key, leaseID, timeout, margin)
+func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, ttl time.Duration, margin ...time.Duration) (Lease, error) {
+	req, err := c.request(key, leaseID, ttl, margin)
 	if err != nil {
 		return Lease{}, opError("renew", key, err)
 	}
@@ -172,8 +173,8 @@ func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, timeout ti
 }
 
 // Extend is an alias of Renew.
-func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	return c.Renew(ctx, key, leaseID, timeout, margin...)
+func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.Duration, margin ...time.Duration) (Lease, error) {
+	return c.Renew(ctx, key, leaseID, ttl, margin...)
 }
 
 // Release ends the live lease leaseID on key at once: its token stops
@@ -243,7 +244,7 @@ func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live
 // it; a renewal keeps the stored one). Its arguments are checked by the
 // backend, which every backend must do (package conformance holds them to
 // it); the Coordinator checks only what it alone takes: the margins.
-func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margins []time.Duration) (backend.Request, error) {
+func (c *Coordinator) request(key, leaseID string, ttl time.Duration, margins []time.Duration) (backend.Request, error) {
 	margin := c.defaultMargin
 	switch len(margins) {
 	case 0:
@@ -252,7 +253,7 @@ func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margin
 	default:
 		return backend.Request{}, fmt.Errorf("%w: %d margins given, at most one allowed", ErrInvalidMargin, len(margins))
 	}
-	return backend.Request{Key: key, LeaseID: leaseID, Timeout: timeout, Margin: margin}, nil
+	return backend.Request{Key: key, LeaseID: leaseID, Timeout: ttl, Margin: margin}, nil
 }
 
 // send runs a grant or renew, resending it with the same lease ID while its

@@ -443,15 +443,15 @@ func (h *Held) afterEnd(parent context.Context, lease Lease) {
 // reason) whatever fn returned, and fn's error too: a fn that returns
 // ctx.Err() after the loss gets an error for which both errors.Is(err,
 // ErrLeaseLost) and errors.Is(err, context.Canceled) hold.
-func (c *Coordinator) Do(ctx context.Context, key string, timeout time.Duration, fn func(ctx context.Context, lease Lease) error, opts ...HoldOption) error {
-	h, err := c.Hold(ctx, key, timeout, opts...)
+func (c *Coordinator) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lease Lease) error, opts ...HoldOption) error {
+	h, err := c.Hold(ctx, key, ttl, opts...)
 	if err != nil {
 		return err
 	}
 	fnErr := fn(h.Context(), h.Lease())
 	// Release even when ctx is done: the lease would otherwise block the key
 	// until it expires.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 	defer cancel()
 	relErr := h.Release(rctx)
 	switch {

@@ -40,7 +40,8 @@ type Request struct {
 	// fencing draws 130 random bits; see fencing.Lease.ID). It doubles as
 	// the grant's request nonce.
 	LeaseID string
-	// Timeout is how long the holder may rely on the lease.
+	// Timeout is the lease's TTL: how long the holder may rely on it. (The
+	// field keeps its first name; everywhere else this is the ttl.)
 	Timeout time.Duration
 	// Margin is the coordinator's extra safety buffer past Timeout, for
 	// clock drift between holder and coordinator.
@@ -60,7 +61,7 @@ type Lease struct {
 	LeaseID string
 	// Token is the fencing token: larger than every earlier token on Key.
 	Token uint64
-	// TTL is the timeout actually granted, after any rounding up by the
+	// TTL is the TTL actually granted, after any rounding up by the
 	// backend (etcd grants whole seconds); TTL >= Request.Timeout.
 	TTL time.Duration
 	// Margin is the margin granted (as requested).
@@ -83,9 +84,9 @@ const (
 	// MaxDuration is the longest Timeout + Margin. Longer leases are almost
 	// certainly a bug, and the cap keeps every backend's arithmetic exact.
 	MaxDuration = 366 * 24 * time.Hour
-	// MinTimeout is the shortest Timeout: a millisecond, the finest unit
+	// MinTimeout is the shortest TTL (Request.Timeout): a millisecond, the finest unit
 	// every backend keeps a lease's time in (Redis counts milliseconds,
-	// etcd rounds up to whole seconds). A shorter timeout is refused with
+	// etcd rounds up to whole seconds). A shorter TTL is refused with
 	// ErrInvalidTimeout rather than granted with a Deadline that has passed
 	// before the answer arrives; it is most often a bare number where a
 	// duration was meant (5 for 5s).
@@ -94,8 +95,7 @@ const (
 
 // Sentinel errors. Package fencing re-exports them; test with errors.Is.
 // Their text does not name the package (package fencing puts the operation
-// and the key before it); ErrStaleToken, a guard's, does, as the guards'
-// own errors do.
+// and the key before it), nor do the guards' (ErrStaleToken is a guard's).
 var (
 	// ErrLeaseHeld: a live lease with another ID holds the key. A backend
 	// knows that the lease is another one, not whose it is (it may be the
@@ -132,20 +132,20 @@ func CheckKey(key string) error {
 }
 
 // CheckDurations returns an error wrapping ErrInvalidTimeout or
-// ErrInvalidMargin unless timeout >= MinTimeout, margin >= 0 and timeout +
+// ErrInvalidMargin unless ttl >= MinTimeout, margin >= 0 and ttl +
 // margin is at most MaxDuration (which also rules out overflow).
-func CheckDurations(timeout, margin time.Duration) error {
-	if timeout <= 0 {
-		return fmt.Errorf("%w: %v is not positive", ErrInvalidTimeout, timeout)
+func CheckDurations(ttl, margin time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: %v is not positive", ErrInvalidTimeout, ttl)
 	}
-	if timeout < MinTimeout {
-		return fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTimeout, timeout, MinTimeout)
+	if ttl < MinTimeout {
+		return fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTimeout, ttl, MinTimeout)
 	}
 	if margin < 0 {
 		return fmt.Errorf("%w: %v is negative", ErrInvalidMargin, margin)
 	}
-	if timeout > MaxDuration || margin > MaxDuration-timeout {
-		return fmt.Errorf("%w: timeout %v + margin %v exceeds the maximum %v", ErrInvalidTimeout, timeout, margin, MaxDuration)
+	if ttl > MaxDuration || margin > MaxDuration-ttl {
+		return fmt.Errorf("%w: ttl %v + margin %v exceeds the maximum %v", ErrInvalidTimeout, ttl, margin, MaxDuration)
 	}
 	return nil
 }

@@ -85,7 +85,7 @@ func code(err error) codes.Code {
 // the request reached a connection.
 func mutationError(op string, err error, sent bool) error {
 	if sent && ambiguous(err) {
-		return fmt.Errorf("%w: etcd %s: %w", backend.ErrOutcomeUnknown, op, err)
+		return fmt.Errorf("%w: etcdbackend: %s: %w", backend.ErrOutcomeUnknown, op, err)
 	}
-	return fmt.Errorf("etcd %s: %w", op, err)
+	return fmt.Errorf("etcdbackend: %s: %w", op, err)
 }

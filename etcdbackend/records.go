@@ -155,7 +155,7 @@ func (b *Backend) readAt(ctx context.Context, k keys, rev int64) (state, error) 
 	// records begin with.
 	resp, err := b.kv.Get(ctx, k.id, clientv3.WithRange(k.released+"\x00"), clientv3.WithRev(rev))
 	if err != nil {
-		return state{}, fmt.Errorf("etcd read: %w", err)
+		return state{}, fmt.Errorf("etcdbackend: read: %w", err)
 	}
 	var st state
 	for _, kv := range resp.Kvs {

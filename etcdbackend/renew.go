@@ -90,7 +90,7 @@ func (b *Backend) relet(ctx context.Context, req backend.Request, k keys, st sta
 	sent := time.Now()
 	lg, err := b.cli.Grant(ctx, want)
 	if err != nil {
-		return backend.Lease{}, fmt.Errorf("etcd lease grant: %w", err)
+		return backend.Lease{}, fmt.Errorf("etcdbackend: lease grant: %w", err)
 	}
 	old := clientv3.LeaseID(st.lease.Lease)
 	m := meta{asked: want, granted: lg.TTL, margin: req.Margin, leaseID: req.LeaseID, owner: st.meta.owner}

@@ -19,7 +19,7 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 	}
 	resp, err := b.kv.Get(ctx, b.keys(key).lease, clientv3.WithKeysOnly())
 	if err != nil {
-		return 0, false, fmt.Errorf("etcd get: %w", err)
+		return 0, false, fmt.Errorf("etcdbackend: get: %w", err)
 	}
 	if len(resp.Kvs) == 0 {
 		return 0, false, nil

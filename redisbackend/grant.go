@@ -34,7 +34,7 @@ func (b *Backend) grantOrRenew(ctx context.Context, op string, s *script, req ba
 	lease, err := parseLease(reply, req.Key, req.LeaseID, ttl, req.Margin)
 	if err != nil {
 		// The script ran, but we cannot tell what it did.
-		return backend.Lease{}, fmt.Errorf("%w: redis %s: %w", backend.ErrOutcomeUnknown, op, err)
+		return backend.Lease{}, fmt.Errorf("%w: redisbackend: %s: %w", backend.ErrOutcomeUnknown, op, err)
 	}
 	return lease, nil
 }

@@ -55,7 +55,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 		return page{infos, next}, err
 	})
 	if abandoned(err) || errors.As(err, new(notSentError)) {
-		return nil, "", fmt.Errorf("redis list: %w", err)
+		return nil, "", fmt.Errorf("redisbackend: list: %w", err)
 	}
 	return p.infos, p.next, err
 }
@@ -208,7 +208,7 @@ func (b *Backend) states(ctx context.Context, rks []string) ([]backend.KeyInfo, 
 		}
 		st, err := parseState(reply)
 		if err != nil {
-			return nil, fmt.Errorf("redis list: %w", err)
+			return nil, fmt.Errorf("redisbackend: list: %w", err)
 		}
 		key, _ := b.decodeKey(rks[i])
 		infos = append(infos, backend.KeyInfo{Key: key, State: st})
@@ -248,7 +248,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 	}
 	st, err := parseState(reply)
 	if err != nil {
-		return backend.KeyState{}, fmt.Errorf("redis inspect: %w", err)
+		return backend.KeyState{}, fmt.Errorf("redisbackend: inspect: %w", err)
 	}
 	return st, nil
 }

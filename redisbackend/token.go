@@ -66,7 +66,7 @@ func (b *Backend) pipelinedToken(ctx context.Context, rk string) (tok uint64, li
 // readToken reads the replies of HMGET token exp and TIME.
 func readToken(h, t []any) (tok uint64, live, sure bool, err error) {
 	if len(h) != 2 || len(t) != 2 {
-		return 0, false, true, fmt.Errorf("redis token: %w: %d fields, %d clock values", errBadReply, len(h), len(t))
+		return 0, false, true, fmt.Errorf("redisbackend: token: %w: %d fields, %d clock values", errBadReply, len(h), len(t))
 	}
 	exp, _ := h[1].(string)
 	if exp == "" || exp == "r" {
@@ -81,7 +81,7 @@ func readToken(h, t []any) (tok uint64, live, sure bool, err error) {
 	s, err1 := strconv.ParseInt(sec, 10, 64)
 	us, err2 := strconv.ParseInt(usec, 10, 64)
 	if err := errors.Join(err1, err2); err != nil {
-		return 0, false, true, fmt.Errorf("redis token: %w: TIME: %w", errBadReply, err)
+		return 0, false, true, fmt.Errorf("redisbackend: token: %w: TIME: %w", errBadReply, err)
 	}
 	if s*1_000_000+us >= e {
 		return 0, false, false, nil // looks ended: ask the script
@@ -95,7 +95,7 @@ func readToken(h, t []any) (tok uint64, live, sure bool, err error) {
 func parseToken(s string) (uint64, bool, error) {
 	tok, err := strconv.ParseUint(s, 10, 64)
 	if err != nil {
-		return 0, false, fmt.Errorf("redis token: %w %q: %w", errBadReply, s, err)
+		return 0, false, fmt.Errorf("redisbackend: token: %w %q: %w", errBadReply, s, err)
 	}
 	return tok, true, nil
 }

@@ -6,4 +6,4 @@ package staletoken
 import "errors"
 
 // Err is guard.ErrStaleToken.
-var Err = errors.New("fencing: stale token")
+var Err = errors.New("stale token")
