@@ -256,20 +256,13 @@ func (f *connFlags) openEtcd(ctx context.Context, s *session) error {
 	if f.prefix != "" {
 		opts = append(opts, etcdbackend.WithPrefix(f.prefix))
 	}
-	b, err := etcdbackend.New(cli, opts...)
-	if err != nil {
-		cli.Close()
-		return err
-	}
-	// A read of one key under the prefix: it needs no more permission
-	// than the backend itself, and tells at once whether etcd answers.
+	// New's check, one linearizable read of the prefix, tells at once
+	// whether etcd answers and lets this user read; --request-timeout
+	// bounds it.
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	probe := f.prefix
-	if probe == "" {
-		probe = etcdbackend.DefaultPrefix
-	}
-	if _, err := cli.Get(cctx, probe, clientv3.WithCountOnly()); err != nil {
+	b, err := etcdbackend.NewContext(cctx, cli, opts...)
+	if err != nil {
 		cli.Close()
 		return s.reachError(err)
 	}

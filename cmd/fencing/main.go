@@ -23,7 +23,7 @@ const (
 	exitOK          = 0
 	exitError       = 1 // anything else
 	exitUsage       = 2 // bad flags or arguments
-	exitHeld        = 3 // the key is held by another holder
+	exitHeld        = 3 // the key is held by a live lease
 	exitLost        = 4 // the lease ended: expired, released, lost while holding
 	exitUnreachable = 5 // the server did not answer, or the outcome is unknown
 	exitAuth        = 6 // the server refused the credentials or the user's permission
@@ -112,7 +112,7 @@ neither, --etcd-endpoints or --redis-addr (or their environment variables) pick 
 Every flag of the backend has an environment variable: FENCING_ and the flag's name
 in capitals with '-' as '_' (FENCING_ETCD_ENDPOINTS, FENCING_REDIS_PASSWORD...).
 
-Exit codes: 0 done, 1 error, 2 bad flags or arguments, 3 held by another holder,
+Exit codes: 0 done, 1 error, 2 bad flags or arguments, 3 key held by a live lease,
 4 lease ended or lost, 5 server unreachable or outcome unknown, 6 authentication
 failed or permission denied; hold passes on its command's own code.`,
 		SilenceUsage:  true,
