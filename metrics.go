@@ -23,8 +23,9 @@ import (
 // the key or the lease ID. docs/metrics.md lists them with a Prometheus
 // setup.
 const (
-	// MeterName is the instrumentation scope of every instrument.
-	MeterName = "github.com/fencing-go/fencing"
+	// MeterName is the instrumentation scope of every instrument, the
+	// guards' too (guard.MeterName).
+	MeterName = guard.MeterName
 
 	// MetricOperationDuration is a histogram (seconds) of the Coordinator's
 	// requests to its backend, by backend, operation and outcome: one

@@ -18,7 +18,8 @@ const (
 	// AttrGuard is the attribute naming the guard that refused a write.
 	AttrGuard = attribute.Key("fencing.guard")
 
-	meterName = "github.com/fencing-go/fencing" // fencing.MeterName
+	// MeterName is the instrumentation scope, the Coordinator's too.
+	MeterName = "github.com/fencing-go/fencing"
 )
 
 // Metrics counts the writes a guard refused for a stale token
@@ -38,7 +39,7 @@ func NewMetrics(mp metric.MeterProvider, guard string) *Metrics {
 	if mp == nil {
 		return &Metrics{}
 	}
-	c, err := mp.Meter(meterName).Int64Counter(MetricStaleTokens, metric.WithUnit("{write}"),
+	c, err := mp.Meter(MeterName).Int64Counter(MetricStaleTokens, metric.WithUnit("{write}"),
 		metric.WithDescription("Writes a guard refused for a stale fencing token."))
 	if err != nil {
 		otel.Handle(err)

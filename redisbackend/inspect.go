@@ -15,6 +15,27 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
+// Inspect implements backend.Inspector: one read-only script reads the
+// record against the server's clock. MaxToken is the record's token field,
+// so it also shows a counter that was set without a lease.
+func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
+	if err := b.ready(ctx); err != nil {
+		return backend.KeyState{}, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return backend.KeyState{}, err
+	}
+	reply, err := inspectScript.run(ctx, b.batch, b.RedisKey(key)).Slice()
+	if err != nil {
+		return backend.KeyState{}, sendError(ctx, "inspect", err)
+	}
+	st, err := parseState(reply)
+	if err != nil {
+		return backend.KeyState{}, fmt.Errorf("redisbackend: inspect: %w", err)
+	}
+	return st, nil
+}
+
 // DefaultListLimit is the page size of List when the caller gives none.
 const DefaultListLimit = 100
 
@@ -230,25 +251,4 @@ func escapeGlob(s string) string {
 		}
 	}
 	return sb.String()
-}
-
-// Inspect implements backend.Inspector: one read-only script reads the
-// record against the server's clock. MaxToken is the record's token field,
-// so it also shows a counter that was set without a lease.
-func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.KeyState{}, err
-	}
-	if err := backend.CheckKey(key); err != nil {
-		return backend.KeyState{}, err
-	}
-	reply, err := inspectScript.run(ctx, b.batch, b.RedisKey(key)).Slice()
-	if err != nil {
-		return backend.KeyState{}, sendError(ctx, "inspect", err)
-	}
-	st, err := parseState(reply)
-	if err != nil {
-		return backend.KeyState{}, fmt.Errorf("redisbackend: inspect: %w", err)
-	}
-	return st, nil
 }
