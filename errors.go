@@ -4,6 +4,7 @@ import (
 	"errors"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/guard"
 )
 
 // Errors returned by the Coordinator and every backend. Test them with
@@ -24,8 +25,8 @@ var (
 	// ErrLeaseExpired: the lease ID was the key's most recent lease, and its
 	// time ran out on the coordinator's clock. Nothing was changed.
 	ErrLeaseExpired = backend.ErrLeaseExpired
-	// ErrInvalidTimeout: the timeout is below backend.MinTimeout (a
-	// millisecond), or timeout+margin exceeds backend.MaxDuration.
+	// ErrInvalidTimeout: the TTL is below backend.MinTimeout (a
+	// millisecond), or ttl+margin exceeds backend.MaxDuration.
 	ErrInvalidTimeout = backend.ErrInvalidTimeout
 	// ErrInvalidMargin: the margin is negative, or more than one was given.
 	ErrInvalidMargin = backend.ErrInvalidMargin
@@ -44,7 +45,7 @@ var (
 	ErrOutcomeUnknown = backend.ErrOutcomeUnknown
 	// ErrStaleToken: a resource-side guard refused a write whose token is
 	// lower than the highest it has admitted (see package guard).
-	ErrStaleToken = backend.ErrStaleToken
+	ErrStaleToken = guard.ErrStaleToken
 
 	// ErrLeaseLost: a held lease (Hold, Lock, Do) ended before its holder
 	// released it: the coordinator rejected a renewal, the Deadline of the

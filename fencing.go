@@ -1,37 +1,9 @@
-// Package fencing hands out leases on keys with fencing tokens.
-//
-// A lease says "you may act on this key until your Deadline". Each new lease
-// on a key carries a token strictly larger than every token the key had
-// before, so a resource that remembers the highest token it has seen can
-// reject a writer whose lease quietly ran out (a GC pause, a slow network):
-// that writer's token is stale.
-//
-// A Coordinator does defaults, lease IDs, resends and local deadlines; a
-// backend.Backend (in memory, etcd, Redis or your own) checks the arguments
-// (backend.CheckRequest) and does the atomic work against the coordinator's
-// clock, the only clock that decides expiry.
-//
-// # Time
-//
-// The backend ends a lease at expiresAt = now + timeout + margin on its own
-// clock, at the moment it processes the request. The holder's promise to
-// itself is Lease.Deadline = t_send + timeout on its monotonic clock, where
-// t_send is read just before the request leaves. Network delay only moves
-// the backend's expiry later than the holder's deadline, and the margin
-// absorbs clock rate differences: a holder that stops by its Deadline never
-// overlaps the next holder as long as the two clocks' rates differ by less
-// than margin/timeout.
 package fencing
 
 import (
 	"context"
-	cryptorand "crypto/rand"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
@@ -53,13 +25,14 @@ type Lease struct {
 	// ID is the holder's credential: 26 base32 characters carrying 130
 	// bits from a ChaCha8 generator seeded with 256 bits from crypto/rand,
 	// so it cannot be guessed from the key, the token, the time or other
-	// IDs.
+	// IDs. It is ID, not LeaseID, because it is the Lease's own ID;
+	// parameters and other types name a lease's ID LeaseID.
 	ID string
 	// Token is the fencing token: larger than every earlier token on Key.
 	// Send it with every write to the protected resource.
 	Token uint64
-	// TTL is the timeout actually granted, after any rounding up by the
-	// backend. It is at least the timeout asked for.
+	// TTL is the TTL actually granted, after any rounding up by the
+	// backend. It is at least the TTL asked for.
 	TTL time.Duration
 	// Margin is the coordinator's safety buffer past TTL.
 	Margin time.Duration
@@ -69,7 +42,7 @@ type Lease struct {
 	ExpiresAt time.Time
 	// Deadline is the local time (with a monotonic reading) by which the
 	// holder must stop relying on the lease: the moment just before the
-	// request was sent plus the timeout asked for, without the margin.
+	// request was sent plus the TTL asked for, without the margin.
 	// Go compares it by its monotonic reading (time.Until, Before, After);
 	// its wall-clock reading, which only printing and Round(0) use, is
 	// derived from a wall-clock reading at most a second older, so a step
@@ -165,16 +138,16 @@ func New(b backend.Backend, opts ...Option) *Coordinator {
 	return c
 }
 
-// Grant takes a new lease on key for timeout, with the coordinator keeping it
-// for a further margin (at most one; default the Coordinator's default
+// Grant takes a new lease on key for ttl, with the coordinator keeping it for
+// a further margin (at most one; default the Coordinator's default
 // margin). It fails with ErrLeaseHeld while another lease on key is live.
 //
 // Grant takes the lease and leaves it to the caller; Hold also keeps it
 // renewed, Lock waits for the key, and Do runs a function under a held lease.
 // When the outcome stays unknown the error is an *OutcomeError with the lease
 // ID, so the caller can release or adopt the lease it may have taken.
-func (c *Coordinator) Grant(ctx context.Context, key string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	req, err := c.request(key, c.newLeaseID(), timeout, margin)
+func (c *Coordinator) Grant(ctx context.Context, key string, ttl time.Duration, margin ...time.Duration) (Lease, error) {
+	req, err := c.request(key, c.newLeaseID(), ttl, margin)
 	if err != nil {
 		return Lease{}, opError("grant", key, err)
 	}
@@ -183,16 +156,16 @@ func (c *Coordinator) Grant(ctx context.Context, key string, timeout time.Durati
 }
 
 // Acquire is an alias of Grant.
-func (c *Coordinator) Acquire(ctx context.Context, key string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	return c.Grant(ctx, key, timeout, margin...)
+func (c *Coordinator) Acquire(ctx context.Context, key string, ttl time.Duration, margin ...time.Duration) (Lease, error) {
+	return c.Grant(ctx, key, ttl, margin...)
 }
 
-// Renew extends the live lease leaseID on key to timeout (plus margin) from
-// now, keeping its token. A lease whose time ran out gets ErrLeaseExpired; an
-// ID that is not the key's current lease gets ErrLeaseNotFound. Either way
+// Renew extends the live lease leaseID on key to ttl (plus margin) from now,
+// keeping its token. A lease whose time ran out gets ErrLeaseExpired; an ID
+// that is not the key's current lease gets ErrLeaseNotFound. Either way
 // nothing changes, and the holder must stop using the token.
-func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	req, err := c.request(key, leaseID, timeout, margin)
+func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, ttl time.Duration, margin ...time.Duration) (Lease, error) {
+	req, err := c.request(key, leaseID, ttl, margin)
 	if err != nil {
 		return Lease{}, opError("renew", key, err)
 	}
@@ -200,8 +173,8 @@ func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, timeout ti
 }
 
 // Extend is an alias of Renew.
-func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, timeout time.Duration, margin ...time.Duration) (Lease, error) {
-	return c.Renew(ctx, key, leaseID, timeout, margin...)
+func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.Duration, margin ...time.Duration) (Lease, error) {
+	return c.Renew(ctx, key, leaseID, ttl, margin...)
 }
 
 // Release ends the live lease leaseID on key at once: its token stops
@@ -267,81 +240,11 @@ func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live
 	return token, live, nil
 }
 
-// idSource makes lease IDs from ChaCha8 streams, a cryptographically strong
-// generator, each seeded with 256 bits from crypto/rand, so no ID tells
-// anything about another. A ChaCha8 is not safe for concurrent use: the pool
-// lends each to one goroutine at a time. Each Coordinator has its own.
-type idSource struct{ pool sync.Pool }
-
-func newIDSource() *idSource {
-	return &idSource{pool: sync.Pool{New: func() any {
-		var seed [32]byte
-		cryptorand.Read(seed[:]) // never fails: it crashes the program instead
-		return rand.NewChaCha8(seed)
-	}}}
-}
-
-// newLeaseID returns a fresh lease ID: 26 characters of the RFC 4648 base32
-// alphabet, as crypto/rand.Text makes, each 5 random bits (130 in all), at
-// a third of its cost.
-func (c *Coordinator) newLeaseID() string {
-	g := c.ids.pool.Get().(*rand.ChaCha8)
-	a, b, d := g.Uint64(), g.Uint64(), g.Uint64()
-	c.ids.pool.Put(g)
-	// Two characters (10 bits) at a time: 12 from each of a and b (60 of
-	// their 64 bits), 2 from d.
-	var id [26]byte
-	for i := 0; i < 12; i += 2 {
-		binary.LittleEndian.PutUint16(id[i:], base32Pairs[a&1023])
-		binary.LittleEndian.PutUint16(id[12+i:], base32Pairs[b&1023])
-		a, b = a>>10, b>>10
-	}
-	binary.LittleEndian.PutUint16(id[24:], base32Pairs[d&1023])
-	return string(id[:])
-}
-
-// base32Pairs maps 10 bits to two characters of the RFC 4648 base32
-// alphabet, the low 5 bits first, as little-endian uint16s.
-var base32Pairs = func() (t [1024]uint16) {
-	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567"
-	for i := range t {
-		t[i] = uint16(alphabet[i&31]) | uint16(alphabet[i>>5])<<8
-	}
-	return t
-}()
-
-// clockRefresh is how old the wall-clock reading of a sendClock may be.
-const clockRefresh = time.Second
-
-// sendClock reads the local clock for the moment a request leaves, from
-// which its Deadline counts. time.Now reads two clocks, the wall clock and
-// the monotonic one, which costs more than reading the monotonic one alone;
-// the monotonic reading is what Deadline is compared by, and the wall
-// reading is only what a Deadline prints as.
-type sendClock struct {
-	base atomic.Pointer[time.Time] // a time.Now at most clockRefresh old
-}
-
-// now returns the current time: its monotonic reading is read now, and its
-// wall reading is that of a time.Now at most clockRefresh old plus the
-// monotonic time since (so it is off only by a step of the wall clock
-// within the last clockRefresh).
-func (c *sendClock) now() time.Time {
-	if b := c.base.Load(); b != nil {
-		if d := time.Since(*b); d >= 0 && d < clockRefresh {
-			return b.Add(d)
-		}
-	}
-	t := time.Now()
-	c.base.Store(&t)
-	return t
-}
-
 // request builds a grant or renew request, without an owner (a grant sets
 // it; a renewal keeps the stored one). Its arguments are checked by the
 // backend, which every backend must do (package conformance holds them to
 // it); the Coordinator checks only what it alone takes: the margins.
-func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margins []time.Duration) (backend.Request, error) {
+func (c *Coordinator) request(key, leaseID string, ttl time.Duration, margins []time.Duration) (backend.Request, error) {
 	margin := c.defaultMargin
 	switch len(margins) {
 	case 0:
@@ -350,7 +253,7 @@ func (c *Coordinator) request(key, leaseID string, timeout time.Duration, margin
 	default:
 		return backend.Request{}, fmt.Errorf("%w: %d margins given, at most one allowed", ErrInvalidMargin, len(margins))
 	}
-	return backend.Request{Key: key, LeaseID: leaseID, Timeout: timeout, Margin: margin}, nil
+	return backend.Request{Key: key, LeaseID: leaseID, Timeout: ttl, Margin: margin}, nil
 }
 
 // send runs a grant or renew, resending it with the same lease ID while its

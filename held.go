@@ -84,35 +84,6 @@ func WithWarning(d time.Duration) HoldOption {
 	}
 }
 
-// WithPollInterval bounds how long Lock waits between grant attempts when
-// nothing wakes it: the fallback for a missed notification, and the poll of
-// a backend that cannot notify (see Lock). It must be at least
-// MinPollInterval.
-func WithPollInterval(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
-		if d < MinPollInterval {
-			return fmt.Errorf("%w: poll interval %v is below the minimum %v", ErrInvalidOption, d, MinPollInterval)
-		}
-		c.pollInterval = d
-		return nil
-	}
-}
-
-// WithWaitTimeout makes Lock give up waiting for the key after d, with an
-// error wrapping ErrLeaseHeld that says how long it waited. It bounds only
-// the wait: the lease Lock gets within d is held until its Release, its
-// loss or the end of Lock's context, however long after d that is. d must
-// be positive. Hold and Do, which do not wait, ignore it.
-func WithWaitTimeout(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
-		if d <= 0 {
-			return fmt.Errorf("%w: wait timeout %v is not positive", ErrInvalidOption, d)
-		}
-		c.waitTimeout = d
-		return nil
-	}
-}
-
 // holdConfig applies opts for a lease of ttl. An invalid ttl is left for
 // the backend to report.
 func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
@@ -488,15 +459,15 @@ func (h *Held) afterEnd(parent context.Context, lease Lease) {
 // reason) whatever fn returned, and fn's error too: a fn that returns
 // ctx.Err() after the loss gets an error for which both errors.Is(err,
 // ErrLeaseLost) and errors.Is(err, context.Canceled) hold.
-func (c *Coordinator) Do(ctx context.Context, key string, timeout time.Duration, fn func(ctx context.Context, lease Lease) error, opts ...HoldOption) error {
-	h, err := c.Hold(ctx, key, timeout, opts...)
+func (c *Coordinator) Do(ctx context.Context, key string, ttl time.Duration, fn func(ctx context.Context, lease Lease) error, opts ...HoldOption) error {
+	h, err := c.Hold(ctx, key, ttl, opts...)
 	if err != nil {
 		return err
 	}
 	fnErr := fn(h.Context(), h.Lease())
 	// Release even when ctx is done: the lease would otherwise block the key
 	// until it expires.
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ttl)
 	defer cancel()
 	relErr := h.Release(rctx)
 	switch {

@@ -37,6 +37,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/etcdbackend"
+	"github.com/fencing-go/fencing/internal/faultproxy"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
@@ -96,7 +97,7 @@ func TestIntegrationRedis(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) { conformance.Run(t, h) })
 
 	t.Run("CutOffHolder", func(t *testing.T) {
-		cut := newCutProxy(t, addr)
+		cut := faultproxy.Start(t, addr, faultproxy.Hooks{})
 		// The holder's client gives up on a request after 500ms, so its
 		// renewals fail fast during the cut.
 		holderClient := redis.NewClient(&redis.Options{
@@ -162,7 +163,7 @@ func TestIntegrationEtcd(t *testing.T) {
 	t.Run("Conformance", func(t *testing.T) { conformance.Run(t, h) })
 
 	t.Run("CutOffHolder", func(t *testing.T) {
-		cut := newCutProxy(t, endpoint)
+		cut := faultproxy.Start(t, endpoint, faultproxy.Hooks{})
 		holder := fencing.New(newEtcdBackend(t, newEtcdClient(t, cut.Addr()), "cut/"))
 		other := fencing.New(newEtcdBackend(t, h.client, "cut/"))
 		testCutOffHolder(t, cut, holder, other, time.Second, time.Second, etcdSlack)
@@ -307,13 +308,13 @@ func testEtcdPause(t *testing.T) {
 // until the lease has expired, lets other take the key, and heals the cut:
 // the old holder's renewal and release are rejected, its token checks false
 // and the new holder's token is larger and checks true.
-func testCutOffHolder(t *testing.T, cut *cutProxy, holder, other *fencing.Coordinator, timeout, margin, slack time.Duration) {
+func testCutOffHolder(t *testing.T, cut *faultproxy.Proxy, holder, other *fencing.Coordinator, timeout, margin, slack time.Duration) {
 	ctx := context.Background()
 	const key = "cut-off"
 	old := itGrant(ctx, t, holder, key, timeout, margin)
 	granted := time.Now()
 
-	cut.Cut()
+	cut.Partition()
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	_, err := holder.Renew(rctx, key, old.ID, timeout, margin)
 	cancel()
@@ -825,137 +826,4 @@ func dockerClient(ctx context.Context, t *testing.T) *testcontainers.DockerClien
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
-}
-
-// cutProxy forwards TCP connections from a loopback port to a server, and
-// can cut its clients off the server as a network partition would: while
-// cut, every byte either way is dropped (the client's requests time out
-// rather than fail fast), and Heal closes the connections that lost bytes so
-// that clients reconnect over clean streams.
-type cutProxy struct {
-	ln     net.Listener
-	target string
-
-	mu     sync.Mutex
-	cut    bool
-	conns  map[*proxyConn]struct{}
-	closed bool
-	wg     sync.WaitGroup
-}
-
-type proxyConn struct {
-	client, server net.Conn
-	tainted        bool // lost bytes in a cut
-}
-
-// newCutProxy starts a proxy to target on a free loopback port, closed when
-// t ends.
-func newCutProxy(t *testing.T, target string) *cutProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("proxy listen: %v", err)
-	}
-	p := &cutProxy{ln: ln, target: target, conns: make(map[*proxyConn]struct{})}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.Close)
-	return p
-}
-
-// Addr is the address clients dial instead of the server's.
-func (p *cutProxy) Addr() string { return p.ln.Addr().String() }
-
-// Cut starts dropping every byte between clients and the server.
-func (p *cutProxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for c := range p.conns {
-		c.tainted = true
-	}
-}
-
-// Heal stops dropping bytes, and closes the connections that lost some.
-func (p *cutProxy) Heal() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
-	for c := range p.conns {
-		if c.tainted {
-			c.client.Close()
-			c.server.Close()
-		}
-	}
-}
-
-// Close stops the proxy and closes every connection through it.
-func (p *cutProxy) Close() {
-	p.mu.Lock()
-	p.closed = true
-	p.ln.Close()
-	for c := range p.conns {
-		c.client.Close()
-		c.server.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-}
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		cc, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		sc, err := net.Dial("tcp", p.target)
-		if err != nil {
-			cc.Close()
-			continue
-		}
-		c := &proxyConn{client: cc, server: sc}
-		p.mu.Lock()
-		if p.closed {
-			p.mu.Unlock()
-			cc.Close()
-			sc.Close()
-			return
-		}
-		c.tainted = p.cut
-		p.conns[c] = struct{}{}
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.pipe(c, cc, sc)
-		go p.pipe(c, sc, cc)
-	}
-}
-
-// pipe copies src to dst, dropping what it reads while c is tainted.
-func (p *cutProxy) pipe(c *proxyConn, src, dst net.Conn) {
-	defer p.wg.Done()
-	defer func() {
-		c.client.Close()
-		c.server.Close()
-		p.mu.Lock()
-		delete(p.conns, c)
-		p.mu.Unlock()
-	}()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if n > 0 {
-			p.mu.Lock()
-			drop := c.tainted
-			p.mu.Unlock()
-			if !drop {
-				if _, werr := dst.Write(buf[:n]); werr != nil {
-					return
-				}
-			}
-		}
-		if err != nil {
-			return
-		}
-	}
 }

@@ -3,6 +3,7 @@ package fencing
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"time"
 
@@ -223,4 +224,33 @@ func (w *waiter) pause(ctx context.Context) error {
 	}
 	w.last = time.Now()
 	return nil
+}
+
+// WithPollInterval bounds how long Lock waits between grant attempts when
+// nothing wakes it: the fallback for a missed notification, and the poll of
+// a backend that cannot notify (see Lock). It must be at least
+// MinPollInterval.
+func WithPollInterval(d time.Duration) HoldOption {
+	return func(c *holdConfig) error {
+		if d < MinPollInterval {
+			return fmt.Errorf("%w: poll interval %v is below the minimum %v", ErrInvalidOption, d, MinPollInterval)
+		}
+		c.pollInterval = d
+		return nil
+	}
+}
+
+// WithWaitTimeout makes Lock give up waiting for the key after d, with an
+// error wrapping ErrLeaseHeld that says how long it waited. It bounds only
+// the wait: the lease Lock gets within d is held until its Release, its
+// loss or the end of Lock's context, however long after d that is. d must
+// be positive. Hold and Do, which do not wait, ignore it.
+func WithWaitTimeout(d time.Duration) HoldOption {
+	return func(c *holdConfig) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: wait timeout %v is not positive", ErrInvalidOption, d)
+		}
+		c.waitTimeout = d
+		return nil
+	}
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/guard"
 )
 
 // Metrics. A Coordinator records them through the OpenTelemetry metric API
@@ -22,8 +23,9 @@ import (
 // the key or the lease ID. docs/metrics.md lists them with a Prometheus
 // setup.
 const (
-	// MeterName is the instrumentation scope of every instrument.
-	MeterName = "github.com/fencing-go/fencing"
+	// MeterName is the instrumentation scope of every instrument, the
+	// guards' too (guard.MeterName).
+	MeterName = guard.MeterName
 
 	// MetricOperationDuration is a histogram (seconds) of the Coordinator's
 	// requests to its backend, by backend, operation and outcome: one
@@ -49,9 +51,9 @@ const (
 	// MetricLockWait is a histogram (seconds) of how long Lock waited
 	// before it got the key.
 	MetricLockWait = "fencing.lock.wait.duration"
-	// MetricStaleTokens counts writes a resource-side guard refused for a
-	// stale token (see GuardMetrics), by guard.
-	MetricStaleTokens = "fencing.guard.stale_tokens"
+	// MetricStaleTokens is guard.MetricStaleTokens: writes a resource-side
+	// guard refused for a stale token, by guard.
+	MetricStaleTokens = guard.MetricStaleTokens
 )
 
 // Attribute keys.
@@ -60,7 +62,7 @@ const (
 	AttrOperation = attribute.Key("fencing.operation")
 	AttrOutcome   = attribute.Key("fencing.outcome")
 	AttrReason    = attribute.Key("fencing.reason")
-	AttrGuard     = attribute.Key("fencing.guard")
+	AttrGuard     = guard.AttrGuard
 )
 
 // WithMeterProvider makes the Coordinator record its metrics on mp (default
@@ -429,36 +431,10 @@ func (o *observer) logged(ctx context.Context, k op, key string, token uint64, e
 	o.log.LogAttrs(ctx, level, msg, attrs...)
 }
 
-// GuardMetrics counts the writes a resource-side guard refused for a stale
-// token (MetricStaleTokens), for guards outside this package: a guard calls
-// Observe with the result of each Admit or guarded write. The zero value
-// and a nil *GuardMetrics record nothing.
-type GuardMetrics struct {
-	stale metric.Int64Counter
-	attrs metric.MeasurementOption
-}
+// GuardMetrics is guard.Metrics, the stale-token counter of the guards.
+type GuardMetrics = guard.Metrics
 
-// NewGuardMetrics returns the counters for the guard named guard (a fixed,
-// low-cardinality name such as "sqlguard"), on mp (nil: the global
-// provider).
-func NewGuardMetrics(mp metric.MeterProvider, guard string) *GuardMetrics {
-	if mp == nil {
-		mp = otel.GetMeterProvider()
-	}
-	c, err := mp.Meter(MeterName).Int64Counter(MetricStaleTokens, metric.WithUnit("{write}"),
-		metric.WithDescription("Writes a guard refused for a stale fencing token."))
-	if err != nil {
-		otel.Handle(err)
-		return nil
-	}
-	return &GuardMetrics{stale: c, attrs: metric.WithAttributeSet(attribute.NewSet(AttrGuard.String(guard)))}
-}
-
-// Observe counts err when it wraps ErrStaleToken, and returns it unchanged,
-// so that a guard can write return m.Observe(ctx, err).
-func (m *GuardMetrics) Observe(ctx context.Context, err error) error {
-	if m != nil && m.stale != nil && err != nil && errors.Is(err, ErrStaleToken) {
-		add(ctx, m.stale, m.attrs)
-	}
-	return err
+// NewGuardMetrics is guard.NewMetrics: a nil mp records nothing.
+func NewGuardMetrics(mp metric.MeterProvider, name string) *GuardMetrics {
+	return guard.NewMetrics(mp, name)
 }

@@ -1,57 +1,3 @@
-// Package backend defines the interface that every fencing store implements and
-// the records and errors it shares with package fencing.
-//
-// It plays the part that database/sql/driver plays for database/sql: a backend
-// checks its arguments (CheckRequest, CheckRelease) and does the atomic work
-// against its own clock (the coordinator's clock), and package fencing does
-// defaults, lease IDs, resends and the user-facing types. Backends never
-// import package fencing.
-//
-// # Contract
-//
-// For one key, the most recent lease is in exactly one of three states: live,
-// expired (its time ran out on the coordinator's clock) or released. Backends
-// keep these rules under any interleaving, retry or restart:
-//
-//   - Grant mints a token strictly larger than every token the key ever had,
-//     only when no lease on the key is live; otherwise it fails with
-//     ErrLeaseHeld and changes nothing. expiresAt = now + Timeout + Margin on
-//     the coordinator's clock at processing time; the lease is live on
-//     [grant, expiresAt).
-//   - Grant is idempotent per lease ID: a Grant whose ID is the key's most
-//     recent lease returns that lease unchanged while it is live (no new
-//     token), ErrLeaseExpired once it expired and ErrLeaseNotFound once it was
-//     released. This lets a caller retry a grant whose outcome it did not learn.
-//   - Renew extends the live lease with that ID to now + Timeout + Margin,
-//     keeping its token. The most recent lease's ID after expiry gets
-//     ErrLeaseExpired; any other ID gets ErrLeaseNotFound. Neither changes
-//     anything.
-//   - Release ends the live lease with that ID at once. Releasing the most
-//     recent lease again returns nil (so a resent release is harmless); an
-//     expired one gets ErrLeaseExpired; any other ID gets ErrLeaseNotFound.
-//   - Token reports the token of the key's live lease, or live == false and a
-//     zero token when no lease is live.
-//   - Bad input (see CheckRequest and CheckRelease) and a done
-//     context get an error and change nothing.
-//
-// Errors that mean "the request may or may not have taken effect" wrap
-// ErrOutcomeUnknown, so a caller can retry with the same lease ID. A request
-// that provably never reached the store (a refused dial, a closed client)
-// must not wrap it: like database/sql/driver's ErrBadConn, the two are
-// mirror images, and a caller acts on the difference.
-//
-// A verdict about the lease itself is returned as the sentinel alone, so
-// every backend words the same situation alike: a refused grant as a
-// *HeldError (which unwraps to ErrLeaseHeld), and ErrLeaseNotFound,
-// ErrLeaseExpired and ErrTokenSpaceExhausted as they are. Backends never
-// name the key in an error; package fencing names it once (see QuoteKey).
-//
-// Optional capabilities are small interfaces of their own, in
-// capabilities.go, which package fencing finds by type assertion: Notifier
-// (waiting for a key to come free), Inspector (a key's state), ForceReleaser
-// (ending a lease without its ID) and Lister (enumerating keys).
-//
-// The conformance package holds a backend to this contract.
 package backend
 
 import (
@@ -63,6 +9,8 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/fencing-go/fencing/internal/staletoken"
 )
 
 // Backend is a store that grants leases with fencing tokens.
@@ -92,7 +40,8 @@ type Request struct {
 	// fencing draws 130 random bits; see fencing.Lease.ID). It doubles as
 	// the grant's request nonce.
 	LeaseID string
-	// Timeout is how long the holder may rely on the lease.
+	// Timeout is the lease's TTL: how long the holder may rely on it. (The
+	// field keeps its first name; everywhere else this is the ttl.)
 	Timeout time.Duration
 	// Margin is the coordinator's extra safety buffer past Timeout, for
 	// clock drift between holder and coordinator.
@@ -112,7 +61,7 @@ type Lease struct {
 	LeaseID string
 	// Token is the fencing token: larger than every earlier token on Key.
 	Token uint64
-	// TTL is the timeout actually granted, after any rounding up by the
+	// TTL is the TTL actually granted, after any rounding up by the
 	// backend (etcd grants whole seconds); TTL >= Request.Timeout.
 	TTL time.Duration
 	// Margin is the margin granted (as requested).
@@ -135,9 +84,9 @@ const (
 	// MaxDuration is the longest Timeout + Margin. Longer leases are almost
 	// certainly a bug, and the cap keeps every backend's arithmetic exact.
 	MaxDuration = 366 * 24 * time.Hour
-	// MinTimeout is the shortest Timeout: a millisecond, the finest unit
+	// MinTimeout is the shortest TTL (Request.Timeout): a millisecond, the finest unit
 	// every backend keeps a lease's time in (Redis counts milliseconds,
-	// etcd rounds up to whole seconds). A shorter timeout is refused with
+	// etcd rounds up to whole seconds). A shorter TTL is refused with
 	// ErrInvalidTimeout rather than granted with a Deadline that has passed
 	// before the answer arrives; it is most often a bare number where a
 	// duration was meant (5 for 5s).
@@ -146,8 +95,7 @@ const (
 
 // Sentinel errors. Package fencing re-exports them; test with errors.Is.
 // Their text does not name the package (package fencing puts the operation
-// and the key before it); ErrStaleToken, a guard's, does, as the guards'
-// own errors do.
+// and the key before it), nor do the guards' (ErrStaleToken is a guard's).
 var (
 	// ErrLeaseHeld: a live lease with another ID holds the key. A backend
 	// knows that the lease is another one, not whose it is (it may be the
@@ -166,10 +114,9 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrClosed is returned by a backend after Close.
 	ErrClosed = errors.New("backend closed")
-	// ErrStaleToken is returned by a resource-side guard for a write whose
-	// token is lower than the highest one the resource has admitted.
-	// Nothing of that write was applied.
-	ErrStaleToken = errors.New("fencing: stale token")
+	// ErrStaleToken is guard.ErrStaleToken, kept here for code that
+	// imported it from this package: no backend returns it.
+	ErrStaleToken = staletoken.Err
 )
 
 // CheckKey returns an error wrapping ErrInvalidKey unless key is 1 to
@@ -185,20 +132,20 @@ func CheckKey(key string) error {
 }
 
 // CheckDurations returns an error wrapping ErrInvalidTimeout or
-// ErrInvalidMargin unless timeout >= MinTimeout, margin >= 0 and timeout +
+// ErrInvalidMargin unless ttl >= MinTimeout, margin >= 0 and ttl +
 // margin is at most MaxDuration (which also rules out overflow).
-func CheckDurations(timeout, margin time.Duration) error {
-	if timeout <= 0 {
-		return fmt.Errorf("%w: %v is not positive", ErrInvalidTimeout, timeout)
+func CheckDurations(ttl, margin time.Duration) error {
+	if ttl <= 0 {
+		return fmt.Errorf("%w: %v is not positive", ErrInvalidTimeout, ttl)
 	}
-	if timeout < MinTimeout {
-		return fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTimeout, timeout, MinTimeout)
+	if ttl < MinTimeout {
+		return fmt.Errorf("%w: %v is below the minimum %v", ErrInvalidTimeout, ttl, MinTimeout)
 	}
 	if margin < 0 {
 		return fmt.Errorf("%w: %v is negative", ErrInvalidMargin, margin)
 	}
-	if timeout > MaxDuration || margin > MaxDuration-timeout {
-		return fmt.Errorf("%w: timeout %v + margin %v exceeds the maximum %v", ErrInvalidTimeout, timeout, margin, MaxDuration)
+	if ttl > MaxDuration || margin > MaxDuration-ttl {
+		return fmt.Errorf("%w: ttl %v + margin %v exceeds the maximum %v", ErrInvalidTimeout, ttl, margin, MaxDuration)
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
@@ -86,30 +85,7 @@ func code(err error) codes.Code {
 // the request reached a connection.
 func mutationError(op string, err error, sent bool) error {
 	if sent && ambiguous(err) {
-		return fmt.Errorf("%w: etcd %s: %w", backend.ErrOutcomeUnknown, op, err)
+		return fmt.Errorf("%w: etcdbackend: %s: %w", backend.ErrOutcomeUnknown, op, err)
 	}
-	return fmt.Errorf("etcd %s: %w", op, err)
-}
-
-// keepAliveOnce renews an etcd lease once, as clientv3.Lease.KeepAliveOnce
-// does, and reports whether the request may have reached the server: not
-// when the keep-alive stream could not be opened.
-func (b *Backend) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) (ttl int64, sent bool, err error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stream, err := b.leases.LeaseKeepAlive(ctx, grpc.WaitForReady(true))
-	if err != nil {
-		return 0, false, clientv3.ContextError(ctx, err)
-	}
-	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
-		return 0, true, clientv3.ContextError(ctx, err)
-	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return 0, true, clientv3.ContextError(ctx, err)
-	}
-	if resp.TTL <= 0 {
-		return 0, true, rpctypes.ErrLeaseNotFound
-	}
-	return resp.TTL, true, nil
+	return fmt.Errorf("etcdbackend: %s: %w", op, err)
 }

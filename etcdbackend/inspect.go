@@ -13,25 +13,6 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// Token implements backend.Backend with one linearizable read. A lease whose
-// TTL ran out but which etcd has not yet revoked is reported live.
-func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
-		return 0, false, err
-	}
-	resp, err := b.kv.Get(ctx, b.keys(key).lease, clientv3.WithKeysOnly())
-	if err != nil {
-		return 0, false, fmt.Errorf("etcd get: %w", err)
-	}
-	if len(resp.Kvs) == 0 {
-		return 0, false, nil
-	}
-	return uint64(resp.Kvs[0].CreateRevision), true, nil
-}
-
 // Inspect implements backend.Inspector. It is one linearizable read of the
 // key's records when no lease is live, and that read plus a LeaseTimeToLive
 // of the live lease's etcd lease (two round trips) when one is: etcd reports
@@ -54,7 +35,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 	k := b.keys(key)
 	resp, err := b.kv.Txn(ctx).Then(clientv3.OpGet(k.lease), clientv3.OpGet(k.id)).Commit()
 	if err != nil {
-		return backend.KeyState{}, fmt.Errorf("etcd read: %w", err)
+		return backend.KeyState{}, fmt.Errorf("etcdbackend: read: %w", err)
 	}
 	var lease, id *mvccpb.KeyValue
 	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
@@ -97,8 +78,11 @@ func (b *Backend) fillTime(ctx context.Context, st *backend.KeyState, id int64) 
 	st.ExpiresAt = at.Add(left)
 }
 
-// DefaultPageSize is the page size of List when its limit is not positive.
-const DefaultPageSize = 100
+// DefaultListLimit is the page size of List when the caller gives none.
+const DefaultListLimit = 100
+
+// DefaultPageSize is DefaultListLimit, the name every backend uses.
+const DefaultPageSize = DefaultListLimit
 
 // errCursor is returned by List for a cursor it did not hand out.
 var errCursor = errors.New("etcdbackend: invalid list cursor")
@@ -116,7 +100,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 		return nil, "", err
 	}
 	if limit <= 0 {
-		limit = DefaultPageSize
+		limit = DefaultListLimit
 	}
 	if strings.ContainsRune(cursor, '/') {
 		return nil, "", errCursor
@@ -136,7 +120,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 	for {
 		resp, err := b.kv.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(fetch))
 		if err != nil {
-			return nil, "", fmt.Errorf("etcd range: %w", err)
+			return nil, "", fmt.Errorf("etcdbackend: range: %w", err)
 		}
 		groups := group(b.prefix, resp.Kvs)
 		if resp.More {

@@ -152,3 +152,26 @@ func (k *keeper) close() {
 	k.mu.Unlock()
 	k.recv.Wait()
 }
+
+// keepAliveOnce renews an etcd lease once, as clientv3.Lease.KeepAliveOnce
+// does, and reports whether the request may have reached the server: not
+// when the keep-alive stream could not be opened.
+func (b *Backend) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) (ttl int64, sent bool, err error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := b.leases.LeaseKeepAlive(ctx, grpc.WaitForReady(true))
+	if err != nil {
+		return 0, false, clientv3.ContextError(ctx, err)
+	}
+	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
+		return 0, true, clientv3.ContextError(ctx, err)
+	}
+	resp, err := stream.Recv()
+	if err != nil {
+		return 0, true, clientv3.ContextError(ctx, err)
+	}
+	if resp.TTL <= 0 {
+		return 0, true, rpctypes.ErrLeaseNotFound
+	}
+	return resp.TTL, true, nil
+}

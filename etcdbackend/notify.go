@@ -107,11 +107,11 @@ func (s *subscription) created(ctx context.Context, wch clientv3.WatchChan) (int
 			if err := s.b.ready(ctx); err != nil {
 				return 0, err
 			}
-			return 0, errors.New("etcd watch: closed before it was created")
+			return 0, errors.New("etcdbackend: watch: closed before it was created")
 		case resp.Err() != nil:
-			return 0, fmt.Errorf("etcd watch: %w", resp.Err())
+			return 0, fmt.Errorf("etcdbackend: watch: %w", resp.Err())
 		case !resp.Created:
-			return 0, errors.New("etcd watch: no created response")
+			return 0, errors.New("etcdbackend: watch: no created response")
 		}
 		return resp.Header.Revision, nil
 	case <-ctx.Done():

@@ -147,7 +147,7 @@ func (b *Backend) acquire(ctx context.Context, asked int64) (etcdLease, error) {
 		}
 		if err != nil {
 			// The lease has no key and ends by itself.
-			return etcdLease{}, fmt.Errorf("etcd lease keep-alive: %w", err)
+			return etcdLease{}, fmt.Errorf("etcdbackend: lease keep-alive: %w", err)
 		}
 		if ttl < asked {
 			b.revoke(ctx, id) // cannot happen: etcd never shortens a TTL
@@ -160,7 +160,7 @@ func (b *Backend) acquire(ctx context.Context, asked int64) (etcdLease, error) {
 	if err != nil {
 		// Nothing refers to the etcd lease, if one was made: the grant did
 		// not happen.
-		return etcdLease{}, fmt.Errorf("etcd lease grant: %w", err)
+		return etcdLease{}, fmt.Errorf("etcdbackend: lease grant: %w", err)
 	}
 	return etcdLease{id: lg.ID, ttl: lg.TTL, set: set}, nil
 }

@@ -6,70 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing-go/fencing/backend"
 )
-
-// state is what a linearizable read of a key's records shows.
-type state struct {
-	lease    *mvccpb.KeyValue // nil when no lease key
-	meta     meta             // decoded lease key value
-	id       *mvccpb.KeyValue // the ID record; nil if never leased
-	released string           // most recent released lease ID ("" if none)
-}
-
-// recentID returns the most recent lease ID ("" if none).
-func (st state) recentID() string {
-	if st.id == nil {
-		return ""
-	}
-	return string(st.id.Value)
-}
-
-// read reads a key's three records in one linearizable request.
-func (b *Backend) read(ctx context.Context, k keys) (state, error) {
-	return b.readAt(ctx, k, 0)
-}
-
-// readAt reads a key's three records as they were at revision rev (0: now),
-// in one linearizable range read. A rev that compaction has discarded gets
-// an error wrapping rpctypes.ErrCompacted.
-func (b *Backend) readAt(ctx context.Context, k keys, rev int64) (state, error) {
-	// The three etcd keys are the only ones from the ID record to the
-	// released record: they share the key's base, which no other key's
-	// records begin with.
-	resp, err := b.kv.Get(ctx, k.id, clientv3.WithRange(k.released+"\x00"), clientv3.WithRev(rev))
-	if err != nil {
-		return state{}, fmt.Errorf("etcd read: %w", err)
-	}
-	var st state
-	for _, kv := range resp.Kvs {
-		switch string(kv.Key) {
-		case k.lease:
-			st.lease = kv
-			if st.meta, err = decodeMeta(kv.Value); err != nil {
-				return state{}, err
-			}
-		case k.id:
-			st.id = kv
-		case k.released:
-			st.released = string(kv.Value)
-		}
-	}
-	return st, nil
-}
-
-// holderError returns the error Renew and Release report for leaseID when
-// st shows no lease key of leaseID's.
-func holderError(leaseID string, st state) error {
-	if st.lease == nil && st.recentID() == leaseID && st.released != leaseID {
-		return backend.ErrLeaseExpired
-	}
-	return backend.ErrLeaseNotFound
-}
 
 // Renew implements backend.Backend.
 func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
@@ -149,7 +90,7 @@ func (b *Backend) relet(ctx context.Context, req backend.Request, k keys, st sta
 	sent := time.Now()
 	lg, err := b.cli.Grant(ctx, want)
 	if err != nil {
-		return backend.Lease{}, fmt.Errorf("etcd lease grant: %w", err)
+		return backend.Lease{}, fmt.Errorf("etcdbackend: lease grant: %w", err)
 	}
 	old := clientv3.LeaseID(st.lease.Lease)
 	m := meta{asked: want, granted: lg.TTL, margin: req.Margin, leaseID: req.LeaseID, owner: st.meta.owner}

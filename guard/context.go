@@ -11,7 +11,7 @@ import (
 // ErrNoToken is returned by AdmitContext, and by the carriers in
 // guard/httpguard and guard/grpcguard when they require a token, for a
 // context (or a request) that carries no fencing token.
-var ErrNoToken = errors.New("fencing: no fencing token in the context")
+var ErrNoToken = errors.New("no fencing token in the context")
 
 // ContextWithToken returns a child of ctx that carries token as the fencing
 // token for resource (usually the lease key), replacing any token ctx

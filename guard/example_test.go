@@ -61,7 +61,7 @@ func ExampleTokenFromContext() {
 	fmt.Println("total:", totals["orders/42"])
 	// Output:
 	// token 2 writes 200: <nil>
-	// token 1 writes 150: fencing: stale token: token 1 is below 2, the fence of resource "orders/42"
-	// no token: fencing: no fencing token in the context
+	// token 1 writes 150: stale token: token 1 is below 2, the fence of resource "orders/42"
+	// no token: no fencing token in the context
 	// total: 200
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/staletoken"
 )
 
 // Guard admits fencing tokens for resources.
@@ -23,21 +24,23 @@ type Guard interface {
 	Admit(ctx context.Context, resource string, token uint64) error
 }
 
-// Errors. Test with errors.Is.
+// Errors. Test with errors.Is. As the Coordinator's, their text does not
+// name the package: the program that prints one adds its own name once.
 var (
 	// ErrStaleToken is returned for a write or Admit whose token is lower
 	// than the fence: the highest token the resource has admitted. Nothing
-	// of that write was applied. It is fencing.ErrStaleToken.
-	ErrStaleToken = backend.ErrStaleToken
+	// of that write was applied. fencing.ErrStaleToken and
+	// backend.ErrStaleToken are the same value.
+	ErrStaleToken = staletoken.Err
 	// ErrInvalidToken is returned for token 0 (never minted) and, by a
 	// guard whose store cannot hold it, for a token out of the store's
 	// range (see sqlguard.TokenRangeError). Nothing was changed.
-	ErrInvalidToken = errors.New("fencing: invalid token")
+	ErrInvalidToken = errors.New("invalid token")
 	// ErrInvalidWrite is returned for a write the guard refuses to send:
 	// one that touches the guard's own fence records, or one that could
 	// not run in one atomic step (Redis Cluster keys in different slots).
 	// Nothing was changed.
-	ErrInvalidWrite = errors.New("fencing: invalid guarded write")
+	ErrInvalidWrite = errors.New("invalid guarded write")
 )
 
 // CheckAdmit returns an error unless resource is a valid resource name (1 to

@@ -4,9 +4,8 @@ import (
 	"context"
 	"sync"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
-
-	"github.com/fencing-go/fencing"
 )
 
 // Memory is a Guard that keeps fences in process memory: for a resource
@@ -20,17 +19,17 @@ import (
 type Memory struct {
 	mu        sync.Mutex
 	resources map[string]*fence
-	metrics   *fencing.GuardMetrics
+	metrics   *Metrics
 }
 
 // MemoryOption configures a Memory.
 type MemoryOption func(*Memory)
 
 // WithMeterProvider counts the writes the Memory refuses for a stale token
-// on mp (fencing.MetricStaleTokens; default the global provider, a no-op
-// until an OpenTelemetry SDK is installed).
+// on mp (MetricStaleTokens; without this option the global provider, a
+// no-op until an OpenTelemetry SDK is installed; a nil mp records nothing).
 func WithMeterProvider(mp metric.MeterProvider) MemoryOption {
-	return func(m *Memory) { m.metrics = fencing.NewGuardMetrics(mp, "memory") }
+	return func(m *Memory) { m.metrics = NewMetrics(mp, "memory") }
 }
 
 // fence is one resource's high-water mark and the lock that makes its check
@@ -47,7 +46,7 @@ func NewMemory(opts ...MemoryOption) *Memory {
 		o(m)
 	}
 	if m.metrics == nil {
-		m.metrics = fencing.NewGuardMetrics(nil, "memory")
+		m.metrics = NewMetrics(otel.GetMeterProvider(), "memory")
 	}
 	return m
 }

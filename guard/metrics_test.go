@@ -1,9 +1,14 @@
 package guard_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"os"
+	"os/exec"
 	"testing"
+
+	"go.opentelemetry.io/otel"
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
@@ -25,5 +30,42 @@ func TestMemoryCountsStaleTokens(t *testing.T) {
 	}
 	if got := mp.Sum(t, fencing.MetricStaleTokens); got != 1 {
 		t.Fatalf("%s = %d, want 1 (one stale write refused)", fencing.MetricStaleTokens, got)
+	}
+}
+
+// TestMemoryMeterProviderNil checks that a nil provider means what it means
+// for the Coordinator: nothing is recorded, while a guard made without the
+// option records on the global provider. It runs in a process of its own,
+// since the global provider can be installed only once.
+func TestMemoryMeterProviderNil(t *testing.T) {
+	const env = "FENCING_TEST_GUARD_GLOBAL_PROVIDER"
+	if os.Getenv(env) == "" {
+		cmd := exec.Command(os.Args[0], "-test.run=^TestMemoryMeterProviderNil$", "-test.count=1", "-test.v")
+		cmd.Env = append(os.Environ(), env+"=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil || !bytes.Contains(out, []byte("--- PASS: TestMemoryMeterProviderNil")) {
+			t.Fatalf("the test in a process of its own: %v\n%s", err, out)
+		}
+		return
+	}
+	mp := metrictest.New(t)
+	otel.SetMeterProvider(mp)
+	ctx := context.Background()
+	stale := func(g *guard.Memory) {
+		t.Helper()
+		if err := g.Admit(ctx, "r", 5); err != nil {
+			t.Fatalf("Admit 5: %v", err)
+		}
+		if err := g.Admit(ctx, "r", 4); !errors.Is(err, guard.ErrStaleToken) {
+			t.Fatalf("Admit 4 after 5: %v, want ErrStaleToken", err)
+		}
+	}
+	stale(guard.NewMemory(guard.WithMeterProvider(nil)))
+	if got := mp.Sum(t, guard.MetricStaleTokens); got != 0 {
+		t.Fatalf("with a nil provider: %s = %d, want 0", guard.MetricStaleTokens, got)
+	}
+	stale(guard.NewMemory())
+	if got := mp.Sum(t, guard.MetricStaleTokens); got != 1 {
+		t.Fatalf("without the option: %s = %d, want 1 (on the global provider)", guard.MetricStaleTokens, got)
 	}
 }

@@ -57,10 +57,10 @@ var (
 // go-redis often reports a context deadline as a plain network timeout.
 func sendError(ctx context.Context, op string, err error) error {
 	if notSent(err) {
-		return fmt.Errorf("redis %s: not sent: %w", op, err)
+		return fmt.Errorf("redisbackend: %s: not sent: %w", op, err)
 	}
 	if rerr := redis.Error(nil); errors.As(err, &rerr) {
-		return fmt.Errorf("redis %s: %w", op, err)
+		return fmt.Errorf("redisbackend: %s: %w", op, err)
 	}
 	cerr := ctx.Err()
 	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
@@ -69,9 +69,9 @@ func sendError(ctx context.Context, op string, err error) error {
 		cerr = context.DeadlineExceeded
 	}
 	if cerr != nil && !errors.Is(err, cerr) {
-		return fmt.Errorf("%w: redis %s: %w: %w", backend.ErrOutcomeUnknown, op, cerr, err)
+		return fmt.Errorf("%w: redisbackend: %s: %w: %w", backend.ErrOutcomeUnknown, op, cerr, err)
 	}
-	return fmt.Errorf("%w: redis %s: %w", backend.ErrOutcomeUnknown, op, err)
+	return fmt.Errorf("%w: redisbackend: %s: %w", backend.ErrOutcomeUnknown, op, err)
 }
 
 // notSent reports whether err shows that go-redis never wrote the request:

@@ -12,7 +12,7 @@ import (
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/faultproxy"
 	"github.com/fencing-go/fencing/internal/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
@@ -199,12 +199,12 @@ func TestFailoverWithMinReplicas(t *testing.T) {
 // Deadlines and Hold's context still count from when requests were sent.
 func TestSlowReplies(t *testing.T) {
 	srv := redistest.Start(t, persistent)
-	p := etcdtest.StartProxy(t, "tcp://"+srv.Addr())
-	client := redis.NewClient(&redis.Options{Addr: p.Addr, ReadTimeout: 10 * time.Second, ContextTimeoutEnabled: true})
+	p := faultproxy.Start(t, srv.Addr(), faultproxy.Hooks{})
+	client := redis.NewClient(&redis.Options{Addr: p.Addr(), ReadTimeout: 10 * time.Second, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { client.Close() })
 	b := newBackend(t, client)
 	p.SetDelay(600 * time.Millisecond)
-	conformance.CheckSlowReplies(t, b, 600*time.Millisecond, 1500*time.Millisecond, 0, func() { p.SetMode(etcdtest.Pause) })
+	conformance.CheckSlowReplies(t, b, 600*time.Millisecond, 1500*time.Millisecond, 0, func() { p.SetMode(faultproxy.Pause) })
 }
 
 // TestServerClockFarOff: a redis-server whose wall clock is hours ahead of

@@ -221,7 +221,7 @@ func (n *notifier) add(ctx context.Context, addr string, newPS func(context.Cont
 		if err := sh.write(ctx, true, name); err != nil {
 			delete(sh.channels, name)
 			_ = sh.write(ctx, false, name) // forget it in the PubSub too
-			return added{err: fmt.Errorf("redis subscribe: %w", err)}
+			return added{err: fmt.Errorf("redisbackend: subscribe: %w", err)}
 		}
 	} else {
 		ch.subs[sub] = struct{}{}
@@ -238,7 +238,7 @@ func (n *notifier) route(ctx context.Context, name string) (string, func(context
 	case *redis.ClusterClient:
 		node, err := c.MasterForKey(ctx, name)
 		if err != nil {
-			return "", nil, fmt.Errorf("redis subscribe: find the channel's master: %w", err)
+			return "", nil, fmt.Errorf("redisbackend: subscribe: find the channel's master: %w", err)
 		}
 		return node.Options().Addr, c.SSubscribe, nil
 	default:

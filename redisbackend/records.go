@@ -80,7 +80,7 @@ func (b *Backend) decodeKey(rk string) (string, bool) {
 }
 
 // errBadReply marks a script reply this package cannot read.
-var errBadReply = errors.New("redis: unexpected script reply")
+var errBadReply = errors.New("redisbackend: unexpected script reply")
 
 // statusError turns a script's status into the contract's verdict (nil for
 // "ok"): the sentinel alone, or a *backend.HeldError.

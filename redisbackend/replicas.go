@@ -56,10 +56,10 @@ func (b *Backend) runAndWait(ctx context.Context, op string, s *script, key stri
 		case *redis.ClusterClient:
 			var err error
 			if node, err = c.MasterForKey(ctx, key); err != nil {
-				return nil, fmt.Errorf("redis %s: find the key's primary: %w", op, err)
+				return nil, fmt.Errorf("redisbackend: %s: find the key's primary: %w", op, err)
 			}
 		default: // New rejects other clients
-			return nil, fmt.Errorf("redis %s: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", op, b.client)
+			return nil, fmt.Errorf("redisbackend: %s: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", op, b.client)
 		}
 		pipe := node.Pipeline()
 		eval := s.cmd(ctx, attempt > 0, key, args)
@@ -83,10 +83,10 @@ func (b *Backend) runAndWait(ctx context.Context, op string, s *script, key stri
 		}
 		acked, err := wait.Int64()
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w: redis %s: WAIT: %w", backend.ErrOutcomeUnknown, ErrReplication, op, err)
+			return nil, fmt.Errorf("%w: %w: redisbackend: %s: WAIT: %w", backend.ErrOutcomeUnknown, ErrReplication, op, err)
 		}
 		if acked < int64(b.minReplicas) {
-			return nil, fmt.Errorf("%w: %w: redis %s: %d of %d replicas acknowledged within %v",
+			return nil, fmt.Errorf("%w: %w: redisbackend: %s: %d of %d replicas acknowledged within %v",
 				backend.ErrOutcomeUnknown, ErrReplication, op, acked, b.minReplicas, b.waitTimeout)
 		}
 		return reply, nil

@@ -19,7 +19,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/faultproxy"
 	"github.com/fencing-go/fencing/internal/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -110,8 +110,8 @@ func TestPostgresCrashTokensNeverGoBack(t *testing.T) {
 // returns the same lease. A refused dial is a plain error.
 func TestPostgresLostReply(t *testing.T) {
 	srv := pgtest.Start(t)
-	p := etcdtest.StartProxy(t, fmt.Sprintf("tcp://127.0.0.1:%d", srv.Port()))
-	proxied, err := sqlOpenPgx(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", p.Addr))
+	p := faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", srv.Port()), faultproxy.Hooks{})
+	proxied, err := sqlOpenPgx(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable", p.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +139,7 @@ func TestPostgresLostReply(t *testing.T) {
 	}
 
 	req := backend.Request{Key: "k", LeaseID: "lost", Timeout: time.Minute, Margin: time.Second}
-	p.SetMode(etcdtest.DropReplies)
+	p.SetMode(faultproxy.DropReplies)
 	cctx, cancel := context.WithTimeout(ctx, 500*time.Millisecond)
 	_, err = b.Grant(cctx, req)
 	cancel()
@@ -150,29 +150,29 @@ func TestPostgresLostReply(t *testing.T) {
 	if err != nil || !live {
 		t.Fatalf("Token on the server after the lost reply: %d, %v, %v; want the grant applied", tok, live, err)
 	}
-	p.SetMode(etcdtest.Forward)
-	p.Cut()
+	p.SetMode(faultproxy.Forward)
+	p.Reset()
 	again, err := b.Grant(ctx, req)
 	if err != nil || again.Token != tok || again.LeaseID != req.LeaseID || again.TTL != req.Timeout || again.Margin != req.Margin {
 		t.Fatalf("resent Grant = %+v, %v; want the same lease, token %d", again, err, tok)
 	}
 	// The release, likewise.
-	p.SetMode(etcdtest.DropReplies)
+	p.SetMode(faultproxy.DropReplies)
 	cctx, cancel = context.WithTimeout(ctx, 500*time.Millisecond)
 	err = b.Release(cctx, "k", req.LeaseID)
 	cancel()
 	if !errors.Is(err, backend.ErrOutcomeUnknown) {
 		t.Fatalf("Release with its reply lost: %v, want ErrOutcomeUnknown", err)
 	}
-	p.SetMode(etcdtest.Forward)
-	p.Cut()
+	p.SetMode(faultproxy.Forward)
+	p.Reset()
 	if err := b.Release(ctx, "k", req.LeaseID); err != nil {
 		t.Fatalf("resent Release: %v, want nil", err)
 	}
 
 	// Nothing listens: the statement never left.
 	p.Close()
-	refused, err := sqlOpenPgx(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2", p.Addr))
+	refused, err := sqlOpenPgx(fmt.Sprintf("postgres://postgres@%s/postgres?sslmode=disable&connect_timeout=2", p.Addr()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/faultproxy"
 	"github.com/fencing-go/fencing/internal/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -29,8 +29,8 @@ func failover(t *testing.T, synchronous bool) (acked, next uint64) {
 			t.Fatal(err)
 		}
 	}
-	p := etcdtest.StartProxy(t, fmt.Sprintf("tcp://127.0.0.1:%d", primary.Port()))
-	replica := pgtest.StartReplica(t, primary, p.Addr)
+	p := faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", primary.Port()), faultproxy.Hooks{})
+	replica := pgtest.StartReplica(t, primary, p.Addr())
 	b, err := sqlbackend.New(primary.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +70,7 @@ func failover(t *testing.T, synchronous bool) (acked, next uint64) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	p.SetMode(etcdtest.Pause) // the replica is cut off
+	p.SetMode(faultproxy.Pause) // the replica is cut off
 	for i := range 2 {
 		err := grant(fmt.Sprintf("cut-off-%d", i))
 		if synchronous && !errors.Is(err, backend.ErrOutcomeUnknown) {

@@ -265,9 +265,9 @@ func (f *connFlags) openEtcd(ctx context.Context, s *session) error {
 	if f.prefix != "" {
 		opts = append(opts, etcdbackend.WithPrefix(f.prefix))
 	}
-	// New reads one key under the prefix, bounded here by the request
-	// timeout: it needs no more permission than the backend itself, and
-	// tells at once whether etcd answers.
+	// New's check, one linearizable read of the prefix, tells at once
+	// whether etcd answers and lets this user read; --request-timeout
+	// bounds it.
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
 	b, err := etcdbackend.NewContext(cctx, cli, opts...)

@@ -70,7 +70,7 @@ func grantCommand() *cobra.Command {
 		Short: "Take a lease on KEY and print its token and lease ID",
 		Long: `Grant takes a lease on KEY for --ttl and prints its fencing token and its lease
 ID, the credential that renews and releases it. It does not renew the lease: for
-a command that runs under a lease, use hold. A key held by another holder exits
+a command that runs under a lease, use hold. A key held by a live lease exits
 with status 3.`,
 		Example: `  lease=$(fencing grant jobs/nightly --ttl 30s --json --etcd-endpoints http://127.0.0.1:2379)
   id=$(echo "$lease" | jq -r .lease_id)`,

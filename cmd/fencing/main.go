@@ -1,27 +1,3 @@
-// Command fencing runs and inspects leases with fencing tokens from the
-// shell: on a SQLite file per user (the default, which fences the processes
-// of one machine), PostgreSQL, etcd, Redis or the in-memory backend.
-//
-// Usage:
-//
-//	fencing <command> [flags]
-//
-// The commands are:
-//
-//	demo     show a stale writer being stopped by its fencing token
-//	get      show a key's state: live or not, token, expiry
-//	list     list keys with their state
-//	grant    take a lease, for scripts
-//	renew    extend a lease, for scripts
-//	release  end a lease (or, with --force, whoever holds it)
-//	hold     run a command while holding a lease
-//	watch    stream a key's (or a prefix's) grants, renewals and ends
-//	elect    campaign for leadership and run a command while leader
-//	leader   show who leads an election (--watch to follow it)
-//	sem      run a command while holding one of N permits
-//
-// Run "fencing <command> --help" for a command's flags, and see docs/cli.md
-// for backends, exit codes and examples.
 package main
 
 import (
@@ -47,7 +23,7 @@ const (
 	exitOK          = 0
 	exitError       = 1 // anything else
 	exitUsage       = 2 // bad flags or arguments
-	exitHeld        = 3 // the key is held by another holder
+	exitHeld        = 3 // the key is held by a live lease
 	exitLost        = 4 // the lease ended: expired, released, lost while holding
 	exitUnreachable = 5 // the server did not answer, or the outcome is unknown
 	exitAuth        = 6 // the server refused the credentials or the user's permission
@@ -139,7 +115,7 @@ file fencing.db in the user's state directory ($XDG_STATE_HOME/fencing, else
 Every flag of the backend has an environment variable: FENCING_ and the flag's name
 in capitals with '-' as '_' (FENCING_ETCD_ENDPOINTS, FENCING_REDIS_PASSWORD...).
 
-Exit codes: 0 done, 1 error, 2 bad flags or arguments, 3 held by another holder,
+Exit codes: 0 done, 1 error, 2 bad flags or arguments, 3 key held by a live lease,
 4 lease ended or lost, 5 server unreachable or outcome unknown, 6 authentication
 failed or permission denied; hold passes on its command's own code.`,
 		SilenceUsage:  true,

@@ -9,9 +9,9 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
 )
 
@@ -24,7 +24,7 @@ const DefaultPrefix = "fencing-fence/"
 type Guard struct {
 	cli     *clientv3.Client
 	prefix  string
-	metrics *fencing.GuardMetrics
+	metrics *guard.Metrics
 }
 
 // Option configures a Guard.
@@ -36,10 +36,10 @@ type Option func(*Guard)
 func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
 
 // WithMeterProvider counts the writes the Guard refuses for a stale token on
-// mp (fencing.MetricStaleTokens; default the global provider, a no-op until
-// an OpenTelemetry SDK is installed).
+// mp (guard.MetricStaleTokens; without this option the global provider, a
+// no-op until an OpenTelemetry SDK is installed; a nil mp records nothing).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(g *Guard) { g.metrics = fencing.NewGuardMetrics(mp, "etcdguard") }
+	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "etcdguard") }
 }
 
 // New returns a Guard on cli. The Guard never closes cli.
@@ -49,7 +49,7 @@ func New(cli *clientv3.Client, opts ...Option) *Guard {
 		opt(g)
 	}
 	if g.metrics == nil {
-		g.metrics = fencing.NewGuardMetrics(nil, "etcdguard")
+		g.metrics = guard.NewMetrics(otel.GetMeterProvider(), "etcdguard")
 	}
 	return g
 }

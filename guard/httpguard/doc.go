@@ -33,7 +33,7 @@
 //	HTTP/1.1 409 Conflict
 //	Fencing-Fence: 57; resource="orders%2F42"
 //
-//	fencing: stale token: token 42 is below 57, the fence of resource "orders/42"
+//	stale token: token 42 is below 57, the fence of resource "orders/42"
 //
 // (a fence of 0 means the service did not learn it). WriteStale writes
 // that answer; CheckResponse reads it back as a *guard.StaleTokenError.

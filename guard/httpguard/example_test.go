@@ -49,6 +49,6 @@ func Example() {
 	fmt.Println("total:", totals["orders/42"])
 	// Output:
 	// token 2: 200 OK
-	// token 1: 409 Conflict (fencing: stale token: token 1 is below 2, the fence of resource "orders/42")
+	// token 1: 409 Conflict (stale token: token 1 is below 2, the fence of resource "orders/42")
 	// total: 200
 }

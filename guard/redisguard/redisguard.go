@@ -8,9 +8,9 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
 )
@@ -39,7 +39,7 @@ type Guard struct {
 	client  redis.Scripter
 	cluster bool
 	prefix  string
-	metrics *fencing.GuardMetrics
+	metrics *guard.Metrics
 }
 
 // Option configures a Guard.
@@ -50,10 +50,10 @@ type Option func(*Guard)
 func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefix } }
 
 // WithMeterProvider counts the writes the Guard refuses for a stale token on
-// mp (fencing.MetricStaleTokens; default the global provider, a no-op until
-// an OpenTelemetry SDK is installed).
+// mp (guard.MetricStaleTokens; without this option the global provider, a
+// no-op until an OpenTelemetry SDK is installed; a nil mp records nothing).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(g *Guard) { g.metrics = fencing.NewGuardMetrics(mp, "redisguard") }
+	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "redisguard") }
 }
 
 // New returns a Guard on client: a *redis.Client, a *redis.ClusterClient, or
@@ -66,7 +66,7 @@ func New(client redis.Scripter, opts ...Option) *Guard {
 		opt(g)
 	}
 	if g.metrics == nil {
-		g.metrics = fencing.NewGuardMetrics(nil, "redisguard")
+		g.metrics = guard.NewMetrics(otel.GetMeterProvider(), "redisguard")
 	}
 	return g
 }

@@ -9,9 +9,9 @@ import (
 	"regexp"
 	"strconv"
 
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
 )
@@ -80,7 +80,7 @@ type Guard struct {
 	dialect                  Dialect
 	table                    string
 	create, admitQL, fenceQL string
-	metrics                  *fencing.GuardMetrics
+	metrics                  *guard.Metrics
 }
 
 // Option configures a Guard.
@@ -91,10 +91,10 @@ type Option func(*Guard)
 func WithTable(name string) Option { return func(g *Guard) { g.table = name } }
 
 // WithMeterProvider counts the writes the Guard refuses for a stale token on
-// mp (fencing.MetricStaleTokens; default the global provider, a no-op until
-// an OpenTelemetry SDK is installed).
+// mp (guard.MetricStaleTokens; without this option the global provider, a
+// no-op until an OpenTelemetry SDK is installed; a nil mp records nothing).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(g *Guard) { g.metrics = fencing.NewGuardMetrics(mp, "sqlguard") }
+	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "sqlguard") }
 }
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
@@ -115,7 +115,7 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 	g.admitQL = fmt.Sprintf(d.admit, g.table)
 	g.fenceQL = fmt.Sprintf(d.fence, g.table)
 	if g.metrics == nil {
-		g.metrics = fencing.NewGuardMetrics(nil, "sqlguard")
+		g.metrics = guard.NewMetrics(otel.GetMeterProvider(), "sqlguard")
 	}
 	return g, nil
 }

@@ -19,7 +19,7 @@ func TestDemoRejectsStaleWrite(t *testing.T) {
 		"-> token 1",
 		"-> token 2",
 		`write "B's value" with token 2 -> accepted`,
-		`REJECTED: fencing: stale token: token 1 is below 2, the fence of resource "orders/42"`,
+		`REJECTED: stale token: token 1 is below 2, the fence of resource "orders/42"`,
 		`"orders/42" = "B's value"`,
 		`both accepted, "orders/42" = "A's value"`,
 	} {

@@ -1,0 +1,55 @@
+// Package backend defines the interface that every fencing store implements and
+// the records and errors it shares with package fencing.
+//
+// It plays the part that database/sql/driver plays for database/sql: a backend
+// checks its arguments (CheckRequest, CheckRelease) and does the atomic work
+// against its own clock (the coordinator's clock), and package fencing does
+// defaults, lease IDs, resends and the user-facing types. Backends never
+// import package fencing.
+//
+// # Contract
+//
+// For one key, the most recent lease is in exactly one of three states: live,
+// expired (its time ran out on the coordinator's clock) or released. Backends
+// keep these rules under any interleaving, retry or restart:
+//
+//   - Grant mints a token strictly larger than every token the key ever had,
+//     only when no lease on the key is live; otherwise it fails with
+//     ErrLeaseHeld and changes nothing. expiresAt = now + Timeout + Margin on
+//     the coordinator's clock at processing time; the lease is live on
+//     [grant, expiresAt).
+//   - Grant is idempotent per lease ID: a Grant whose ID is the key's most
+//     recent lease returns that lease unchanged while it is live (no new
+//     token), ErrLeaseExpired once it expired and ErrLeaseNotFound once it was
+//     released. This lets a caller retry a grant whose outcome it did not learn.
+//   - Renew extends the live lease with that ID to now + Timeout + Margin,
+//     keeping its token. The most recent lease's ID after expiry gets
+//     ErrLeaseExpired; any other ID gets ErrLeaseNotFound. Neither changes
+//     anything.
+//   - Release ends the live lease with that ID at once. Releasing the most
+//     recent lease again returns nil (so a resent release is harmless); an
+//     expired one gets ErrLeaseExpired; any other ID gets ErrLeaseNotFound.
+//   - Token reports the token of the key's live lease, or live == false and a
+//     zero token when no lease is live.
+//   - Bad input (see CheckRequest and CheckRelease) and a done
+//     context get an error and change nothing.
+//
+// Errors that mean "the request may or may not have taken effect" wrap
+// ErrOutcomeUnknown, so a caller can retry with the same lease ID. A request
+// that provably never reached the store (a refused dial, a closed client)
+// must not wrap it: like database/sql/driver's ErrBadConn, the two are
+// mirror images, and a caller acts on the difference.
+//
+// A verdict about the lease itself is returned as the sentinel alone, so
+// every backend words the same situation alike: a refused grant as a
+// *HeldError (which unwraps to ErrLeaseHeld), and ErrLeaseNotFound,
+// ErrLeaseExpired and ErrTokenSpaceExhausted as they are. Backends never
+// name the key in an error; package fencing names it once (see QuoteKey).
+//
+// Optional capabilities are small interfaces of their own, in
+// capabilities.go, which package fencing finds by type assertion: Notifier
+// (waiting for a key to come free), Inspector (a key's state), ForceReleaser
+// (ending a lease without its ID) and Lister (enumerating keys).
+//
+// The conformance package holds a backend to this contract.
+package backend

@@ -1,0 +1,87 @@
+// Package conformance holds every fencing backend, ours or yours, to the same
+// invariants, in the style of testing/fstest.TestFS and gocloud.dev's
+// drivertest.
+//
+// # Running the suite against your backend
+//
+// Implement Harness for your backend and call Run from a test, and
+// RunBenchmarks from a benchmark:
+//
+//	type harness struct{ /* a server address, a client... */ }
+//
+//	func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
+//		return mybackend.New(client, mybackend.WithPrefix(uniquePrefix(t))) // an empty key space
+//	}
+//	func (h *harness) Wait(ctx context.Context, d time.Duration) error {
+//		return conformance.Sleep(ctx, d) // a real server: let real time pass
+//	}
+//	func (h *harness) Traits() conformance.Traits {
+//		return conformance.Traits{MinTTL: time.Second, Slack: 500 * time.Millisecond}
+//	}
+//
+//	func TestConformance(t *testing.T)      { conformance.Run(t, &harness{}) }
+//	func BenchmarkConformance(b *testing.B) { conformance.RunBenchmarks(b, &harness{}) }
+//
+// The suite drives the backend both through fencing.Coordinator (what users
+// call) and directly through backend.Backend (what a Coordinator relies on:
+// argument checks, idempotent retries). It checks:
+//
+//   - tokens per key strictly increase across release, expiry and re-grant and
+//     are never reissued; keys have independent sequences; renewals keep the
+//     token (and with Traits.DenseTokens, tokens go 1, 2, 3 with no gaps);
+//   - of N goroutines racing to grant a free key, exactly one wins;
+//   - expiry on the coordinator's clock at expiresAt = now + timeout + margin,
+//     live on [grant, expiresAt), renewal from now without accumulating
+//     margins;
+//   - renew and release by foreign, stale, released and expired lease IDs get
+//     the right error and change nothing;
+//   - token checks pass only for the live lease's token;
+//   - bad input and done contexts change nothing and get typed errors;
+//   - odd keys (separators, braces, bytes) are distinct keys;
+//   - a randomized concurrent history over a few keys (grants, renewals,
+//     releases, checks, stale calls from older leases, resent grants, Lock
+//     and Hold, with some responses lost) is linearizable against a
+//     sequential model of the lease contract, checked with porcupine (see
+//     CheckHistory, which your own fault tests can call with a Recorder);
+//   - expiry at its exact end, just before and just after, to the
+//     backend's granularity; the last token minted once and then
+//     ErrTokenSpaceExhausted (with a harness that implements
+//     TokenPresetter); late renewals, releases and resent grants from
+//     every older lease of a key (released, expired, forced out) change
+//     nothing; keys that naive encodings merge (NFC and NFD forms,
+//     separators, prefixes of each other) stay distinct;
+//   - verdicts are the bare sentinels (a *backend.HeldError for a held key);
+//   - the optional capabilities, when implemented: NotifyFree wakes on
+//     release, Inspect reports state and the highest token, ForceRelease
+//     ends any holder's lease, List pages through every key once;
+//   - a grant's owner is stored, reported by Inspect and List while the
+//     lease is live, kept by renewals, gone after release; a bad owner
+//     gets ErrInvalidOwner and changes nothing;
+//   - Hold renews past the TTL and reports a rejected renewal as
+//     ErrLeaseLost, and settles a grant whose answer was lost (Settled only
+//     when its release came through); Lock wakes on release and expiry, hands the key to many
+//     waiters one at a time in token order, and gives up with its context;
+//     Do holds its lease while fn runs.
+//
+// A harness may also implement TokenPresetter, so the suite can reach the
+// end of the token space; without it that case passes with a log line
+// saying it did not run (a harness capability, not a backend failure).
+//
+// # Crashing the server
+//
+// RunRestart kills a server of the test's own and starts it again (a
+// Restarter says how), and checks what the crash must not lose: tokens, a
+// lease live across it, and the end of one that expired meanwhile.
+//
+// # Checking your own histories
+//
+// Fault tests (a server killed, a network partitioned) can check what their
+// clients saw with the same model: wrap each client's backend with a
+// Recorder and pass its History to CheckLinearizable (or CheckHistory).
+// Record every call that changes the keys you check.
+//
+// With a fake clock (Traits.Now set) the suite is exact and instant and runs
+// its cases one after another. On a real server it waits in real time, with
+// leases of at least Traits.MinTTL and Traits.Slack to spare, and runs its
+// cases in parallel to keep the waiting short.
+package conformance

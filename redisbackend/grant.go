@@ -1,0 +1,40 @@
+package redisbackend
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Grant implements backend.Backend. A refused grant returns a
+// *backend.HeldError with the holder's time left on the server's clock.
+func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	return b.grantOrRenew(ctx, "grant", grantScript, req)
+}
+
+func (b *Backend) grantOrRenew(ctx context.Context, op string, s *script, req backend.Request) (backend.Lease, error) {
+	if err := b.ready(ctx); err != nil {
+		return backend.Lease{}, err
+	}
+	if err := backend.CheckRequest(req); err != nil {
+		return backend.Lease{}, err
+	}
+	ttl := ceil(req.Timeout, time.Millisecond)
+	total := ceil(ttl+req.Margin, time.Microsecond)
+	reply, err := b.run(ctx, op, s, req.Key, b.minReplicas,
+		req.LeaseID, ttl.Milliseconds(), int64(req.Margin), total.Microseconds(), b.maxToken, req.Owner)
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	if err := statusError(reply); err != nil {
+		return backend.Lease{}, err
+	}
+	lease, err := parseLease(reply, req.Key, req.LeaseID, ttl, req.Margin)
+	if err != nil {
+		// The script ran, but we cannot tell what it did.
+		return backend.Lease{}, fmt.Errorf("%w: redisbackend: %s: %w", backend.ErrOutcomeUnknown, op, err)
+	}
+	return lease, nil
+}

@@ -1,0 +1,44 @@
+package redisbackend
+
+import (
+	"context"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// Release implements backend.Backend. Ending a live lease publishes on the
+// key's channel (see NotifyFree), in the same script.
+func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
+	if err := b.ready(ctx); err != nil {
+		return err
+	}
+	if err := backend.CheckRelease(key, leaseID); err != nil {
+		return err
+	}
+	reply, err := b.run(ctx, "release", releaseScript, key, 0, leaseID, b.channel(key), b.publish)
+	if err != nil {
+		return err
+	}
+	return statusError(reply)
+}
+
+// ForceRelease implements backend.ForceReleaser: one script ends the live
+// lease whoever holds it, marking it released exactly as its holder's
+// Release would, and publishes on the key's channel (see NotifyFree). The
+// old holder's Release then returns nil (its lease reads as released), its
+// Renew gets backend.ErrLeaseNotFound, and the next grant gets the next
+// token. An ambiguous error wraps backend.ErrOutcomeUnknown; resending is
+// safe, and reports false if the first attempt ended the lease.
+func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
+	if err := b.ready(ctx); err != nil {
+		return false, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return false, err
+	}
+	n, err := forceReleaseScript.run(ctx, b.batch, b.RedisKey(key), b.channel(key), b.publish).Int64()
+	if err != nil {
+		return false, sendError(ctx, "force release", err)
+	}
+	return n == 1, nil
+}
