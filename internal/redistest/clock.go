@@ -69,20 +69,30 @@ time_t time(time_t *t) {
 // the CI environment variable is set.
 func ClockShim(t testing.TB, offset time.Duration) []string {
 	t.Helper()
+	lib := buildShim(t, "clock shim", "clockshim", clockShim)
+	return []string{"LD_PRELOAD=" + lib, fmt.Sprintf("FENCING_CLOCK_OFFSET=%d", int64(offset/time.Second))}
+}
+
+// buildShim compiles src, C for an LD_PRELOAD library, with gcc into t's
+// temporary directory as name.so and returns its path. Without gcc it skips
+// the test, or fails it when the CI environment variable is set; what names
+// the library in those messages.
+func buildShim(t testing.TB, what, name, src string) string {
+	t.Helper()
 	gcc, err := exec.LookPath("gcc")
 	if err != nil {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("redistest: gcc is needed for the clock shim: %v", err)
+			t.Fatalf("redistest: gcc is needed for the %s: %v", what, err)
 		}
-		t.Skipf("redistest: no gcc to build the clock shim: %v", err)
+		t.Skipf("redistest: no gcc to build the %s: %v", what, err)
 	}
 	dir := t.TempDir()
-	src, lib := filepath.Join(dir, "clockshim.c"), filepath.Join(dir, "clockshim.so")
-	if err := os.WriteFile(src, []byte(clockShim), 0o644); err != nil {
+	c, lib := filepath.Join(dir, name+".c"), filepath.Join(dir, name+".so")
+	if err := os.WriteFile(c, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: build the clock shim: %v\n%s", err, out)
+	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-o", lib, c).CombinedOutput(); err != nil {
+		t.Fatalf("redistest: build the %s: %v\n%s", what, err, out)
 	}
-	return []string{"LD_PRELOAD=" + lib, fmt.Sprintf("FENCING_CLOCK_OFFSET=%d", int64(offset/time.Second))}
+	return lib
 }

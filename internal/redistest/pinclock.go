@@ -3,7 +3,6 @@ package redistest
 import (
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 	"time"
@@ -84,22 +83,8 @@ type PinnedClock struct {
 // variable is set.
 func NewPinnedClock(t testing.TB) *PinnedClock {
 	t.Helper()
-	gcc, err := exec.LookPath("gcc")
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("redistest: gcc is needed for the pinned clock: %v", err)
-		}
-		t.Skipf("redistest: no gcc to build the pinned clock: %v", err)
-	}
-	dir := t.TempDir()
-	src, lib := filepath.Join(dir, "pinclock.c"), filepath.Join(dir, "pinclock.so")
-	if err := os.WriteFile(src, []byte(pinShim), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out, err := exec.Command(gcc, "-shared", "-fPIC", "-O2", "-o", lib, src).CombinedOutput(); err != nil {
-		t.Fatalf("redistest: build the pinned clock: %v\n%s", err, out)
-	}
-	path := filepath.Join(dir, "pin")
+	lib := buildShim(t, "pinned clock", "pinclock", pinShim)
+	path := filepath.Join(filepath.Dir(lib), "pin")
 	return &PinnedClock{path: path, env: []string{"LD_PRELOAD=" + lib, "FENCING_CLOCK_PIN=" + path}}
 }
 
