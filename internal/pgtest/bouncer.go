@@ -151,12 +151,7 @@ func (b *Bouncer) DSN() string {
 // it when t ends.
 func (b *Bouncer) DB(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", b.DSN())
-	if err != nil {
-		t.Fatalf("pgtest: %v", err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
+	return openDB(t, b.DSN())
 }
 
 // Stop stops pgbouncer by its PID (SIGINT) and waits for it.

@@ -261,7 +261,14 @@ func (s *Server) PID() int {
 // and closes it when t ends.
 func (s *Server) DB(t testing.TB) *sql.DB {
 	t.Helper()
-	db, err := sql.Open("pgx", s.DSN())
+	return openDB(t, s.DSN())
+}
+
+// openDB opens dsn with pgx's database/sql adapter and closes it when t
+// ends.
+func openDB(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("pgx", dsn)
 	if err != nil {
 		t.Fatalf("pgtest: %v", err)
 	}
