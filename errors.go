@@ -34,6 +34,9 @@ var (
 	// than backend.MaxOwnerLength bytes, not UTF-8, or has a control
 	// character (see backend.CheckOwner).
 	ErrInvalidOwner = backend.ErrInvalidOwner
+	// ErrInvalidLockDelay: the lock delay (WithLockDelay,
+	// WithDefaultLockDelay) is negative or over backend.MaxLockDelay.
+	ErrInvalidLockDelay = backend.ErrInvalidLockDelay
 	// ErrInvalidKey: the key is empty or longer than backend.MaxKeyLength.
 	ErrInvalidKey = backend.ErrInvalidKey
 	// ErrTokenSpaceExhausted: the key has used its last token. Tokens never

@@ -53,6 +53,16 @@ type Request struct {
 	// live, and never once it has ended. It is never a credential: anyone
 	// who can inspect the key can read it.
 	Owner string
+	// LockDelay is how long the key stays closed to new grants after this
+	// lease ends uncleanly, so that a holder that is still running (stalled,
+	// cut off) has time to stop side effects no guard can fence: after an
+	// expiry, no grant on the key succeeds until expiresAt + LockDelay;
+	// after a forced release (ForceReleaser), until the moment of the
+	// release + LockDelay; both on the coordinator's clock. A release by the
+	// holder ends the lease with no delay. Zero means none; at most
+	// MaxLockDelay (see CheckLockDelay). Grant stores it with the lease in
+	// the same atomic step; Renew ignores it and keeps the grant's.
+	LockDelay time.Duration
 }
 
 // Lease is a backend's record of a lease, as granted or renewed.
@@ -91,6 +101,10 @@ const (
 	// before the answer arrives; it is most often a bare number where a
 	// duration was meant (5 for 5s).
 	MinTimeout = time.Millisecond
+	// MaxLockDelay is the longest Request.LockDelay, as in Consul and
+	// Chubby: long enough for a stalled holder to notice, short enough that
+	// a crashed one does not close its key for long.
+	MaxLockDelay = 60 * time.Second
 )
 
 // Sentinel errors. Package fencing re-exports them; test with errors.Is.
@@ -107,6 +121,7 @@ var (
 	ErrInvalidTimeout      = errors.New("invalid timeout")
 	ErrInvalidMargin       = errors.New("invalid margin")
 	ErrInvalidOwner        = errors.New("invalid owner")
+	ErrInvalidLockDelay    = errors.New("invalid lock delay")
 	ErrTokenSpaceExhausted = errors.New("token space exhausted")
 	// ErrOutcomeUnknown marks an error after which the request may or may not
 	// have taken effect (a lost response). Grant, Renew and Release may be
@@ -184,8 +199,20 @@ func CheckOwner(owner string) error {
 	return nil
 }
 
-// CheckRequest applies CheckKey, CheckDurations, CheckLeaseID and
-// CheckOwner to req.
+// CheckLockDelay returns an error wrapping ErrInvalidLockDelay unless d is
+// zero (no delay) or positive and at most MaxLockDelay.
+func CheckLockDelay(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("%w: %v is negative", ErrInvalidLockDelay, d)
+	}
+	if d > MaxLockDelay {
+		return fmt.Errorf("%w: %v exceeds the maximum %v", ErrInvalidLockDelay, d, MaxLockDelay)
+	}
+	return nil
+}
+
+// CheckRequest applies CheckKey, CheckDurations, CheckLeaseID,
+// CheckLockDelay and CheckOwner to req.
 func CheckRequest(req Request) error {
 	if err := CheckKey(req.Key); err != nil {
 		return err
@@ -194,6 +221,9 @@ func CheckRequest(req Request) error {
 		return err
 	}
 	if err := CheckLeaseID(req.LeaseID); err != nil {
+		return err
+	}
+	if err := CheckLockDelay(req.LockDelay); err != nil {
 		return err
 	}
 	if req.Owner == "" {

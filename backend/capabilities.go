@@ -70,6 +70,18 @@ type KeyState struct {
 	// Owner is the live lease's owner, as its grant stored it (see
 	// Request.Owner); empty when none is live or the holder gave none.
 	Owner string
+	// LockDelay is the live lease's lock delay (Request.LockDelay): how
+	// long the key will stay closed if that lease ends uncleanly. Zero when
+	// none is live or its grant asked for none.
+	LockDelay time.Duration
+	// DelayedUntil is, while no lease is live and the key is in a lock
+	// delay after an unclean end, when the delay ends on the coordinator's
+	// clock (an estimate where that clock cannot be read, as for
+	// ExpiresAt); zero otherwise. No grant on the key succeeds before then.
+	DelayedUntil time.Time
+	// DelayRemaining is how long that delay had left on the coordinator's
+	// clock when it was read; zero when the key is not delayed.
+	DelayRemaining time.Duration
 }
 
 // HeldError is the error a Grant returns when another lease on the key is
@@ -77,9 +89,12 @@ type KeyState struct {
 // for the time the holder's lease has left, which lets a waiter sleep until
 // then instead of polling.
 type HeldError struct {
-	// Remaining is how long the live lease had left on the coordinator's
-	// clock when the grant was refused, or zero when the backend cannot
-	// tell (etcd does not report a lease's TTL in the same request).
+	// Remaining is how long a grant on the key will stay refused unless the
+	// holder releases first, on the coordinator's clock when the grant was
+	// refused: the live lease's time left plus its lock delay
+	// (Request.LockDelay), or, during a lock delay, the delay's time left.
+	// Zero when the backend cannot tell (etcd does not report a lease's TTL
+	// in the same request).
 	Remaining time.Duration
 }
 
@@ -119,10 +134,13 @@ func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }
 // whoever holds it: the operator's break-glass release.
 type ForceReleaser interface {
 	// ForceRelease ends key's live lease at once, as if its holder had
-	// released it: the key is free, the old token stops checking true, the
-	// old holder's renewals get ErrLeaseNotFound, and the next grant gets a
-	// larger token. It reports whether a live lease was ended; on a key with
-	// no live lease it changes nothing and reports false.
+	// released it: the old token stops checking true, the old holder's
+	// renewals get ErrLeaseNotFound, and the next grant gets a larger token.
+	// It is an unclean end: the key is free at once only when the lease had
+	// no lock delay; otherwise no grant succeeds until now + its LockDelay
+	// on the coordinator's clock. It reports whether a live lease was
+	// ended; on a key with no live lease (a lock delay running included) it
+	// changes nothing and reports false.
 	ForceRelease(ctx context.Context, key string) (ended bool, err error)
 }
 
@@ -151,4 +169,59 @@ type KeyInfo struct {
 type InProcess interface {
 	// InProcess is a marker; it does nothing.
 	InProcess()
+}
+
+// Queuer is implemented by a backend that keeps, per key, a line of waiters
+// in the order they joined: fencing.Coordinator.Lock with fencing.WithFIFO
+// waits in it, and only the waiter at the head tries to grant. The line is
+// advisory: Grant does not read it, so a grant made outside the line
+// (Grant, Hold, Lock without WithFIFO) can still take a free key; the line
+// orders the waiters that join it. A waiter that gets the key keeps its
+// entry at the head while it holds the lease and removes it after its
+// release, so that the next waiter wakes once, to a free key.
+//
+// An entry is leased like a lease: it lives for a TTL on the coordinator's
+// clock and its waiter renews it. An entry whose waiter died, gave up
+// without leaving or was cut off leaves the line when its TTL ends, so it
+// delays the waiters behind it by at most that TTL.
+type Queuer interface {
+	// Enqueue puts waiterID at the end of key's line, with an entry that
+	// lives for ttl from now on the coordinator's clock, or, when
+	// waiterID's entry is in the line and live, renews it for ttl from now
+	// and keeps its place. An entry that expired has left the line, and
+	// Enqueue puts it at the end again. The Place is read in the same
+	// atomic step. key follows CheckKey, waiterID CheckLeaseID (it is a
+	// credential, like a lease ID: package fencing draws it the same way),
+	// ttl CheckDurations(ttl, 0).
+	Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (Place, error)
+	// Dequeue removes waiterID's entry from key's line at once, so that
+	// the waiter behind it goes next. Removing an entry that is not in the
+	// line returns nil.
+	Dequeue(ctx context.Context, key, waiterID string) error
+	// NotifyTurn starts watching key's line for waiterID's sake: the
+	// Subscription's Freed receives a value when an entry ahead of
+	// waiterID's may have left (a Dequeue and, where the store sees it, an
+	// expiry). It returns once the watch is in place; the waiter then
+	// calls Enqueue to learn its place, so a leave just before the watch
+	// began is not missed. Wake-ups may be spurious and are coalesced, as
+	// for NotifyFree; a backend wakes only the waiter directly behind the
+	// entry that left where its store can, so that a handoff does not
+	// wake the whole line. ctx bounds only the setting up; Close ends the
+	// watch.
+	NotifyTurn(ctx context.Context, key, waiterID string) (Subscription, error)
+}
+
+// Place is a waiter's place in a key's line (Queuer.Enqueue).
+type Place struct {
+	// Ahead is how many live entries are ahead of the waiter's; zero means
+	// it is at the head: its turn to grant.
+	Ahead int
+	// AheadRemaining is how long the entry directly ahead had left before
+	// it expires, on the coordinator's clock, when Enqueue read it: a
+	// waiter that hears nothing looks again then. Zero at the head, or when
+	// the backend cannot tell.
+	AheadRemaining time.Duration
+	// TTL is the entry's TTL as granted, after any rounding up (etcd
+	// grants whole seconds); TTL >= the ttl asked for.
+	TTL time.Duration
 }

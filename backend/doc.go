@@ -29,6 +29,14 @@
 //   - Release ends the live lease with that ID at once. Releasing the most
 //     recent lease again returns nil (so a resent release is harmless); an
 //     expired one gets ErrLeaseExpired; any other ID gets ErrLeaseNotFound.
+//   - Lock delay: a lease granted with Request.LockDelay d > 0 that ends
+//     by expiry closes the key to grants on [expiresAt, expiresAt+d); one
+//     ended by ForceRelease at t closes it on [t, t+d). A grant in that time
+//     fails with a *HeldError whose Remaining is the delay's time left, and
+//     changes nothing. A release by the holder leaves no delay. The lease is
+//     not live during the delay: Token reports none, Renew gets
+//     ErrLeaseExpired (after an expiry) or ErrLeaseNotFound (after a forced
+//     release), as without a delay.
 //   - Token reports the token of the key's live lease, or live == false and a
 //     zero token when no lease is live.
 //   - Bad input (see CheckRequest and CheckRelease) and a done
@@ -49,7 +57,8 @@
 // Optional capabilities are small interfaces of their own, in
 // capabilities.go, which package fencing finds by type assertion: Notifier
 // (waiting for a key to come free), Inspector (a key's state), ForceReleaser
-// (ending a lease without its ID) and Lister (enumerating keys).
+// (ending a lease without its ID), Lister (enumerating keys) and Queuer (a
+// first-come, first-served line of waiters per key).
 //
 // The conformance package holds a backend to this contract.
 package backend
