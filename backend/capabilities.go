@@ -96,11 +96,22 @@ type HeldError struct {
 	// Zero when the backend cannot tell (etcd does not report a lease's TTL
 	// in the same request).
 	Remaining time.Duration
+	// Delayed reports that no lease is live and the key is in a lock delay
+	// after an unclean end (see Request.LockDelay): nothing but time frees
+	// it before Remaining has passed (no release can, and no notification
+	// will come), so a waiter sleeps that long.
+	Delayed bool
 }
 
 // Error returns ErrLeaseHeld's text, with the time left when known: the same
 // wording on every backend.
 func (e *HeldError) Error() string {
+	if e.Delayed {
+		if e.Remaining <= 0 {
+			return ErrLeaseHeld.Error() + " (in a lock delay)"
+		}
+		return fmt.Sprintf("%v (in a lock delay for %v more)", ErrLeaseHeld, e.Remaining.Round(time.Millisecond))
+	}
 	if e.Remaining <= 0 {
 		return ErrLeaseHeld.Error()
 	}
