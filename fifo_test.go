@@ -191,15 +191,15 @@ func (p *procs) joined(t *testing.T) join {
 	}
 }
 
-// grantLog records grants in the order they happened.
-type grantLog struct {
+// fifoGrants records grants in the order they happened.
+type fifoGrants struct {
 	mu     sync.Mutex
 	order  []int
 	tokens []uint64
 	at     []time.Time
 }
 
-func (g *grantLog) add(i int, token uint64) {
+func (g *fifoGrants) add(i int, token uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.order = append(g.order, i)
@@ -211,7 +211,7 @@ func (g *grantLog) add(i int, token uint64) {
 // the processes, behind a holder that is itself the line's head; then the
 // holder releases, and each waiter releases 2ms after it got the key.
 // It returns the grants and how many grant attempts the handoffs took.
-func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOption) (*grantLog, int64) {
+func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOption) (*fifoGrants, int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ttl := p.w.TTL
@@ -225,7 +225,7 @@ func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOpti
 			t.Fatalf("the holder joined at %+v, want the head", j.place)
 		}
 	}
-	log := &grantLog{}
+	log := &fifoGrants{}
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -265,7 +265,7 @@ func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOpti
 
 // checkGrants fails unless the waiters were granted 0, 1, ..., n-1 (when
 // inOrder) with strictly increasing tokens.
-func checkGrants(t *testing.T, log *grantLog, n int, inOrder bool) {
+func checkGrants(t *testing.T, log *fifoGrants, n int, inOrder bool) {
 	t.Helper()
 	if len(log.order) != n {
 		t.Fatalf("%d grants, want %d", len(log.order), n)
