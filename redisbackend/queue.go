@@ -30,8 +30,6 @@ import (
 // entry costs its waiter its place (its next Enqueue puts it at the end),
 // never a lease's safety.
 
-var _ backend.Queuer = (*Backend)(nil)
-
 // Enqueue implements backend.Queuer: one script drops the expired entries,
 // puts waiterID at the end of the line (or renews its live entry in place)
 // until now + ttl on the server's clock, and reads its place. ttl is
