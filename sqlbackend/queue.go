@@ -43,12 +43,13 @@ const (
 	seenUnknown = -2 // not read yet, or the read failed
 )
 
-// turnWakes reports whether a waiter whose place was seen as prev and is
-// now cur should wake: the entry ahead of it left. A waiter whose entry
-// has just appeared behind another one learned that from its Enqueue.
-func turnWakes(prev, cur int64) bool {
-	return cur != prev && !(prev < 0 && cur > 0)
-}
+// turnWakes reports whether a waiter whose place was seen as prev (by the
+// poll before, or told by its last Enqueue through this Backend) and is now
+// cur should wake: the entry directly ahead of it changed, so it left (new
+// entries join behind). A waiter whose own entry is gone (it expired) wakes
+// too, to join again; one whose entry appeared (an Enqueue through another
+// Backend) wakes once.
+func turnWakes(prev, cur int64) bool { return cur != prev }
 
 // turnTag names a waiter in a NOTIFY payload without revealing its ID,
 // which is a credential: the first 128 bits of its SHA-256, in hex, as the
@@ -81,16 +82,18 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	}
 	place := backend.Place{TTL: ttl}
 	if b.dialect == Postgres {
-		var remainingMicros sql.NullInt64
-		err := b.db.QueryRowContext(ctx, b.sql.enqueue, []byte(key), waiterID, int64(ttl)).Scan(&place.Ahead, &remainingMicros)
+		var aheadSeq, remainingMicros sql.NullInt64
+		err := b.db.QueryRowContext(ctx, b.sql.enqueue, []byte(key), waiterID, int64(ttl)).Scan(&place.Ahead, &aheadSeq, &remainingMicros)
 		if err != nil {
 			return backend.Place{}, b.classify(ctx, "enqueue", err)
 		}
 		if place.Ahead > 0 {
 			place.AheadRemaining = max(time.Duration(remainingMicros.Int64)*time.Microsecond, time.Microsecond)
 		}
+		b.hub.sawTurn(key, waiterID, aheadSeq.Int64)
 		return place, nil
 	}
+	var aheadSeq int64
 	err := b.sqliteTx(ctx, "enqueue", func(c *sql.Conn, now hostNow) error {
 		k := []byte(key)
 		if _, err := c.ExecContext(ctx, b.sql.dropExpired, k, waiterID, now.boot, now.since); err != nil {
@@ -117,7 +120,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 			}
 		}
 		var aheadExpires int64
-		if err := c.QueryRowContext(ctx, b.sql.ahead, k, waiterID, now.boot, now.since, seq).Scan(&place.Ahead, &aheadExpires); err != nil {
+		if err := c.QueryRowContext(ctx, b.sql.ahead, k, waiterID, now.boot, now.since, seq).Scan(&place.Ahead, &aheadSeq, &aheadExpires); err != nil {
 			return err
 		}
 		if place.Ahead > 0 {
@@ -128,6 +131,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	if err != nil {
 		return backend.Place{}, err
 	}
+	b.hub.sawTurn(key, waiterID, aheadSeq)
 	return place, nil
 }
 
@@ -145,6 +149,7 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 		if err := b.db.QueryRowContext(ctx, b.sql.dequeue, []byte(key), waiterID).Scan(&tag); err != nil {
 			return b.classify(ctx, "dequeue", err)
 		}
+		b.hub.sawTurn(key, waiterID, seenAbsent)
 		if tag.Valid {
 			b.hub.wakeTurn(key, tag.String)
 		}
@@ -170,10 +175,14 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 		}
 		return err
 	})
-	if err == nil && next != "" {
+	if err != nil {
+		return err
+	}
+	b.hub.sawTurn(key, waiterID, seenAbsent)
+	if next != "" {
 		b.hub.wakeTurn(key, turnTag(next))
 	}
-	return err
+	return nil
 }
 
 // NotifyTurn implements backend.Queuer (see the top of this file). When it
@@ -286,6 +295,18 @@ func (h *hub) pollTurns(ctx context.Context) {
 			sub.wake()
 		}
 		sub.seen = places[i]
+	}
+}
+
+// sawTurn records what an Enqueue (or a Dequeue) through this Backend told
+// waiterID of its place, so that the poll wakes it only when that changes.
+func (h *hub) sawTurn(key, waiterID string, aheadSeq int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for sub := range h.turns[key] {
+		if sub.waiterID == waiterID {
+			sub.seen = aheadSeq
+		}
 	}
 }
 

@@ -111,12 +111,12 @@ func newStatements(d Dialect, prefix string) statements {
 		s.liveTokens = r.Replace(`SELECT key, token FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = ANY($1)) AS l ` +
 			`WHERE NOT released AND expires_at > n OR delay_until > n`)
 		s.admit = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp() FOR SHARE`)
-		s.enqueue = r.Replace(`SELECT ahead, ahead_remaining_us FROM {p}enqueue($1, $2, $3)`)
+		s.enqueue = r.Replace(`SELECT ahead, ahead_seq, ahead_remaining_us FROM {p}enqueue($1, $2, $3)`)
 		s.dequeue = r.Replace(`SELECT {p}dequeue($1, $2)`)
 		// For each (key, waiter) asked about whose entry is live: the seq of
 		// the live entry directly ahead of it, 0 at the head.
 		s.turn = r.Replace(`SELECT s.k, s.id, coalesce((SELECT max(a.seq) FROM {w} AS a WHERE a.key = e.key AND a.seq < e.seq AND a.expires_at > c.n), 0) ` +
-			`FROM (SELECT clock_timestamp() AS n) AS c, unnest($1::bytea[], $2::text[]) AS s(k, id) ` +
+			`FROM (SELECT clock_timestamp() AS n) AS c CROSS JOIN unnest($1::bytea[], $2::text[]) AS s(k, id) ` +
 			`JOIN {w} AS e ON e.key = s.k AND e.waiter_id = s.id AND e.expires_at > c.n`)
 		return s
 	}
@@ -141,7 +141,7 @@ func newStatements(d Dialect, prefix string) statements {
 	s.renewEntry = r.Replace(`UPDATE {w} SET expires_at = ?3 WHERE key = ?1 AND waiter_id = ?2`)
 	s.lastSeq = r.Replace(`SELECT coalesce(max(seq), 0) FROM {w} WHERE key = ?1`)
 	s.insertEntry = r.Replace(`INSERT INTO {w} (key, waiter_id, seq, boot_id, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)`)
-	s.ahead = r.Replace(`SELECT count(*), coalesce((SELECT a.expires_at FROM {w} AS a WHERE a.key = ?1 AND a.seq < ?5 AND ` +
+	s.ahead = r.Replace(`SELECT count(*), coalesce(max(seq), 0), coalesce((SELECT a.expires_at FROM {w} AS a WHERE a.key = ?1 AND a.seq < ?5 AND ` +
 		`a.boot_id = ?3 AND a.expires_at > ?4 ORDER BY a.seq DESC LIMIT 1), 0) FROM {w} WHERE key = ?1 AND seq < ?5 AND ` + liveEntry)
 	s.anyEntry = r.Replace(`SELECT seq FROM {w} WHERE key = ?1 AND waiter_id = ?2`)
 	s.removeEntry = r.Replace(`DELETE FROM {w} WHERE key = ?1 AND waiter_id = ?2`)
@@ -358,7 +358,7 @@ $fn$`
 // lock ends with the statement's transaction, so PgBouncer's transaction
 // pooling keeps working.
 const pgEnqueue = `CREATE OR REPLACE FUNCTION {p}enqueue(p_key BYTEA, p_id TEXT, p_ttl BIGINT,
-	OUT ahead INT, OUT ahead_remaining_us BIGINT)
+	OUT ahead INT, OUT ahead_seq BIGINT, OUT ahead_remaining_us BIGINT)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
@@ -376,7 +376,7 @@ BEGIN
 		INSERT INTO {w} (key, waiter_id, seq, expires_at) VALUES (p_key, p_id, s, e);
 	END IF;
 	SELECT count(*) INTO ahead FROM {w} AS w WHERE w.key = p_key AND w.seq < s;
-	SELECT floor(extract(epoch FROM w.expires_at - n) * 1000000) INTO ahead_remaining_us
+	SELECT w.seq, floor(extract(epoch FROM w.expires_at - n) * 1000000) INTO ahead_seq, ahead_remaining_us
 		FROM {w} AS w WHERE w.key = p_key AND w.seq < s ORDER BY w.seq DESC LIMIT 1;
 END
 $fn$`
