@@ -57,6 +57,15 @@
 //   - a grant's owner is stored, reported by Inspect and List while the
 //     lease is live, kept by renewals, gone after release; a bad owner
 //     gets ErrInvalidOwner and changes nothing;
+//   - a lease's lock delay (backend.Request.LockDelay): after an expiry,
+//     and from a forced release, the key refuses grants with a
+//     *backend.HeldError that is Delayed and tells the delay's time left,
+//     to the nanosecond on a fake clock, while the token is not live, the
+//     holder's renewals fail and Inspect shows DelayedUntil; then a grant
+//     gets a larger token; a live lease's refusals count the delay in, and
+//     Inspect and List show it, kept by renewals; a release by the holder
+//     leaves no delay; MaxLockDelay is the cap, and a bad delay gets
+//     ErrInvalidLockDelay and changes nothing;
 //   - Hold renews past the TTL and reports a rejected renewal as
 //     ErrLeaseLost, and settles a grant whose answer was lost (Settled only
 //     when its release came through); Lock wakes on release and expiry, hands the key to many

@@ -16,9 +16,17 @@
 // lease's ID and a copy of its bytes in a record with no pointers in it (the
 // garbage collector does not trace it), plus an index slot: a few dozen
 // bytes beyond the key's own bytes (docs/memory.md has the measured figure).
-// A live lease holds a further 64 bytes and keeps its lease ID and owner
-// strings, until it is released, or until it has expired and the key is next
-// touched or a later grant in its shard sweeps it.
+// A live lease holds a further 72 bytes and keeps its lease ID and owner
+// strings, until it is released, or until it has expired (and its lock delay,
+// if it has one, is over) and the key is next touched or a later grant in its
+// shard sweeps it.
+//
+// # Lock delay
+//
+// A lease with a lock delay (backend.Request.LockDelay) keeps its place
+// among the live leases through the delay after it expires or is forced
+// out, and its key refuses grants until then, to the nanosecond on the
+// backend's clock; the keys whose leases ended cleanly pay nothing for it.
 //
 // The fingerprint is a 64-bit hash of the ended lease's ID, keyed by a seed
 // drawn for each Backend. It answers a resent request with that ID as the
