@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/internal/etcdtest"
@@ -95,5 +97,36 @@ func TestNotifyTurnSeesExpiry(t *testing.T) {
 		if time.Since(joined) > etcdtest.MinTTL+5*time.Second {
 			t.Fatal("the expired entry ahead never left")
 		}
+	}
+}
+
+// TestCountOnlyCountsTheWholeRange is why Enqueue does not count the entries
+// ahead with WithCountOnly and WithMaxCreateRev, as one might: etcd applies
+// the revision filters to the keys it returns, and a count-only range
+// returns none, so the count is of the whole range (docs/etcd.md).
+func TestCountOnlyCountsTheWholeRange(t *testing.T) {
+	cli := etcdtest.Client(t)
+	prefix := newPrefix("count")
+	ctx := context.Background()
+	var first int64
+	for i := range 3 {
+		resp, err := cli.Put(ctx, prefix+string(rune('a'+i)), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = resp.Header.Revision
+		}
+	}
+	counted, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithMaxCreateRev(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counted.Count != 3 || len(listed.Kvs) != 1 {
+		t.Fatalf("count-only with a create-revision filter counted %d, the filtered range has %d keys; want 3 and 1 (etcd's behaviour changed: Enqueue could count the entries ahead in one step)", counted.Count, len(listed.Kvs))
 	}
 }
