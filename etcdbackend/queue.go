@@ -260,8 +260,11 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 // directly ahead of waiterID's, for its deletion (a Dequeue, or etcd's
 // revoke when it expired); at the head, waiterID's own entry, for its
 // deletion; while waiterID has no entry, that entry, for its creation.
-// After each event it reads the line again and watches the next key,
-// waking the waiter each time (so also when its own entry came or went).
+// After each event it reads the line again and watches the next key. It
+// wakes the waiter when the entry ahead or its own left, and when its own
+// entry appeared unless an entry is still ahead of it then (the waiter's
+// Enqueue counted those, and the watch of the one directly ahead covers
+// them: the waiter cannot reach the head before that one leaves).
 // It returns once the first watch is in place. When a watch breaks (a lost
 // leader, a compaction), it wakes the waiter, reads the line again and
 // watches anew, with a growing pause while that fails. The channel is
@@ -337,6 +340,8 @@ func (t *turn) Close() error {
 type turnWatch struct {
 	ch     clientv3.WatchChan
 	cancel context.CancelFunc // ends this watch alone
+	ahead  bool               // it watches the entry directly ahead
+	absent bool               // it watches for the waiter's entry to appear
 }
 
 // target reads the line and watches the key that tells the waiter's turn
@@ -363,10 +368,15 @@ func (t *turn) target(ctx context.Context, opts ...clientv3.OpOption) (turnWatch
 	}
 	wctx, cancel := context.WithCancel(ctx)
 	opts = append(opts, filter, clientv3.WithRev(resp.Header.Revision+1))
-	return turnWatch{ch: t.b.watcher.Watch(wctx, watched, opts...), cancel: cancel}, nil
+	return turnWatch{
+		ch:     t.b.watcher.Watch(wctx, watched, opts...),
+		cancel: cancel,
+		ahead:  watched != t.me,
+		absent: !found,
+	}, nil
 }
 
-// run wakes the waiter on each event of its watch and watches the next key,
+// run wakes the waiter on the events of its watch and watches the next key,
 // until ctx ends or the client closes.
 func (t *turn) run(ctx context.Context, w turnWatch) {
 	defer t.b.subs.Done()
@@ -387,31 +397,51 @@ func (t *turn) run(ctx context.Context, w turnWatch) {
 			if healthy && len(resp.Events) == 0 {
 				continue // created, or progress
 			}
-			t.wake()
-			w.cancel()
+			// When the waiter's own entry appeared, its Enqueue counted
+			// the entries ahead, and the watch of the one directly ahead
+			// covers them: it is woken only if no entry is ahead by now.
+			appeared := healthy && w.absent
+			if !appeared {
+				t.wake()
+			}
 			if healthy {
 				pause = minRewatchPause
 			}
-			for {
-				if t.b.cli.Ctx().Err() != nil {
-					return // the client is closed: no watch can go on
-				}
-				if !healthy {
-					select {
-					case <-ctx.Done():
-						return
-					case <-time.After(pause):
-					}
-					pause = min(2*pause, maxRewatchPause)
-				}
-				var err error
-				if w, err = t.target(ctx); err == nil {
-					break
-				}
-				healthy = false
+			w.cancel()
+			if !t.retarget(ctx, &w, healthy, &pause) {
+				return
+			}
+			if appeared && !w.ahead {
 				t.wake()
 			}
 		}
+	}
+}
+
+// retarget reads the line and watches the next key, trying until it can
+// (after a pause when the watch broke, or a try failed: each failure wakes
+// the waiter). It reports false when ctx ended or the client closed.
+func (t *turn) retarget(ctx context.Context, w *turnWatch, healthy bool, pause *time.Duration) bool {
+	for {
+		if t.b.cli.Ctx().Err() != nil {
+			return false // the client is closed: no watch can go on
+		}
+		if !healthy {
+			select {
+			case <-ctx.Done():
+				return false
+			case <-time.After(*pause):
+			}
+			*pause = min(2**pause, maxRewatchPause)
+		}
+		next, err := t.target(ctx)
+		if err == nil {
+			*w = next
+			return true
+		}
+		*w = turnWatch{}
+		healthy = false
+		t.wake()
 	}
 }
 

@@ -46,7 +46,8 @@ func wantNoWake(t testing.TB, s backend.Subscription, d time.Duration, what stri
 }
 
 // TestNotifyTurnWakesOnlyNext: each waiter watches the entry directly ahead,
-// so a Dequeue wakes the one waiter behind it, not the whole line.
+// so a Dequeue wakes the one waiter behind it, not the whole line, and a
+// waiter's own join does not wake it unless it is at the head.
 func TestNotifyTurnWakesOnlyNext(t *testing.T) {
 	cli := etcdtest.Client(t)
 	b, _ := newBackend(t, cli)
@@ -58,10 +59,11 @@ func TestNotifyTurnWakesOnlyNext(t *testing.T) {
 			t.Fatalf("Enqueue(%q) = %+v, want Ahead %d", w, p, i)
 		}
 	}
-	// The subscriptions saw their own entries appear: start from quiet.
-	time.Sleep(200 * time.Millisecond)
-	for _, s := range subs {
-		drain(s)
+	// A waiter's own join wakes it only at the head: the others' Enqueue
+	// counted the entries ahead.
+	wantWake(t, subs[0], 5*time.Second, "the head's own join")
+	for i := 1; i < len(subs); i++ {
+		wantNoWake(t, subs[i], 100*time.Millisecond, "a waiter's own join behind another")
 	}
 	for i := range len(waiters) - 1 {
 		if err := b.Dequeue(context.Background(), "k", waiters[i]); err != nil {
