@@ -181,3 +181,25 @@ func TestNotifyTurnLeaderStopped(t *testing.T) {
 		}
 	}
 }
+
+// TestEnqueueAfterAnotherDequeued: a backend remembers the etcd lease of
+// the entries it made, to renew them in one round trip; an entry removed
+// through another backend (another process) meanwhile is not renewed by
+// that memory: the waiter joins at the end.
+func TestEnqueueAfterAnotherDequeued(t *testing.T) {
+	cli := etcdtest.Client(t)
+	a, prefix := newBackend(t, cli)
+	other := backendOn(t, cli, prefix).(*etcdbackend.Backend)
+	mustEnqueue(t, a, "k", "x", time.Minute)
+	mustEnqueue(t, a, "k", "w", time.Minute)
+	if err := other.Dequeue(context.Background(), "k", "w"); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, other, "k", "y", time.Minute) // perhaps on w's etcd lease, from other's pool
+	if p := mustEnqueue(t, a, "k", "w", time.Minute); p.Ahead != 2 {
+		t.Fatalf("Enqueue of an entry dequeued elsewhere = %+v, want Ahead 2: at the end, behind x and y", p)
+	}
+	if p := mustEnqueue(t, a, "k", "w", time.Minute); p.Ahead != 2 {
+		t.Fatalf("Enqueue renewing it = %+v, want Ahead 2", p)
+	}
+}
