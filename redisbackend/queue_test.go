@@ -293,3 +293,24 @@ func TestTurnChannelHidesWaiterID(t *testing.T) {
 		t.Fatalf("channels %q: want one turn channel without the waiter's ID", chans)
 	}
 }
+
+// TestLineTurnAfterReconnect: a waiter's turn channel rides the shared
+// pub/sub connection, so when that connection breaks (a message may be
+// lost) the waiter is woken to look again, and once the backend has
+// subscribed again the next Dequeue reaches it.
+func TestLineTurnAfterReconnect(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	sub := mustTurn(t, b, "k", "b")
+	mustEnqueue(t, b, "k", "a", time.Minute)
+	mustEnqueue(t, b, "k", "b", time.Minute)
+	if err := client.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantWake(t, sub, "for b after its pub/sub connection broke")
+	waitNumSub(t, client, false, b.TurnChannel("k", "b"), 1)
+	drain(sub)
+	mustDequeue(t, b, "k", "a")
+	wantWake(t, sub, "for b after a left, on the new connection")
+}
