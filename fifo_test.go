@@ -191,15 +191,15 @@ func (p *procs) joined(t *testing.T) join {
 	}
 }
 
-// grantLog records grants in the order they happened.
-type grantLog struct {
+// fifoGrants records grants in the order they happened.
+type fifoGrants struct {
 	mu     sync.Mutex
 	order  []int
 	tokens []uint64
 	at     []time.Time
 }
 
-func (g *grantLog) add(i int, token uint64) {
+func (g *fifoGrants) add(i int, token uint64) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.order = append(g.order, i)
@@ -211,7 +211,7 @@ func (g *grantLog) add(i int, token uint64) {
 // the processes, behind a holder that is itself the line's head; then the
 // holder releases, and each waiter releases 2ms after it got the key.
 // It returns the grants and how many grant attempts the handoffs took.
-func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOption) (*grantLog, int64) {
+func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOption) (*fifoGrants, int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ttl := p.w.TTL
@@ -225,7 +225,7 @@ func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOpti
 			t.Fatalf("the holder joined at %+v, want the head", j.place)
 		}
 	}
-	log := &grantLog{}
+	log := &fifoGrants{}
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {
@@ -265,7 +265,7 @@ func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOpti
 
 // checkGrants fails unless the waiters were granted 0, 1, ..., n-1 (when
 // inOrder) with strictly increasing tokens.
-func checkGrants(t *testing.T, log *grantLog, n int, inOrder bool) {
+func checkGrants(t *testing.T, log *fifoGrants, n int, inOrder bool) {
 	t.Helper()
 	if len(log.order) != n {
 		t.Fatalf("%d grants, want %d", len(log.order), n)
@@ -336,4 +336,128 @@ func TestLockFIFOUnsupported(t *testing.T) {
 		t.Fatalf("Hold with WithFIFO: %v, want WithFIFO ignored", err)
 	}
 	h.Release(ctx)
+}
+
+// lockResult is how a Lock in a goroutine of the test ended, and when.
+type lockResult struct {
+	h   *fencing.Held
+	err error
+	at  time.Time
+}
+
+func lockAsync(ctx context.Context, c *fencing.Coordinator, key string, ttl time.Duration) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		h, err := c.Lock(ctx, key, ttl, fencing.WithFIFO())
+		ch <- lockResult{h, err, time.Now()}
+	}()
+	return ch
+}
+
+func result(t *testing.T, ch <-chan lockResult, what string) lockResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s: Lock did not return within 60s", what)
+		return lockResult{}
+	}
+}
+
+// deadWaiter puts a holder, A, a victim and C in key's line, each in a
+// process of its own; kill ends the victim (and reports whether it read
+// the victim's Lock's result); then the holder and A release.
+// It returns how long after A's release, and after the kill, C got the key.
+func deadWaiter(t *testing.T, p *procs, key string, kill func(cancel context.CancelFunc, victim <-chan lockResult) (ended bool)) (afterRelease, afterKill time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ttl := p.w.TTL
+	holder, err := p.c[0].Lock(ctx, key, ttl, fencing.WithFIFO())
+	if err != nil {
+		t.Fatalf("holder's Lock: %v", err)
+	}
+	p.joined(t)
+	a := lockAsync(ctx, p.c[1], key, ttl)
+	p.joined(t)
+	vctx, vcancel := context.WithCancel(ctx)
+	defer vcancel()
+	victim := lockAsync(vctx, p.c[2], key, ttl)
+	p.joined(t)
+	c := lockAsync(ctx, p.c[3], key, ttl)
+	if j := p.joined(t); j.place.Ahead != 3 {
+		t.Fatalf("C joined at %+v, want Ahead 3", j.place)
+	}
+	ended := kill(vcancel, victim)
+	killed := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	ra := result(t, a, "A")
+	if ra.err != nil {
+		t.Fatalf("A's Lock: %v", ra.err)
+	}
+	if err := ra.h.Release(ctx); err != nil {
+		t.Fatalf("A's Release: %v", err)
+	}
+	released := time.Now()
+	rc := result(t, c, "C")
+	if rc.err != nil {
+		t.Fatalf("C's Lock: %v", rc.err)
+	}
+	if rc.h.Token() <= ra.h.Token() {
+		t.Fatalf("C's token %d after A's %d", rc.h.Token(), ra.h.Token())
+	}
+	rc.h.Release(ctx)
+	vcancel()
+	if !ended {
+		if rv := result(t, victim, "the victim"); rv.err == nil {
+			t.Fatalf("the victim got the key (token %d)", rv.h.Token())
+		}
+	}
+	return rc.at.Sub(released), rc.at.Sub(killed)
+}
+
+// TestLockFIFODeadWaiter: a waiter that gives up (its context canceled)
+// leaves the line before its Lock returns, so it delays no one; one whose
+// connection is cut (the store hears nothing more from it) or whose backend
+// is closed delays the waiter behind it by at most its entry's TTL and the
+// store's slack.
+func TestLockFIFODeadWaiter(t *testing.T) {
+	fifoWorlds(t, func(t *testing.T, w recipetest.World) {
+		t.Run("canceled", func(t *testing.T) {
+			p := newProcs(t, w, 4)
+			after, _ := deadWaiter(t, p, "fifo-canceled", func(cancel context.CancelFunc, victim <-chan lockResult) bool {
+				cancel()
+				if r := result(t, victim, "the victim"); !errors.Is(r.err, context.Canceled) {
+					t.Fatalf("the canceled Lock returned %v, want context.Canceled", r.err)
+				}
+				return true
+			})
+			t.Logf("%s: a canceled waiter delayed the next by %v", w.Name, after)
+			if after > w.TTL/2 {
+				t.Fatalf("a canceled waiter delayed the next by %v; it should have left the line at once", after)
+			}
+		})
+		for _, how := range []string{"cut", "closed"} {
+			t.Run(how, func(t *testing.T) {
+				if how == "closed" && w.Name == "memory" {
+					t.Skip("memory's processes share one backend: closing it would end them all")
+				}
+				p := newProcs(t, w, 4)
+				after, afterKill := deadWaiter(t, p, "fifo-"+how, func(context.CancelFunc, <-chan lockResult) bool {
+					p.b[2].cut.Store(true)
+					if how == "closed" {
+						p.b[2].Backend.Close()
+					}
+					return false
+				})
+				t.Logf("%s: a waiter whose connection was %s delayed the next by %v after the release before it (%v after the kill; entry TTL %v)",
+					w.Name, how, after, afterKill, w.TTL)
+				if bound := w.TTL + expirySlack(w); afterKill > bound {
+					t.Fatalf("the next waiter got the key %v after the kill, want at most the entry's TTL and slack, %v", afterKill, bound)
+				}
+			})
+		}
+	})
 }

@@ -40,8 +40,9 @@ const (
 // (backend.HeldError); the waiter sleeps until then, at most the poll
 // interval (WithPollInterval; DefaultPollInterval, or
 // DefaultPollIntervalNoNotify on a backend that cannot notify), with jitter,
-// and never less than MinPollInterval. Many waiters on one key each get it in
-// turn; tokens increase in grant order.
+// and never less than MinPollInterval. During a lock delay (WithLockDelay)
+// it sleeps the delay's time left exactly, and tries once. Many waiters on
+// one key each get it in turn; tokens increase in grant order.
 //
 // With WithFIFO, Lock first waits in the key's line, and only at its head
 // tries to grant, as above.
@@ -77,7 +78,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
-	req.Owner = cfg.owner
+	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
 	var ln *line // WithFIFO's entry in the key's line (fifo.go)
 	if cfg.fifo {
 		if ln, err = c.joinLine(wctx, key, ttl, cfg.pollInterval); err != nil {
@@ -127,11 +128,11 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 				if err := w.subscribe(wctx); err != nil {
 					return nil, giveUp(opError("lock", key, err))
 				}
-				if w.sub != nil {
+				if w.sub != nil && !held.Delayed {
 					continue
 				}
 			}
-			if err := w.wait(wctx, held.Remaining); err != nil {
+			if err := w.waitHeld(wctx, held); err != nil {
 				return nil, giveUp(opError("lock", key, err))
 			}
 		case errors.As(err, &oe) && wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
