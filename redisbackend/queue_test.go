@@ -456,3 +456,35 @@ func later(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// TestLineManyDeadEntries: a script drops every entry whose time ran out,
+// however many (it removes them a thousand at a time), so Ahead counts
+// live entries only.
+func TestLineManyDeadEntries(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	const dead = 2500
+	// Joined straight into the two sorted sets, ended a second ago on the
+	// server's clock.
+	base := strings.TrimSuffix(b.RedisKey("k"), ":token")
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := float64(now.Add(-time.Second).UnixMicro())
+	pipe := client.Pipeline()
+	for i := range dead {
+		id := fmt.Sprintf("dead-%d", i)
+		pipe.ZAdd(ctx, base+":line", redis.Z{Score: float64(i + 1), Member: id})
+		pipe.ZAdd(ctx, base+":due", redis.Z{Score: past, Member: id})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantAhead(t, mustEnqueue(t, b, "k", "live", time.Minute), 0, "a waiter behind 2500 dead entries")
+	if n := client.ZCard(ctx, base+":line").Val(); n != 1 {
+		t.Fatalf("the line holds %d entries after one script, want 1", n)
+	}
+}
