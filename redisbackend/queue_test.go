@@ -335,12 +335,12 @@ func TestLineRandomHistory(t *testing.T) {
 	}
 	const (
 		n     = 12
-		ttl   = 1500 * time.Millisecond
-		renew = time.Second
-		// A wake-up is a pub/sub hop and an Enqueue; a lost one would
-		// wait for the renewal, a second. The bound allows for a machine
-		// shared with other test runs.
-		hop = 300 * time.Millisecond
+		ttl   = 2500 * time.Millisecond
+		renew = 2 * time.Second
+		// A wake-up is a pub/sub hop and an Enqueue (a few milliseconds);
+		// a lost one would wait for the renewal, two seconds. The bound
+		// allows for a machine shared with other test runs.
+		hop = 700 * time.Millisecond
 	)
 	seed := time.Now().UnixNano()
 	t.Logf("seed %d", seed)
