@@ -135,8 +135,9 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	return place, nil
 }
 
-// Dequeue implements backend.Queuer: it removes waiterID's entry and wakes
-// the waiter now directly behind it (see the top of this file).
+// Dequeue implements backend.Queuer: it drops the key's expired entries,
+// removes waiterID's and wakes the waiter now directly behind it (see the
+// top of this file).
 func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
@@ -160,6 +161,11 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 		k := []byte(key)
 		var seq int64
 		err := c.QueryRowContext(ctx, b.sql.anyEntry, k, waiterID).Scan(&seq)
+		if err == nil || errors.Is(err, sql.ErrNoRows) {
+			if _, err := c.ExecContext(ctx, b.sql.dropExpired, k, waiterID, now.boot, now.since); err != nil {
+				return err
+			}
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // not in the line
 		}

@@ -39,7 +39,8 @@ import (
 //	expires_at     when the entry leaves the line unless renewed, on the
 //	               same clock as a lease's (boot_id with it on SQLite)
 //
-// Expired entries of a key are deleted by the next Enqueue on that key.
+// Expired entries of a key are deleted by the next Enqueue or Dequeue on
+// that key; a key nobody waits on again keeps its dead entries (a few rows).
 //
 // On PostgreSQL the operations are PL/pgSQL functions (<prefix>grant,
 // <prefix>renew, <prefix>release, <prefix>force_release, <prefix>enqueue,
@@ -381,8 +382,9 @@ BEGIN
 END
 $fn$`
 
-// pgDequeue returns the tag (turnTag) of the live entry now directly behind
-// the removed one, and notifies it; NULL when there is none.
+// pgDequeue drops the key's expired entries, removes the waiter's and
+// returns the tag (turnTag) of the live entry now directly behind it, which
+// it notifies; NULL when there is none.
 const pgDequeue = `CREATE OR REPLACE FUNCTION {p}dequeue(p_key BYTEA, p_id TEXT) RETURNS TEXT
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
@@ -391,6 +393,7 @@ DECLARE
 	nxt TEXT;
 BEGIN
 	PERFORM pg_advisory_xact_lock(hashtextextended('{w}:' || encode(p_key, 'hex'), 0));
+	DELETE FROM {w} AS w WHERE w.key = p_key AND w.expires_at <= clock_timestamp() AND w.waiter_id <> p_id;
 	DELETE FROM {w} AS w WHERE w.key = p_key AND w.waiter_id = p_id RETURNING w.seq INTO s;
 	IF NOT FOUND THEN
 		RETURN NULL;
