@@ -19,6 +19,7 @@ type holdConfig struct {
 	margin       time.Duration
 	marginSet    bool
 	owner        string
+	lockDelay    time.Duration // WithLockDelay (lockdelay.go)
 	interval     time.Duration // renew this long after each confirmed request was sent
 	warnBefore   time.Duration // 0: no warnings
 	pollInterval time.Duration // Lock's fallback poll; 0: the default
@@ -87,7 +88,7 @@ func WithWarning(d time.Duration) HoldOption {
 // holdConfig applies opts for a lease of ttl. An invalid ttl is left for
 // the backend to report.
 func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
-	cfg := holdConfig{margin: c.defaultMargin, owner: c.defaultOwner}
+	cfg := holdConfig{margin: c.defaultMargin, owner: c.defaultOwner, lockDelay: c.lockDelay}
 	for i, o := range opts {
 		if o == nil {
 			return holdConfig{}, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
@@ -159,7 +160,7 @@ func (c *Coordinator) Hold(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, opError("hold", key, err)
 	}
-	req.Owner = cfg.owner
+	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
 	lease, err := c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
 	if err != nil {
 		return nil, c.settle(ctx, err, ttl)

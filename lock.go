@@ -40,8 +40,9 @@ const (
 // (backend.HeldError); the waiter sleeps until then, at most the poll
 // interval (WithPollInterval; DefaultPollInterval, or
 // DefaultPollIntervalNoNotify on a backend that cannot notify), with jitter,
-// and never less than MinPollInterval. Many waiters on one key each get it in
-// turn; tokens increase in grant order.
+// and never less than MinPollInterval. During a lock delay (WithLockDelay)
+// it sleeps the delay's time left exactly, and tries once. Many waiters on
+// one key each get it in turn; tokens increase in grant order.
 //
 // A grant whose outcome is unknown is resent with the same lease ID, so the
 // lease it may have taken is adopted; if the wait ends first, or the
@@ -79,7 +80,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
-	req.Owner = cfg.owner
+	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
 	var unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
 	for {
 		sent := time.Now()
@@ -95,7 +96,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 			// the key (its ID would have been answered with its lease).
 			lastHeld = held
 			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			if err := w.wait(wctx, held.Remaining); err != nil {
+			if err := w.waitHeld(wctx, held); err != nil {
 				return nil, giveUp(opError("lock", key, err))
 			}
 		case errors.As(err, &oe) && wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):

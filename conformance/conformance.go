@@ -66,6 +66,7 @@ func Run(t *testing.T, h Harness) {
 		{"LockDelayLongerThanLease", s.testLockDelayLongerThanLease},
 		{"LockDelayCap", s.testLockDelayCap},
 		{"LockDelayBadValues", s.testLockDelayBadValues},
+		{"LockWaitsOutLockDelay", s.testLockWaitsOutLockDelay},
 		{"HoldRenews", s.testHoldRenews},
 		{"HoldLostWhenRenewalRejected", s.testHoldLost},
 		{"HoldEndsWithParent", s.testHoldParentCanceled},

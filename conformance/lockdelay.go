@@ -532,3 +532,89 @@ func (s suite) testLockDelayBadValues(t *testing.T) {
 		t.Fatalf("Release by the holder after grants with bad lock delays: %v", err)
 	}
 }
+
+// testLockWaitsOutLockDelay: through package fencing, a lease of a
+// Coordinator with WithDefaultLockDelay that expires keeps Lock waiting
+// until the delay is over, and no later than a short while after its latest
+// end: the Delayed refusals' Remaining is what the waiter sleeps, so one
+// that is too short or too long shows here. Hold with WithLockDelay stores
+// the delay; its holder's release leaves none.
+func (s suite) testLockWaitsOutLockDelay(t *testing.T) {
+	b := s.backend(t)
+	ctx := context.Background()
+	const key = "delay-lock"
+	timeout, margin, delay := s.delayed()
+	c := fencing.New(b, fencing.WithDefaultLockDelay(delay))
+	sent := time.Now()
+	crashed := s.grant(t, c, key, timeout, margin) // a holder that never renews nor releases
+	returned := time.Now()
+	w := s.afterExpiry(backend.Lease{TTL: crashed.TTL, Margin: crashed.Margin, ExpiresAt: crashed.ExpiresAt}, delay, sent, returned)
+	type result struct {
+		h   *fencing.Held
+		err error
+		at  time.Time
+	}
+	got := make(chan result, 1)
+	if now := s.traits.Now; now != nil {
+		// The fake clock moves only when told: the waiter arrives in the
+		// delay's last millisecond, sleeps it out (in real time) and finds
+		// the key open once the clock has moved on.
+		s.wait(t, w.end.Sub(now())-time.Millisecond)
+	}
+	go func() {
+		h, err := c.Lock(ctx, key, long, fencing.WithMargin(time.Second), fencing.WithPollInterval(fencing.MinPollInterval))
+		got <- result{h, err, time.Now()}
+	}()
+	if s.traits.Now != nil {
+		time.Sleep(20 * time.Millisecond)
+		s.wait(t, time.Millisecond)
+	}
+	var r result
+	giveUp := 10 * time.Second
+	if s.traits.Now == nil {
+		giveUp += time.Until(w.latest)
+	}
+	select {
+	case r = <-got:
+	case <-time.After(giveUp):
+		t.Fatalf("Lock still waiting 10s after the lock delay's latest end")
+	}
+	if r.err != nil {
+		t.Fatalf("Lock after a lease with a lock delay expired: %v", r.err)
+	}
+	defer r.h.Release(ctx)
+	s.wantNext(t, "Lock after a lock delay", crashed.Token, r.h.Token())
+	if s.traits.Now == nil {
+		if r.at.Before(w.earliest.Add(-clockRate)) {
+			t.Fatalf("Lock got the key %v before the lock delay could have ended", w.earliest.Sub(r.at))
+		}
+		// A waiter that sleeps the time left wakes right after the end;
+		// the machine is busy, so allow a quarter of a second.
+		if late := r.at.Sub(w.latest); late > 250*time.Millisecond {
+			t.Fatalf("Lock got the key %v after the lock delay's latest end: it slept more than the delay's time left", late)
+		}
+	}
+	if i, ok := b.(backend.Inspector); ok {
+		if st, err := i.Inspect(ctx, key); err != nil || st.LockDelay != delay {
+			t.Fatalf("Inspect of Lock's lease = %+v, %v; want the Coordinator's default LockDelay %v", st, err, delay)
+		}
+	}
+	if err := r.h.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	// Hold's own delay, and no delay after its holder's release.
+	h, err := c.Hold(ctx, key, long, fencing.WithMargin(time.Second), fencing.WithLockDelay(backend.MaxLockDelay))
+	if err != nil {
+		t.Fatalf("Hold with WithLockDelay: %v", err)
+	}
+	if i, ok := b.(backend.Inspector); ok {
+		if st, err := i.Inspect(ctx, key); err != nil || st.LockDelay != backend.MaxLockDelay {
+			t.Fatalf("Inspect of a Hold with WithLockDelay(%v) = %+v, %v", backend.MaxLockDelay, st, err)
+		}
+	}
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Held.Release: %v", err)
+	}
+	next := s.grant(t, c, key, long, time.Second)
+	s.wantNext(t, "grant right after Held.Release", h.Token(), next.Token)
+}
