@@ -39,8 +39,10 @@ import (
 //	expires_at     when the entry leaves the line unless renewed, on the
 //	               same clock as a lease's (boot_id with it on SQLite)
 //
-// Expired entries of a key are deleted by the next Enqueue or Dequeue on
-// that key; a key nobody waits on again keeps its dead entries (a few rows).
+// Expired entries of a key are deleted by the next join (an Enqueue that
+// adds an entry) or Dequeue on that key; a key nobody waits on again keeps
+// its dead entries (a few rows). On SQLite the table is WITHOUT ROWID, with
+// an index on (key, seq, expires_at, boot_id) that the place reads use.
 //
 // On PostgreSQL the operations are PL/pgSQL functions (<prefix>grant,
 // <prefix>renew, <prefix>release, <prefix>force_release, <prefix>enqueue,
