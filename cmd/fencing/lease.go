@@ -178,7 +178,8 @@ error; a lease that already expired or is not the key's exits with status 4.
 With --force instead of --lease-id it ends the key's live lease whoever holds it:
 the break-glass release for a holder that is stuck but still renewing. It shows
 the lease and asks for confirmation on the terminal unless --yes is given. The
-key is free at once; the old holder's renewals then fail (hold stops its command),
+key is free at once, or, when the lease has a lock delay (grant --lock-delay),
+once that delay has passed from now; the old holder's renewals then fail (hold stops its command),
 its token stops checking true, and the next grant gets a larger token. Tokens
 the old holder already sent are stopped only by resources that check tokens.`,
 		Example: `  fencing release jobs/nightly --lease-id "$id"
@@ -288,10 +289,15 @@ func forceResult(w io.Writer, jsonOut bool, key string, ended bool, before fenci
 	if jsonOut {
 		return printJSON(w, releaseJSON{Key: key, Forced: true, Ended: ended, Token: token})
 	}
-	if !ended {
+	switch {
+	case !ended && delayed(before):
+		fmt.Fprintf(w, "%s had no live lease (%s); nothing changed\n", quote(key), delayText(before))
+	case !ended:
 		fmt.Fprintf(w, "%s had no live lease; nothing changed\n", quote(key))
-		return nil
+	case before.LockDelay > 0:
+		fmt.Fprintf(w, "ended the lease on %s (token %d); the key stays closed for its lock delay of %s, then the next grant gets a larger token\n", quote(key), token, short(before.LockDelay))
+	default:
+		fmt.Fprintf(w, "ended the lease on %s (token %d); the next grant gets a larger token\n", quote(key), token)
 	}
-	fmt.Fprintf(w, "ended the lease on %s (token %d); the next grant gets a larger token\n", quote(key), token)
 	return nil
 }

@@ -36,6 +36,22 @@ func TestLockDelayText(t *testing.T) {
 	}
 }
 
+// release --force says that a lease with a lock delay leaves its key closed
+// for the delay, and that a key in its delay has nothing to end.
+func TestForceReleaseLockDelayText(t *testing.T) {
+	var out bytes.Buffer
+	live := fencing.KeyState{Live: true, Token: 4, MaxToken: 4, Remaining: time.Minute, LockDelay: 15 * time.Second}
+	forceResult(&out, false, "k", true, live)
+	until := time.Date(2026, 1, 1, 12, 0, 15, 0, time.UTC)
+	forceResult(&out, false, "k", false, fencing.KeyState{MaxToken: 4, DelayedUntil: until, DelayRemaining: 15 * time.Second})
+	want := `ended the lease on "k" (token 4); the key stays closed for its lock delay of 15s, then the next grant gets a larger token
+"k" had no live lease (delayed until 2026-01-01T12:00:15Z (15s left)); nothing changed
+`
+	if out.String() != want {
+		t.Errorf("release --force printed\n%s\nwant\n%s", out.String(), want)
+	}
+}
+
 // watch reports a lease with a lock delay that expires as expired, then
 // delayed (once, however many reads see the delay), then free when the delay
 // is over.
