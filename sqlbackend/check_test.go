@@ -139,6 +139,9 @@ func TestMissingTables(t *testing.T) {
 		if _, _, err := b.Token(ctx, "k"); !errors.Is(err, sqlbackend.ErrNoTables) {
 			t.Fatalf("Token without tables: %v, want ErrNoTables", err)
 		}
+		if _, err := b.Enqueue(ctx, "k", "w", time.Minute); !errors.Is(err, sqlbackend.ErrNoTables) || errors.Is(err, sqlbackend.ErrOldSchema) {
+			t.Fatalf("Enqueue without tables: %v, want ErrNoTables", err)
+		}
 	})
 }
 
