@@ -544,3 +544,57 @@ func TestLockFIFOReleaseBounded(t *testing.T) {
 		t.Fatalf("Release took %v with a 100ms context: the Dequeue was not bounded by it", took)
 	}
 }
+
+// TestLockFIFOAdvisoryLine: the line is advisory. A Hold, which does not
+// wait in it, takes the key while it is free; the waiter at the head is
+// refused, subscribes to the release, and gets the key when the Hold
+// releases it, ahead of the waiter behind.
+func TestLockFIFOAdvisoryLine(t *testing.T) {
+	fifoWorlds(t, func(t *testing.T, w recipetest.World) {
+		p := newProcs(t, w, 3)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		outside, err := p.c[0].Hold(ctx, "advisory", w.TTL) // ignores the line
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := lockAsync(ctx, p.c[1], "advisory", w.TTL)
+		if j := p.joined(t); j.place.Ahead != 0 {
+			t.Fatalf("the first waiter joined at %+v, want the head", j.place)
+		}
+		behind := lockAsync(ctx, p.c[2], "advisory", w.TTL)
+		p.joined(t)
+		time.Sleep(100 * time.Millisecond) // the head has been refused and waits
+		if err := outside.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rh := result(t, head, "the head")
+		if rh.err != nil {
+			t.Fatalf("the head's Lock: %v", rh.err)
+		}
+		select {
+		case r := <-behind:
+			t.Fatalf("the waiter behind got %v before the head released", r)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if err := rh.h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rb := result(t, behind, "the waiter behind")
+		if rb.err != nil {
+			t.Fatalf("the waiter behind: %v", rb.err)
+		}
+		if !(outside.Token() < rh.h.Token() && rh.h.Token() < rb.h.Token()) {
+			t.Fatalf("tokens %d, %d, %d, want increasing", outside.Token(), rh.h.Token(), rb.h.Token())
+		}
+		rb.h.Release(ctx)
+		// The Hold's grant, the head's refused one, its second after it
+		// subscribed, its grant, the one of the waiter behind; on a store
+		// that cannot notify, a poll or two more.
+		n := p.grants.Load()
+		t.Logf("%s: %d grant attempts in all", w.Name, n)
+		if n > 8 {
+			t.Fatalf("%d grant attempts: the head did not wait for the release", n)
+		}
+	})
+}
