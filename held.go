@@ -25,6 +25,7 @@ type holdConfig struct {
 	pollInterval time.Duration // Lock's fallback poll; 0: the default
 	waitTimeout  time.Duration // Lock's bound on the wait; 0: ctx alone
 	maxHold      time.Duration // the cap on the whole hold (maxhold.go); 0: none
+	fifo         bool          // Lock waits in the key's line (fifo.go)
 }
 
 // WithMargin sets the coordinator's margin for the held lease (default the
@@ -133,6 +134,7 @@ type Held struct {
 	expiry   *time.Timer // ends the lease at its Deadline
 	warning  *time.Timer // sends on warn before the Deadline; nil without WithWarning
 	max      maxHold     // WithMaxHold's cap (maxhold.go)
+	line     *line       // WithFIFO's entry in the key's line (fifo.go); nil without
 	released sync.Once
 	relErr   error
 }
@@ -289,6 +291,9 @@ func (h *Held) Release(ctx context.Context) error {
 		// answer is ignored (the lease has ended).
 		err := h.c.Release(ctx, h.key, lease.ID)
 		<-h.done
+		if h.line != nil {
+			h.line.leave(ctx) // after the release: the next waiter wakes to a free key
+		}
 		if lost != nil {
 			err = lost
 		}

@@ -53,7 +53,11 @@
 //   - verdicts are the bare sentinels (a *backend.HeldError for a held key);
 //   - the optional capabilities, when implemented: NotifyFree wakes on
 //     release, Inspect reports state and the highest token, ForceRelease
-//     ends any holder's lease, List pages through every key once;
+//     ends any holder's lease, List pages through every key once; a
+//     Queuer's line keeps join order (racing joins too), renewals keep a
+//     place, an expired entry leaves it (and rejoins at the end),
+//     AheadRemaining covers the entry ahead, a Dequeue wakes the waiter
+//     behind and is idempotent, lines on different keys are independent;
 //   - a grant's owner is stored, reported by Inspect and List while the
 //     lease is live, kept by renewals, gone after release; a bad owner
 //     gets ErrInvalidOwner and changes nothing;

@@ -37,6 +37,17 @@
 // changes nothing; it never grants a lease, extends one or reissues a token.
 // A live lease's ID is compared in full.
 //
+// # Lines of waiters
+//
+// The backend implements backend.Queuer for fencing.WithFIFO: each key's
+// line is a slice of entries in join order, apart from the lease shards,
+// under one mutex of its own. A Dequeue wakes only the waiter directly
+// behind the entry it removes. The clock is read, not run, so an entry that
+// expires is removed (and the waiter behind it woken) when its line is next
+// touched; a waiter that hears nothing looks again after its Place's
+// AheadRemaining, as package fencing does. A line is forgotten once it has
+// no entry and no subscription.
+//
 // State is lost when the process exits, so tokens restart at 1: this backend
 // fences goroutines and tests within one process, not processes.
 package memorybackend
