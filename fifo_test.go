@@ -598,3 +598,47 @@ func TestLockFIFOAdvisoryLine(t *testing.T) {
 		}
 	})
 }
+
+// TestLockFIFOHeldEnds: a Held that ends without Release (its parent
+// context canceled, its lease lost) leaves the line by itself, so the
+// waiter behind it gets the key well before the holder's entry would have
+// expired.
+func TestLockFIFOHeldEnds(t *testing.T) {
+	const ttl = 3 * time.Second
+	for _, how := range []string{"canceled", "lost"} {
+		t.Run(how, func(t *testing.T) {
+			mem := memorybackend.New()
+			defer mem.Close()
+			p := newProcs(t, recipetest.World{Name: "memory", TTL: ttl, NewBackend: func(*testing.T) backend.Backend { return mem }}, 2)
+			hctx, hcancel := context.WithCancel(context.Background())
+			defer hcancel()
+			holder, err := p.c[0].Lock(hctx, "k", ttl, fencing.WithFIFO())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(context.Background())
+			p.joined(t)
+			next := lockAsync(context.Background(), p.c[1], "k", ttl)
+			p.joined(t)
+			ended := time.Now()
+			if how == "canceled" {
+				hcancel()
+			} else if _, err := mem.ForceRelease(context.Background(), "k"); err != nil {
+				t.Fatal(err) // the holder learns it at its next renewal, within ttl/3
+			}
+			r := result(t, next, "the next waiter")
+			if r.err != nil {
+				t.Fatalf("the next waiter: %v", r.err)
+			}
+			defer r.h.Release(context.Background())
+			took := r.at.Sub(ended)
+			t.Logf("the next waiter got the key %v after the holder's Held ended (%s)", took, how)
+			if took > ttl/3+time.Second {
+				t.Fatalf("the next waiter got the key %v after the Held ended: the holder's entry was not dequeued (entry TTL %v)", took, ttl)
+			}
+			if !errors.Is(holder.Err(), context.Canceled) && !errors.Is(holder.Err(), fencing.ErrLeaseLost) {
+				t.Fatalf("holder.Err() = %v", holder.Err())
+			}
+		})
+	}
+}
