@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/recipetest"
@@ -641,4 +643,27 @@ func TestLockFIFOHeldEnds(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLockFIFOLeavesNoGoroutine: neither a Lock that gave up in the line
+// nor a Held's Release leaves a goroutine of the line behind.
+func TestLockFIFOLeavesNoGoroutine(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	mem := memorybackend.New()
+	defer mem.Close()
+	c := fencing.New(mem)
+	ctx := context.Background()
+	holder, err := c.Lock(ctx, "k", time.Minute, fencing.WithFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(wctx, "k", time.Minute, fencing.WithFIFO()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock behind a holder, with a 50ms context: %v, want DeadlineExceeded", err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
 }
