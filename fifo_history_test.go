@@ -19,8 +19,8 @@ import (
 
 // A randomized history of one key's line: waiters join (each with a
 // connection of its own), some give up (context canceled), some die (their
-// connection cut), and each one that gets the key holds it a moment and
-// releases it. The checker then holds the history to the line's promises:
+// connection cut) while they wait or while they hold the key, and each
+// other one that gets the key holds it a moment and releases it. The checker then holds the history to the line's promises:
 //
 //   - at most one holder at a time: in token order, each grant comes after
 //     the previous holder's release began;
@@ -28,9 +28,8 @@ import (
 //   - no lost wake-up: once the key is free (the previous holder's release
 //     began, or the waiter joined after it), the waiter granted next gets
 //     it within wakeBound, unless a dead waiter's entry could still stand
-//     ahead of it: then within that entry's TTL (and the lease's, should
-//     the dead waiter have been granted as it was cut) and the store's
-//     slack, from the kill;
+//     ahead of it: then within that entry's TTL (and the lease's TTL and
+//     margin, for a holder that died) and the store's slack, from the kill;
 //   - every waiter that neither gave up nor died is granted.
 //
 // Lock polls only every 30s here, so a lost NotifyTurn is not covered up
@@ -117,6 +116,11 @@ func (h *history) join(ctx context.Context) {
 		h.mu.Unlock()
 		time.Sleep(time.Duration(rand.N(5)) * time.Millisecond)
 		h.mu.Lock()
+		if wt.state == "killed" { // cut while it held the key: the lease expires
+			h.mu.Unlock()
+			held.Release(context.Background())
+			return
+		}
 		g.releaseStart = time.Now()
 		wt.state = "done"
 		h.mu.Unlock()
@@ -168,6 +172,22 @@ func (h *history) killOne() {
 		wt.killedAt = time.Now()
 		wt.state = "killed"
 	}
+}
+
+// killHolder cuts the connection of the waiter holding the key, if one
+// does: its lease and its entry at the head expire.
+func (h *history) killHolder() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, wt := range h.waiters {
+		if wt.state == "granted" {
+			wt.b.cut.Store(true)
+			wt.killedAt = time.Now()
+			wt.state = "killed"
+			return true
+		}
+	}
+	return false
 }
 
 // check holds the finished history to the line's promises.
@@ -237,8 +257,14 @@ func (h *history) check() {
 			}
 		}
 	}
-	granted := 0
+	granted, killed, killedHolding := 0, 0, 0
 	for _, wt := range h.waiters {
+		if wt.state == "killed" {
+			killed++
+			if wt.grant != nil {
+				killedHolding++
+			}
+		}
 		switch {
 		case wt.grant != nil:
 			granted++
@@ -248,7 +274,8 @@ func (h *history) check() {
 			t.Errorf("canceled waiter %d: Lock returned %v, want context.Canceled", wt.n, wt.err)
 		}
 	}
-	t.Logf("%s: %d waiters, %d granted in the order %v; the latest got a free key %v after it was free to it", h.w.Name, len(h.waiters), granted, order, worst)
+	t.Logf("%s: %d waiters, %d granted in the order %v, %d killed (%d holding the key); the latest got a free key %v after it was free to it",
+		h.w.Name, len(h.waiters), granted, order, killed, killedHolding, worst)
 }
 
 // since is t relative to ref, or "-" when t is zero.
@@ -286,6 +313,10 @@ func TestLockFIFOHistory(t *testing.T) {
 			case x < 65 && kills < 2:
 				h.killOne()
 				kills++
+			case x < 68 && kills < 2:
+				if h.killHolder() {
+					kills++
+				}
 			default:
 				time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
 			}
