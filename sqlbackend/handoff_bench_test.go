@@ -31,8 +31,8 @@ func (g grantCounter) Grant(ctx context.Context, req backend.Request) (backend.L
 // Lock and Release, with and without fencing.WithFIFO; ns/op is one
 // handoff (a Lock that got the key and its Release), grants/handoff the
 // grant attempts it took. A handoff between two Backends is seen by the
-// poll (SQLite: 10 ms; PostgreSQL without a listener: 100 ms) or, on
-// PostgreSQL with WithListener, by NOTIFY.
+// poll (SQLite: 10 ms; postgres-poll, without a listener: 100 ms) or, on
+// postgres-listen (WithListener), by NOTIFY.
 func BenchmarkLockHandoff(b *testing.B) {
 	const backends = 4
 	stores := []struct {
@@ -42,6 +42,10 @@ func BenchmarkLockHandoff(b *testing.B) {
 		{"sqlite", func(b *testing.B) (*harness, []sqlbackend.Option) {
 			path := filepath.Join(b.TempDir(), "handoff.db")
 			return &harness{db: openSQLitePath(b, path), dialect: sqlbackend.SQLite}, nil
+		}},
+		{"postgres-poll", func(b *testing.B) (*harness, []sqlbackend.Option) {
+			_, h := newPostgres(b)
+			return h, nil
 		}},
 		{"postgres-listen", func(b *testing.B) (*harness, []sqlbackend.Option) {
 			srv, h := newPostgres(b)
