@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/recipetest"
@@ -597,4 +599,71 @@ func TestLockFIFOAdvisoryLine(t *testing.T) {
 			t.Fatalf("%d grant attempts: the head did not wait for the release", n)
 		}
 	})
+}
+
+// TestLockFIFOHeldEnds: a Held that ends without Release (its parent
+// context canceled, its lease lost) leaves the line by itself, so the
+// waiter behind it gets the key well before the holder's entry would have
+// expired.
+func TestLockFIFOHeldEnds(t *testing.T) {
+	const ttl = 3 * time.Second
+	for _, how := range []string{"canceled", "lost"} {
+		t.Run(how, func(t *testing.T) {
+			mem := memorybackend.New()
+			defer mem.Close()
+			p := newProcs(t, recipetest.World{Name: "memory", TTL: ttl, NewBackend: func(*testing.T) backend.Backend { return mem }}, 2)
+			hctx, hcancel := context.WithCancel(context.Background())
+			defer hcancel()
+			holder, err := p.c[0].Lock(hctx, "k", ttl, fencing.WithFIFO())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(context.Background())
+			p.joined(t)
+			next := lockAsync(context.Background(), p.c[1], "k", ttl)
+			p.joined(t)
+			ended := time.Now()
+			if how == "canceled" {
+				hcancel()
+			} else if _, err := mem.ForceRelease(context.Background(), "k"); err != nil {
+				t.Fatal(err) // the holder learns it at its next renewal, within ttl/3
+			}
+			r := result(t, next, "the next waiter")
+			if r.err != nil {
+				t.Fatalf("the next waiter: %v", r.err)
+			}
+			defer r.h.Release(context.Background())
+			took := r.at.Sub(ended)
+			t.Logf("the next waiter got the key %v after the holder's Held ended (%s)", took, how)
+			if took > ttl/3+time.Second {
+				t.Fatalf("the next waiter got the key %v after the Held ended: the holder's entry was not dequeued (entry TTL %v)", took, ttl)
+			}
+			if !errors.Is(holder.Err(), context.Canceled) && !errors.Is(holder.Err(), fencing.ErrLeaseLost) {
+				t.Fatalf("holder.Err() = %v", holder.Err())
+			}
+		})
+	}
+}
+
+// TestLockFIFOLeavesNoGoroutine: neither a Lock that gave up in the line
+// nor a Held's Release leaves a goroutine of the line behind.
+func TestLockFIFOLeavesNoGoroutine(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	mem := memorybackend.New()
+	defer mem.Close()
+	c := fencing.New(mem)
+	ctx := context.Background()
+	holder, err := c.Lock(ctx, "k", time.Minute, fencing.WithFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(wctx, "k", time.Minute, fencing.WithFIFO()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock behind a holder, with a 50ms context: %v, want DeadlineExceeded", err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
 }

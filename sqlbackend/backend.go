@@ -100,12 +100,12 @@ func WithoutSafetyChecks() Option { return func(b *Backend) { b.checks = false }
 func WithCheckTimeout(d time.Duration) Option { return func(b *Backend) { b.checkTime = d } }
 
 // WithListener gives a PostgreSQL backend a connection string for the one
-// session it opens to LISTEN for releases, so that NotifyFree wakes waiters
-// at once. It must reach the server directly (a session, not a pooler in
-// transaction mode). Without it NotifyFree returns errors.ErrUnsupported
-// and fencing.Coordinator.Lock falls back to its bounded, jittered polling
-// (plus sleeping until a held lease's end). The session is opened at the
-// first NotifyFree and closed by Close.
+// session it opens to LISTEN for releases and for leaves of a line, so
+// that NotifyFree and NotifyTurn wake waiters at once. It must reach the
+// server directly (a session, not a pooler in transaction mode). Without
+// it both poll, every 100 ms, in one statement per Backend (see the
+// package documentation). The session is opened for the first
+// subscription and closed with the last one, or by Close.
 func WithListener(connString string) Option { return func(b *Backend) { b.listenDSN = connString } }
 
 // New returns a backend over db, which stays the caller's: Close never

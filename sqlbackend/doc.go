@@ -106,10 +106,11 @@
 // # Upgrading
 //
 // The tables of the release before lock delay and the line lack two
-// columns and the waiters table. CreateTables (or DDL in a migration) adds
-// them: on PostgreSQL with ADD COLUMN IF NOT EXISTS, after a look in the
-// catalog so that an up-to-date table is not locked; on SQLite with ALTER
-// TABLE in one transaction, skipping the columns a table has. A live lease
+// columns and the waiters table. CreateTables adds them: on PostgreSQL
+// with ADD COLUMN IF NOT EXISTS, after a look in the catalog so that an
+// up-to-date table is not locked (DDL does the same); on SQLite with ALTER
+// TABLE in one transaction, skipping the columns a table has (DDL gives
+// the two statements for a migration). A live lease
 // survives the upgrade. Until then, an operation that needs what is
 // missing returns an error wrapping ErrOldSchema that names it and
 // CreateTables (New does not fail, so that CreateTables can run). On

@@ -107,3 +107,77 @@ func TestSQLiteLockOnePoolConnection(t *testing.T) {
 		t.Fatalf("Lock token %d, want %d", l.Token(), first.Token+1)
 	}
 }
+
+// A Dequeue through another Backend wakes the waiter directly behind the
+// leaver, and only it: by the dequeue function's NOTIFY on PostgreSQL with a
+// listener, by the poll of the line otherwise. The waiters further back stay
+// asleep for several polls.
+func TestNotifyTurnOnlyTheNext(t *testing.T) {
+	run := func(t *testing.T, h *harness, within time.Duration) {
+		ctx := context.Background()
+		waiterB, err := h.NewBackend(ctx, t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer waiterB.Close()
+		q := waiterB.(backend.Queuer)
+		prefix := sqlbackend.WithTablePrefix("t" + strconv.FormatInt(h.n.Load(), 10) + "_")
+		other, err := sqlbackend.New(h.db, h.dialect, append(append([]sqlbackend.Option(nil), h.opts...), prefix)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer other.Close()
+		if _, err := other.Enqueue(ctx, "k", "leaver", time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		var subs []backend.Subscription
+		for i, w := range []string{"next", "second", "third"} {
+			sub, err := q.NotifyTurn(ctx, "k", w)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer sub.Close()
+			if p, err := q.Enqueue(ctx, "k", w, time.Minute); err != nil || p.Ahead != i+1 {
+				t.Fatalf("Enqueue(%s): %+v, %v", w, p, err)
+			}
+			subs = append(subs, sub)
+		}
+		time.Sleep(50 * time.Millisecond) // the listener's wake-up on connecting, if any
+		for _, sub := range subs {
+			select { // (drain would wait for ever on a poll that wakes every time)
+			case <-sub.Freed():
+			default:
+			}
+		}
+		start := time.Now()
+		if err := other.Dequeue(ctx, "k", "leaver"); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-subs[0].Freed():
+			t.Logf("woken %v after the Dequeue", time.Since(start).Round(time.Millisecond))
+		case <-time.After(within):
+			t.Fatalf("the waiter behind the leaver was not woken within %v of a Dequeue through another Backend", within)
+		}
+		time.Sleep(within) // several polls
+		for i, sub := range subs[1:] {
+			select {
+			case <-sub.Freed():
+				t.Fatalf("the waiter %d places behind the leaver was woken too", i+2)
+			default:
+			}
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		run(t, &harness{db: openSQLite(t), dialect: sqlbackend.SQLite}, 300*time.Millisecond)
+	})
+	t.Run("postgres-poll", func(t *testing.T) {
+		_, h := newPostgres(t)
+		run(t, h, time.Second)
+	})
+	t.Run("postgres-listen", func(t *testing.T) {
+		srv, h := newPostgres(t)
+		h.opts = append(h.opts, sqlbackend.WithListener(srv.DSN()))
+		run(t, h, time.Second)
+	})
+}

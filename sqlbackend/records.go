@@ -65,7 +65,7 @@ type statements struct {
 	// upgrade adds the columns an earlier release's table lacks. On
 	// PostgreSQL it is empty (ddl does it, with IF NOT EXISTS); SQLite has
 	// no ADD COLUMN IF NOT EXISTS, and CreateTables skips the statements
-	// whose column exists.
+	// whose column exists (DDL documents them).
 	upgrade []string
 
 	// PostgreSQL: one statement per operation.
@@ -174,15 +174,16 @@ func channelName(prefix, what string) string {
 
 // DDL returns the statements that create the backend's tables (and on
 // PostgreSQL its functions), for a migration tool; CreateTables runs them.
-// On PostgreSQL they are idempotent (IF NOT EXISTS, CREATE OR REPLACE) and
-// also bring the tables of an earlier release up to date. On SQLite the
-// statements after the CREATE TABLEs are the ALTER TABLEs that add the
-// columns an earlier release's table lacks: SQLite has no ADD COLUMN IF NOT
-// EXISTS, so on a table that has them already they fail with "duplicate
-// column name", which a migration tool ignores (CreateTables does).
-func (b *Backend) DDL() []string {
-	return append(append([]string(nil), b.sql.ddl...), b.sql.upgrade...)
-}
+// They are idempotent (IF NOT EXISTS, CREATE OR REPLACE). On PostgreSQL
+// they also bring the tables of an earlier release up to date. SQLite has
+// no ADD COLUMN IF NOT EXISTS: CreateTables adds the two columns that an
+// earlier release's table lacks, and a migration of such a table runs
+//
+//	ALTER TABLE <prefix>leases ADD COLUMN lock_delay_ns INTEGER NOT NULL DEFAULT 0
+//	ALTER TABLE <prefix>leases ADD COLUMN delay_until INTEGER NOT NULL DEFAULT 0
+//
+// once, before these.
+func (b *Backend) DDL() []string { return append([]string(nil), b.sql.ddl...) }
 
 const pgTable = `CREATE TABLE IF NOT EXISTS {t} (
 	key           BYTEA PRIMARY KEY,
