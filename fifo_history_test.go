@@ -19,8 +19,8 @@ import (
 
 // A randomized history of one key's line: waiters join (each with a
 // connection of its own), some give up (context canceled), some die (their
-// connection cut), and each one that gets the key holds it a moment and
-// releases it. The checker then holds the history to the line's promises:
+// connection cut) while they wait or while they hold the key, and each
+// other one that gets the key holds it a moment and releases it. The checker then holds the history to the line's promises:
 //
 //   - at most one holder at a time: in token order, each grant comes after
 //     the previous holder's release began;
@@ -28,22 +28,23 @@ import (
 //   - no lost wake-up: once the key is free (the previous holder's release
 //     began, or the waiter joined after it), the waiter granted next gets
 //     it within wakeBound, unless a dead waiter's entry could still stand
-//     ahead of it: then within that entry's TTL (and the lease's, should
-//     the dead waiter have been granted as it was cut) and the store's
-//     slack, from the kill;
+//     ahead of it: then within that entry's TTL (and the lease's TTL and
+//     margin, for a holder that died) and the store's slack, from the kill;
 //   - every waiter that neither gave up nor died is granted.
 //
 // Lock polls only every 30s here, so a lost NotifyTurn is not covered up
 // by a poll: only AheadRemaining (at most the entry TTL, which is longer
 // than wakeBound) would wake such a waiter.
 
-// historyTTL is the lease and entry TTL of the history's waiters; it is
-// longer than wakeBound, so a lost wake-up is seen.
-const historyTTL = 2 * time.Second
+// historyTTL is the lease and entry TTL of the history's waiters. An
+// entry renewed every third of it has at least two thirds left, longer
+// than wakeBound: a waiter whose wake-up was lost, woken only by
+// AheadRemaining, is late by more than wakeBound.
+const historyTTL = 3 * time.Second
 
 // wakeBound is how soon the next waiter must get a free key, on a busy
-// machine.
-const wakeBound = time.Second
+// machine (a SQLite write can wait a second there for the file's lock).
+const wakeBound = 1500 * time.Millisecond
 
 type histWaiter struct {
 	n      int
@@ -115,6 +116,11 @@ func (h *history) join(ctx context.Context) {
 		h.mu.Unlock()
 		time.Sleep(time.Duration(rand.N(5)) * time.Millisecond)
 		h.mu.Lock()
+		if wt.state == "killed" { // cut while it held the key: the lease expires
+			h.mu.Unlock()
+			held.Release(context.Background())
+			return
+		}
 		g.releaseStart = time.Now()
 		wt.state = "done"
 		h.mu.Unlock()
@@ -168,6 +174,22 @@ func (h *history) killOne() {
 	}
 }
 
+// killHolder cuts the connection of the waiter holding the key, if one
+// does: its lease and its entry at the head expire.
+func (h *history) killHolder() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, wt := range h.waiters {
+		if wt.state == "granted" {
+			wt.b.cut.Store(true)
+			wt.killedAt = time.Now()
+			wt.state = "killed"
+			return true
+		}
+	}
+	return false
+}
+
 // check holds the finished history to the line's promises.
 func (h *history) check() {
 	t := h.t
@@ -182,6 +204,7 @@ func (h *history) check() {
 	// records its grant late, so the order of recording proves nothing.
 	slices.SortFunc(h.grants, func(a, b *histGrant) int { return cmp.Compare(a.token, b.token) })
 	var order []int
+	var worst time.Duration // the latest grant after its key was free to it
 	for i, g := range h.grants {
 		order = append(order, g.w.n)
 		if i == 0 {
@@ -221,12 +244,27 @@ func (h *history) check() {
 				free = later(free, wt.canceledAt)
 			}
 		}
-		if late := g.at.Sub(free); late > wakeBound {
+		late := g.at.Sub(free)
+		worst = max(worst, late)
+		if late > wakeBound {
 			t.Errorf("waiter %d got the key %v after it was free to it (bound %v): a lost wake-up", g.w.n, late, wakeBound)
+			for _, wt := range h.waiters[:joinIndex[g.w]+1] {
+				t.Logf("  waiter %d: %s, joined %v, canceled %v, killed %v, err %v, granted %v", wt.n, wt.state,
+					wt.joinedAt.Sub(g.at), since(wt.canceledAt, g.at), since(wt.killedAt, g.at), wt.err, wt.grant != nil)
+			}
+			if i > 0 {
+				t.Logf("  previous grant: waiter %d at %v, release began %v", h.grants[i-1].w.n, h.grants[i-1].at.Sub(g.at), since(h.grants[i-1].releaseStart, g.at))
+			}
 		}
 	}
-	granted := 0
+	granted, killed, killedHolding := 0, 0, 0
 	for _, wt := range h.waiters {
+		if wt.state == "killed" {
+			killed++
+			if wt.grant != nil {
+				killedHolding++
+			}
+		}
 		switch {
 		case wt.grant != nil:
 			granted++
@@ -236,7 +274,16 @@ func (h *history) check() {
 			t.Errorf("canceled waiter %d: Lock returned %v, want context.Canceled", wt.n, wt.err)
 		}
 	}
-	t.Logf("%s: %d waiters, %d granted in the order %v", h.w.Name, len(h.waiters), granted, order)
+	t.Logf("%s: %d waiters, %d granted in the order %v, %d killed (%d holding the key); the latest got a free key %v after it was free to it",
+		h.w.Name, len(h.waiters), granted, order, killed, killedHolding, worst)
+}
+
+// since is t relative to ref, or "-" when t is zero.
+func since(t, ref time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Sub(ref).String()
 }
 
 func later(a, b time.Time) time.Time {
@@ -266,6 +313,10 @@ func TestLockFIFOHistory(t *testing.T) {
 			case x < 65 && kills < 2:
 				h.killOne()
 				kills++
+			case x < 68 && kills < 2:
+				if h.killHolder() {
+					kills++
+				}
 			default:
 				time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
 			}
