@@ -105,7 +105,8 @@ func WithCheckTimeout(d time.Duration) Option { return func(b *Backend) { b.chec
 // server directly (a session, not a pooler in transaction mode). Without
 // it both poll, every 100 ms, in one statement per Backend (see the
 // package documentation). The session is opened for the first
-// subscription and closed with the last one, or by Close.
+// subscription and closed a second after the last one, so that
+// consecutive Locks share it, or by Close.
 func WithListener(connString string) Option { return func(b *Backend) { b.listenDSN = connString } }
 
 // New returns a backend over db, which stays the caller's: Close never

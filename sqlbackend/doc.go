@@ -63,14 +63,16 @@
 //
 // # Waiting
 //
-// The backend implements backend.Notifier (and backend.Queuer, above). On PostgreSQL with WithListener
-// one session LISTENs and the release functions NOTIFY in their own
-// transaction, so a waiter wakes when the release commits; without a
-// listener, one goroutine per Backend asks every 100 ms, in one statement
-// for all the keys waited on, which are free. On SQLite that goroutine
-// reads the rows of the keys waited on every 10 ms: polling, outside any
-// transaction, with a connection of the pool taken only for each read. Either way,
-// fencing.Coordinator.Lock also sleeps until a held lease's end.
+// The backend implements backend.Notifier (and backend.Queuer, below). On
+// PostgreSQL with WithListener one session LISTENs (kept for a second after
+// the last subscription, so that consecutive Locks share it) and the
+// release functions NOTIFY in their own transaction, so a waiter wakes
+// when the release commits; without a listener, one goroutine per Backend
+// asks every 100 ms, in one statement for all the keys waited on, which are
+// free. On SQLite that goroutine reads the rows of the keys waited on every
+// 10 ms: polling, outside any transaction, with a connection of the pool
+// taken only for each read. Either way, fencing.Coordinator.Lock also
+// sleeps until a held lease's end.
 //
 // # Lock delay
 //

@@ -35,6 +35,10 @@ const (
 	// listenConnectTimeout bounds opening and setting up the listener
 	// session.
 	listenConnectTimeout = 5 * time.Second
+	// listenLinger is how long the listener session stays open after its
+	// last subscription closed, so that a Lock shortly after another does
+	// not open a session of its own (a connection: milliseconds).
+	listenLinger = time.Second
 )
 
 // subscription is a watch of NotifyFree or, with turn set, of NotifyTurn.
@@ -67,7 +71,8 @@ func (s *subscription) wake() {
 }
 
 // hub holds the subscriptions of one Backend and the goroutine that watches
-// for them; the goroutine runs while there are subscriptions.
+// for them; the goroutine runs while there are subscriptions and, with a
+// listener session, for listenLinger after the last one (Close ends it).
 type hub struct {
 	b       *Backend
 	mu      sync.Mutex
@@ -78,6 +83,7 @@ type hub struct {
 	stop    context.CancelFunc
 	done    chan struct{}
 	readyCh chan struct{}
+	idle    *time.Timer // ends a lingering listener (stopIdle)
 }
 
 // NotifyFree implements backend.Notifier (see the package documentation for
@@ -123,6 +129,10 @@ func (h *hub) add(sub *subscription) <-chan struct{} {
 	}
 	set[sub] = struct{}{}
 	h.n++
+	if h.idle != nil { // a lingering listener serves again
+		h.idle.Stop() // (if stopIdle runs already, it sees this subscription)
+		h.idle = nil
+	}
 	if h.n == 1 && h.done == nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		ready := make(chan struct{})
@@ -149,7 +159,13 @@ func (h *hub) remove(sub *subscription) {
 		}
 	}
 	var done chan struct{}
-	if h.n == 0 && h.done != nil {
+	switch {
+	case h.n > 0 || h.done == nil:
+	case h.b.dialect == Postgres && h.b.listenDSN != "":
+		if h.idle == nil {
+			h.idle = time.AfterFunc(listenLinger, h.stopIdle)
+		}
+	default:
 		h.stop()
 		done, h.done = h.done, nil
 	}
@@ -159,10 +175,29 @@ func (h *hub) remove(sub *subscription) {
 	}
 }
 
+// stopIdle ends the listener goroutine if no subscription came since the
+// last one closed.
+func (h *hub) stopIdle() {
+	h.mu.Lock()
+	if h.n > 0 || h.done == nil {
+		h.mu.Unlock()
+		return
+	}
+	h.stop()
+	done := h.done
+	h.done, h.idle = nil, nil
+	h.mu.Unlock()
+	<-done
+}
+
 // close ends the watch and every subscription (Backend.Close).
 func (h *hub) close() {
 	h.mu.Lock()
 	var done chan struct{}
+	if h.idle != nil {
+		h.idle.Stop()
+		h.idle = nil
+	}
 	if h.done != nil {
 		h.stop()
 		done, h.done = h.done, nil

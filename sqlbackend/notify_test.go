@@ -181,3 +181,100 @@ func TestNotifyTurnOnlyTheNext(t *testing.T) {
 		run(t, h, time.Second)
 	})
 }
+
+// listenerPIDs returns the server PIDs of the sessions that LISTEN.
+func listenerPIDs(t *testing.T, h *harness) []int {
+	t.Helper()
+	rows, err := h.db.Query(`SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN %' ORDER BY pid`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var pids []int
+	for rows.Next() {
+		var pid int
+		if err := rows.Scan(&pid); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// The listener session outlives its last subscription for a while, so a
+// subscription soon after (the next Lock) reuses it, and wakes on it; then
+// it ends by itself, and Close ends it at once.
+func TestPostgresListenerLingers(t *testing.T) {
+	srv, h := newPostgres(t)
+	h.opts = append(h.opts, sqlbackend.WithListener(srv.DSN()))
+	ctx := context.Background()
+	bb, err := h.NewBackend(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bb.(*sqlbackend.Backend)
+	defer b.Close()
+	waitFor := func(what string, ok func([]int) bool) []int {
+		t.Helper()
+		var pids []int
+		for start := time.Now(); time.Since(start) < 5*time.Second; time.Sleep(20 * time.Millisecond) {
+			if pids = listenerPIDs(t, h); ok(pids) {
+				return pids
+			}
+		}
+		t.Fatalf("%s: listener sessions %v", what, pids)
+		return nil
+	}
+	first, err := b.NotifyFree(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := waitFor("after the first subscription", func(p []int) bool { return len(p) == 1 })
+	first.Close()
+	turn, err := b.NotifyTurn(ctx, "k", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	turn.Close()
+	second, err := b.NotifyFree(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again := listenerPIDs(t, h); len(again) != 1 || again[0] != pids[0] {
+		t.Fatalf("listener sessions %v after subscribing again, want the first one's, %v", again, pids)
+	}
+	time.Sleep(50 * time.Millisecond)
+	drain(second)
+	if _, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "a", Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.db.Exec(`SELECT pg_notify($1, encode($2::bytea, 'hex'))`, channelOf(b), []byte("k")); err != nil {
+		t.Fatal(err) // as another process's release would (this one's wakes locally)
+	}
+	select {
+	case <-second.Freed():
+	case <-time.After(2 * time.Second):
+		t.Fatal("no wake-up on the reused listener session")
+	}
+	second.Close()
+	waitFor("after the linger", func(p []int) bool { return len(p) == 0 })
+
+	third, err := b.NotifyFree(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor("after subscribing once more", func(p []int) bool { return len(p) == 1 })
+	third.Close()
+	b.Close()
+	if p := listenerPIDs(t, h); len(p) != 0 {
+		// Close has waited for the session to end; the server may take
+		// a moment to drop it from pg_stat_activity.
+		waitFor("after Close", func(p []int) bool { return len(p) == 0 })
+	}
+}
+
+// channelOf is b's NOTIFY channel for releases.
+func channelOf(b *sqlbackend.Backend) string {
+	table := b.Table()
+	return table[:len(table)-len("leases")] + "free"
+}
