@@ -63,6 +63,7 @@ type Coordinator struct {
 	backend       backend.Backend
 	defaultMargin time.Duration
 	defaultOwner  string
+	lockDelay     time.Duration // WithDefaultLockDelay (lockdelay.go)
 	retries       int
 	reqTimeout    time.Duration // 0: attempts are bounded by their context alone
 	ids           *idSource
@@ -151,7 +152,7 @@ func (c *Coordinator) Grant(ctx context.Context, key string, ttl time.Duration, 
 	if err != nil {
 		return Lease{}, opError("grant", key, err)
 	}
-	req.Owner = c.defaultOwner
+	req.Owner, req.LockDelay = c.defaultOwner, c.lockDelay
 	return c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
 }
 

@@ -19,11 +19,13 @@ type holdConfig struct {
 	margin       time.Duration
 	marginSet    bool
 	owner        string
+	lockDelay    time.Duration // WithLockDelay (lockdelay.go)
 	interval     time.Duration // renew this long after each confirmed request was sent
 	warnBefore   time.Duration // 0: no warnings
 	pollInterval time.Duration // Lock's fallback poll; 0: the default
 	waitTimeout  time.Duration // Lock's bound on the wait; 0: ctx alone
 	maxHold      time.Duration // the cap on the whole hold (maxhold.go); 0: none
+	fifo         bool          // Lock waits in the key's line (fifo.go)
 }
 
 // WithMargin sets the coordinator's margin for the held lease (default the
@@ -87,7 +89,7 @@ func WithWarning(d time.Duration) HoldOption {
 // holdConfig applies opts for a lease of ttl. An invalid ttl is left for
 // the backend to report.
 func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
-	cfg := holdConfig{margin: c.defaultMargin, owner: c.defaultOwner}
+	cfg := holdConfig{margin: c.defaultMargin, owner: c.defaultOwner, lockDelay: c.lockDelay}
 	for i, o := range opts {
 		if o == nil {
 			return holdConfig{}, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
@@ -132,6 +134,7 @@ type Held struct {
 	expiry   *time.Timer // ends the lease at its Deadline
 	warning  *time.Timer // sends on warn before the Deadline; nil without WithWarning
 	max      maxHold     // WithMaxHold's cap (maxhold.go)
+	line     *line       // WithFIFO's entry in the key's line (fifo.go); nil without
 	released sync.Once
 	relErr   error
 }
@@ -159,7 +162,7 @@ func (c *Coordinator) Hold(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, opError("hold", key, err)
 	}
-	req.Owner = cfg.owner
+	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
 	lease, err := c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
 	if err != nil {
 		return nil, c.settle(ctx, err, ttl)
@@ -288,6 +291,9 @@ func (h *Held) Release(ctx context.Context) error {
 		// answer is ignored (the lease has ended).
 		err := h.c.Release(ctx, h.key, lease.ID)
 		<-h.done
+		if h.line != nil {
+			h.line.leave() // after the release: the next waiter wakes to a free key
+		}
 		if lost != nil {
 			err = lost
 		}

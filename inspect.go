@@ -36,8 +36,10 @@ func (c *Coordinator) Inspect(ctx context.Context, key string) (KeyState, error)
 
 // ForceRelease ends key's live lease whoever holds it: the operator's
 // break-glass release, for a holder that is stuck but still renewing. The key
-// is free at once; the old holder's renewals fail with ErrLeaseNotFound, its
-// token stops checking true, and the next grant gets a larger token. It
+// is free at once, or, when the lease has a lock delay (WithLockDelay), once
+// that delay has passed from now; the old holder's renewals fail with
+// ErrLeaseNotFound, its token stops checking true, and the next grant gets a
+// larger token. It
 // reports whether a live lease was ended. It needs a backend that implements
 // backend.ForceReleaser, or returns an error wrapping errors.ErrUnsupported.
 func (c *Coordinator) ForceRelease(ctx context.Context, key string) (bool, error) {

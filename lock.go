@@ -40,8 +40,12 @@ const (
 // (backend.HeldError); the waiter sleeps until then, at most the poll
 // interval (WithPollInterval; DefaultPollInterval, or
 // DefaultPollIntervalNoNotify on a backend that cannot notify), with jitter,
-// and never less than MinPollInterval. Many waiters on one key each get it in
-// turn; tokens increase in grant order.
+// and never less than MinPollInterval. During a lock delay (WithLockDelay)
+// it sleeps the delay's time left exactly, and tries once. Many waiters on
+// one key each get it in turn; tokens increase in grant order.
+//
+// With WithFIFO, Lock first waits in the key's line, and only at its head
+// tries to grant, as above.
 //
 // A grant whose outcome is unknown is resent with the same lease ID, so the
 // lease it may have taken is adopted; if the wait ends first, or the
@@ -70,16 +74,34 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 		}
 		return err
 	}
-	if err := w.subscribe(wctx); err != nil {
-		return nil, giveUp(opError("lock", key, err))
-	}
-	defer w.close()
-
 	req, err := c.request(key, c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
-	req.Owner = cfg.owner
+	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
+	var ln *line // WithFIFO's entry in the key's line (fifo.go)
+	if cfg.fifo {
+		if ln, err = c.joinLine(wctx, key, ttl, cfg.pollInterval); err != nil {
+			return nil, giveUp(opError("lock", key, err))
+		}
+		defer func() {
+			if ln != nil { // not handed to a Held
+				ln.leave()
+			}
+		}()
+		if err := ln.waitTurn(wctx); err != nil {
+			if lastHeld == nil {
+				lastHeld = &lineError{ahead: ln.ahead}
+			}
+			return nil, giveUp(opError("lock", key, err))
+		}
+		// At the head the key is free unless a grant outside the line
+		// took it: the waiter subscribes to its release only if refused.
+	} else if err := w.subscribe(wctx); err != nil {
+		return nil, giveUp(opError("lock", key, err))
+	}
+	defer w.close()
+
 	var unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
 	for {
 		sent := time.Now()
@@ -89,13 +111,28 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 		switch {
 		case err == nil:
 			c.obs.locked(ctx, start)
-			return c.startHeld(ctx, lease, ttl, cfg), nil
+			h := c.startHeld(ctx, lease, ttl, cfg)
+			if ln != nil {
+				ln.handTo(h)
+				ln = nil
+			}
+			return h, nil
 		case errors.As(err, &held):
 			// Another lease is live, so no earlier attempt of ours holds
 			// the key (its ID would have been answered with its lease).
 			lastHeld = held
 			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			if err := w.wait(wctx, held.Remaining); err != nil {
+			if !w.subscribed {
+				// The head of a line, refused: watch for the release,
+				// then try again at once, so none is missed.
+				if err := w.subscribe(wctx); err != nil {
+					return nil, giveUp(opError("lock", key, err))
+				}
+				if w.sub != nil && !held.Delayed {
+					continue
+				}
+			}
+			if err := w.waitHeld(wctx, held); err != nil {
 				return nil, giveUp(opError("lock", key, err))
 			}
 		case errors.As(err, &oe) && wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
@@ -162,6 +199,8 @@ type waiter struct {
 	sub   backend.Subscription
 	freed <-chan struct{}
 	last  time.Time // when the previous grant attempt was let through
+
+	subscribed bool // subscribe has run
 }
 
 // subscribe sets up the notification, when the backend has one.
@@ -181,6 +220,7 @@ func (w *waiter) subscribe(ctx context.Context) error {
 		}
 	}
 	w.last = time.Now()
+	w.subscribed = true
 	return nil
 }
 

@@ -53,10 +53,23 @@
 //   - verdicts are the bare sentinels (a *backend.HeldError for a held key);
 //   - the optional capabilities, when implemented: NotifyFree wakes on
 //     release, Inspect reports state and the highest token, ForceRelease
-//     ends any holder's lease, List pages through every key once;
+//     ends any holder's lease, List pages through every key once; a
+//     Queuer's line keeps join order (racing joins too), renewals keep a
+//     place, an expired entry leaves it (and rejoins at the end),
+//     AheadRemaining covers the entry ahead, a Dequeue wakes the waiter
+//     behind and is idempotent, lines on different keys are independent;
 //   - a grant's owner is stored, reported by Inspect and List while the
 //     lease is live, kept by renewals, gone after release; a bad owner
 //     gets ErrInvalidOwner and changes nothing;
+//   - a lease's lock delay (backend.Request.LockDelay): after an expiry,
+//     and from a forced release, the key refuses grants with a
+//     *backend.HeldError that is Delayed and tells the delay's time left,
+//     to the nanosecond on a fake clock, while the token is not live, the
+//     holder's renewals fail and Inspect shows DelayedUntil; then a grant
+//     gets a larger token; a live lease's refusals count the delay in, and
+//     Inspect and List show it, kept by renewals; a release by the holder
+//     leaves no delay; MaxLockDelay is the cap, and a bad delay gets
+//     ErrInvalidLockDelay and changes nothing;
 //   - Hold renews past the TTL and reports a rejected renewal as
 //     ErrLeaseLost, and settles a grant whose answer was lost (Settled only
 //     when its release came through); Lock wakes on release and expiry, hands the key to many

@@ -44,6 +44,7 @@ var (
 	_ backend.Inspector     = (*Backend)(nil)
 	_ backend.ForceReleaser = (*Backend)(nil)
 	_ backend.Lister        = (*Backend)(nil)
+	_ backend.Queuer        = (*Backend)(nil)
 )
 
 // Option configures a Backend.

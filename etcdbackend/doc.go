@@ -3,24 +3,63 @@
 // counter mints tokens; the client's clock decides nothing.
 //
 // Besides backend.Backend it implements the optional backend.Notifier (an
-// etcd watch), backend.Inspector, backend.ForceReleaser and backend.Lister.
+// etcd watch), backend.Inspector, backend.ForceReleaser, backend.Lister and
+// backend.Queuer (a line of waiters ordered by revision, as etcd's
+// concurrency.Mutex orders its waiters), and the lock delay
+// (backend.Request.LockDelay).
 //
 // # Records
 //
-// Each user key k has three etcd keys under the prefix (default "fencing/"),
-// named by the unpadded base64url encoding of k, which contains no '/', so no
-// two user keys can share or split records whatever bytes they hold:
+// Each user key k has up to four etcd keys under the prefix (default
+// "fencing/"), and the entries of its line, named by the unpadded base64url
+// encoding of k, which contains no '/', so no two user keys can share or
+// split records whatever bytes they hold:
 //
-//	<prefix><base64url(k)>/l   the lease key: exists while a lease is live,
-//	                           attached to an etcd lease no other key uses
+//	<prefix><base64url(k)>/d   the delay record: beside a live lease with a
+//	                           lock delay, and alone during the delay; on an
+//	                           etcd lease of its own
 //	<prefix><base64url(k)>/i   the ID of the most recent lease (no etcd lease),
 //	                           written only when a lease key is created
+//	<prefix><base64url(k)>/l   the lease key: exists while a lease is live,
+//	                           attached to an etcd lease no other key uses
 //	<prefix><base64url(k)>/r   the ID of the most recent released lease
+//	<prefix><base64url(k)>/w/<base64url(waiter ID)>
+//	                           a waiter's entry in the line, on an etcd lease
+//	                           of its own
 //
 // The two lease-less records let the backend tell the holder of the most
 // recent lease "expired" from "released" from "never held". They stay after
 // the lease ends, like the memory backend's per-key record: about 2 × (key
 // length + 60) bytes per key ever leased.
+//
+// # Lock delay
+//
+// etcd deletes the lease key when its etcd lease runs out, so a lock delay
+// lives in the delay record, on an etcd lease of the lease's granted seconds
+// plus the delay's, rounded up, taken after the lease key's and renewed with
+// it (first, on the same keep-alive stream). A release by the holder deletes
+// it in its Txn; an expiry leaves it to run out ceil(delay) seconds after
+// the lease key; a forced release moves it, in its Txn, to a fresh etcd
+// lease of the delay alone, renewed once after the Txn. Every grant's Txn
+// requires that neither the lease key nor the delay record exists. The
+// delay is thus whole seconds, at least the one asked for and at most a
+// second longer (plus the leader's up to 500ms check, and etcd's minimum
+// TTL after a forced release). A grant refused during it is a
+// *backend.HeldError with Delayed, whose Remaining is the delay record's
+// etcd lease's time to live plus one second (etcd reports whole seconds,
+// rounded down): one more round trip, on refusal only. NotifyFree watches
+// the delay record's deletion too, so a waiter wakes at the delay's end.
+//
+// # The line of waiters
+//
+// Entries are ordered by their etcd key's CreateRevision, which a renewal (a
+// keep-alive of the entry's etcd lease) keeps; an entry whose waiter stopped
+// renewing is deleted by etcd's revoke when its TTL (whole seconds) ends.
+// Enqueue is a range read of the line and a keep-alive, or, for a waiter
+// not in it, an etcd lease and one Txn that creates the entry and counts the
+// line. Dequeue is one Txn. NotifyTurn watches only the entry directly
+// ahead of the waiter's (at the head, its own), reading the line again
+// after each event, so a handoff wakes only the waiter behind.
 //
 // # Tokens
 //

@@ -37,7 +37,8 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 }
 
 // grant makes one attempt at Grant: an etcd lease (a keep-alive of a pooled
-// one, or LeaseGrant), then one Txn.
+// one, or LeaseGrant), a second one for the delay record when the request
+// has a lock delay, then one Txn.
 func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	k := b.keys(req.Key)
 	asked := seconds(req.Timeout, req.Margin)
@@ -52,22 +53,37 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(el.id)),
 		clientv3.OpPut(k.id, req.LeaseID),
 	}
-	// The key must be free, and this must not be a resent grant whose lease
-	// has ended (the ID record names it). etcd fails a comparison of the
-	// value of a key that does not exist, so "the ID record is not
-	// req.LeaseID" is one comparison only for a key whose ID record exists:
-	// one this backend has seen granted (flat, see known.go). Otherwise the
-	// check is a nested Txn, which also passes when there is no ID record.
+	var dl etcdLease // the delay record's etcd lease; zero without a delay
+	var dv delay
+	if req.LockDelay > 0 {
+		// Acquired after el, so that its timer starts later: it ends at
+		// least ceil(delay) after el's (see records.go).
+		dv = delay{asked: el.ttl + delaySeconds(req.LockDelay), d: req.LockDelay}
+		if dl, err = b.acquire(ctx, dv.asked); err != nil {
+			b.recycle(ctx, el.id, asked, el.ttl)
+			return backend.Lease{}, err
+		}
+		dv.granted = dl.ttl
+		put = append(put, clientv3.OpPut(k.delay, dv.encode(), clientv3.WithLease(dl.id)))
+	}
+	// The key must be free, out of any lock delay, and this must not be a
+	// resent grant whose lease has ended (the ID record names it). etcd
+	// fails a comparison of the value of a key that does not exist, so "the
+	// ID record is not req.LeaseID" is one comparison only for a key whose
+	// ID record exists: one this backend has seen granted (flat, see
+	// known.go). Otherwise the check is a nested Txn, which also passes when
+	// there is no ID record.
+	free := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(k.lease), "=", 0),
+		clientv3.Compare(clientv3.CreateRevision(k.delay), "=", 0),
+	}
 	flat := b.known.has(req.Key)
 	tctx, p := track(ctx)
 	txn := b.kv.Txn(tctx)
 	if flat {
-		txn = txn.If(
-			clientv3.Compare(clientv3.CreateRevision(k.lease), "=", 0),
-			clientv3.Compare(clientv3.Value(k.id), "!=", req.LeaseID),
-		).Then(put...)
+		txn = txn.If(append(free, clientv3.Compare(clientv3.Value(k.id), "!=", req.LeaseID))...).Then(put...)
 	} else {
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(k.lease), "=", 0)).
+		txn = txn.If(free...).
 			Then(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.id), "=", req.LeaseID)}, nil, put))
 	}
 	resp, err := txn.Commit()
@@ -75,8 +91,11 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		err = mutationError("grant txn", err, reached(p))
 		if !errors.Is(err, backend.ErrOutcomeUnknown) {
 			b.revoke(ctx, el.id)
+			if dl.id != 0 {
+				b.revoke(ctx, dl.id)
+			}
 		}
-		// After a lost answer the etcd lease may hold the key: it is
+		// After a lost answer the etcd leases may hold the key: they are
 		// neither revoked nor reused.
 		return backend.Lease{}, err
 	}
@@ -84,8 +103,11 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		b.known.add(req.Key)
 		return lease(req.Key, m, resp.Header.Revision, el.set), nil
 	}
-	// From here on, the Txn attached nothing to the etcd lease.
+	// From here on, the Txn attached nothing to the etcd leases.
 	b.recycle(ctx, el.id, asked, el.ttl)
+	if dl.id != 0 {
+		b.recycle(ctx, dl.id, dv.asked, dl.ttl)
+	}
 	return b.refusedGrant(ctx, k, req, resp, flat)
 }
 
@@ -120,7 +142,13 @@ func (b *Backend) refusedGrant(ctx context.Context, k keys, req backend.Request,
 	}
 	switch {
 	case st.lease != nil && st.meta.leaseID != req.LeaseID:
-		remaining, _, _ := b.timeToLive(ctx, clientv3.LeaseID(st.lease.Lease))
+		// With a lock delay, the delay record's etcd lease ends the delay
+		// after the lease: its time left is the lease's plus the delay.
+		until := st.lease
+		if st.delay != nil {
+			until = st.delay
+		}
+		remaining, _, _ := b.timeToLive(ctx, clientv3.LeaseID(until.Lease))
 		return backend.Lease{}, &backend.HeldError{Remaining: remaining}
 	case st.lease != nil:
 		return b.resentGrant(ctx, req.Key, st.meta, st.lease)
@@ -128,6 +156,9 @@ func (b *Backend) refusedGrant(ctx context.Context, k keys, req backend.Request,
 		return backend.Lease{}, backend.ErrLeaseNotFound // granted, then released
 	case st.recentID() == req.LeaseID:
 		return backend.Lease{}, backend.ErrLeaseExpired // granted, then expired
+	case st.delay != nil:
+		left, _ := b.delayLeft(ctx, st.delay)
+		return backend.Lease{}, &backend.HeldError{Delayed: true, Remaining: left}
 	case flat && st.id == nil:
 		return backend.Lease{}, errGrantAgain // now as a nested Txn
 	}
@@ -147,6 +178,20 @@ func (b *Backend) timeToLive(ctx context.Context, id clientv3.LeaseID) (left tim
 		return 0, at, rpctypes.ErrLeaseNotFound
 	}
 	return time.Duration(ttl.TTL) * time.Second, at, nil
+}
+
+// delayLeft returns how long the lock delay of delay record kv has left, and
+// the local time just before asking: its etcd lease's time left as etcd
+// reports it (whole seconds, rounded down) plus one second, an upper bound
+// (but for the leader's up to 500ms to notice the end), so that a waiter
+// sleeping that long finds the delay over. It is zero when the etcd lease
+// has run out or cannot be read.
+func (b *Backend) delayLeft(ctx context.Context, kv *mvccpb.KeyValue) (time.Duration, time.Time) {
+	left, at, err := b.timeToLive(ctx, clientv3.LeaseID(kv.Lease))
+	if err != nil {
+		return 0, at
+	}
+	return left + time.Second, at
 }
 
 // resentGrant answers a grant resent while its lease key exists: the lease

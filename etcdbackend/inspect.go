@@ -22,6 +22,12 @@ import (
 // after its TTL ran out and before etcd revoked it is live, as for Token,
 // with zero Remaining.
 //
+// During a lock delay (no lease key, the delay record alive), it is that
+// read plus a LeaseTimeToLive of the delay record's etcd lease: DelayRemaining
+// is an upper bound, that etcd lease's time left in whole seconds plus one
+// (see delayLeft), and DelayedUntil the local time before asking plus
+// DelayRemaining.
+//
 // MaxToken is the ModRevision of the key's ID record: the record is written
 // only by the grant Txn that creates a lease key, so its ModRevision is the
 // token of the most recent lease, live or ended.
@@ -33,49 +39,76 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 		return backend.KeyState{}, err
 	}
 	k := b.keys(key)
-	resp, err := b.kv.Txn(ctx).Then(clientv3.OpGet(k.lease), clientv3.OpGet(k.id)).Commit()
+	resp, err := b.kv.Txn(ctx).Then(clientv3.OpGet(k.lease), clientv3.OpGet(k.id), clientv3.OpGet(k.delay)).Commit()
 	if err != nil {
 		return backend.KeyState{}, fmt.Errorf("etcdbackend: read: %w", err)
 	}
-	var lease, id *mvccpb.KeyValue
-	if kvs := resp.Responses[0].GetResponseRange().Kvs; len(kvs) == 1 {
-		lease = kvs[0]
+	var r records
+	for i, kv := range []**mvccpb.KeyValue{&r.lease, &r.id, &r.delay} {
+		if kvs := resp.Responses[i].GetResponseRange().Kvs; len(kvs) == 1 {
+			*kv = kvs[0]
+		}
 	}
-	if kvs := resp.Responses[1].GetResponseRange().Kvs; len(kvs) == 1 {
-		id = kvs[0]
-	}
-	st := keyState(lease, id)
-	if st.Live {
-		b.fillTime(ctx, &st, lease.Lease)
-	}
+	st := r.state()
+	b.fillTime(ctx, &st, r.timed())
 	return st, nil
 }
 
-// keyState returns the state that a key's lease and ID records show,
-// without the time left.
-func keyState(lease, id *mvccpb.KeyValue) backend.KeyState {
+// state returns the state that a key's records show, without the times
+// left.
+func (r records) state() backend.KeyState {
 	var st backend.KeyState
-	if id != nil {
-		st.MaxToken = uint64(id.ModRevision)
+	if r.id != nil {
+		st.MaxToken = uint64(r.id.ModRevision)
 	}
-	if lease != nil {
+	var d delay
+	if r.delay != nil {
+		d, _ = decodeDelay(r.delay.Value)
+	}
+	if r.lease != nil {
 		st.Live = true
-		st.Token = uint64(lease.CreateRevision)
+		st.Token = uint64(r.lease.CreateRevision)
 		st.MaxToken = max(st.MaxToken, st.Token)
-		if m, err := decodeMeta(lease.Value); err == nil {
+		if m, err := decodeMeta(r.lease.Value); err == nil {
 			st.Owner = m.owner
 		}
+		st.LockDelay = d.d
 	}
 	return st
 }
 
-// fillTime sets st's Remaining and ExpiresAt from etcd lease id's time left.
-// A lease that ran out (or is gone) keeps zero Remaining and ExpiresAt is
-// the time of asking.
+// timed returns the etcd lease whose time left fills the key's state: the
+// live lease's, or during a lock delay the delay record's; 0 for none.
+func (r records) timed() int64 {
+	switch {
+	case r.lease != nil:
+		return r.lease.Lease
+	case r.delay != nil:
+		return r.delay.Lease
+	}
+	return 0
+}
+
+// fillTime sets st's Remaining and ExpiresAt from etcd lease id's time left
+// when st is live, or its DelayRemaining and DelayedUntil when not (id is
+// then the delay record's etcd lease, see records.timed); nothing when id
+// is 0. A lease that ran out (or is gone) keeps zero Remaining and
+// ExpiresAt is the time of asking; a delay whose etcd lease ran out leaves
+// both delay fields zero: it is ending.
 func (b *Backend) fillTime(ctx context.Context, st *backend.KeyState, id int64) {
-	left, at, _ := b.timeToLive(ctx, clientv3.LeaseID(id))
-	st.Remaining = left
-	st.ExpiresAt = at.Add(left)
+	switch {
+	case id == 0:
+	case st.Live:
+		left, at, _ := b.timeToLive(ctx, clientv3.LeaseID(id))
+		st.Remaining = left
+		st.ExpiresAt = at.Add(left)
+	default:
+		left, at := b.delayLeft(ctx, &mvccpb.KeyValue{Lease: id})
+		if left > 0 {
+			st.DelayRemaining = left
+			st.DelayedUntil = at.Add(left)
+		}
+	}
 }
 
 // DefaultListLimit is the page size of List when the caller gives none.
@@ -93,7 +126,7 @@ var errCursor = errors.New("etcdbackend: invalid list cursor")
 // Keys are listed in the order of their encodings; the cursor is the
 // encoding of the next key. Each page is one linearizable range read, plus
 // one round of LeaseTimeToLive requests, run at once, for the page's live
-// leases (Remaining and ExpiresAt as for Inspect). Listing does not see
+// leases and lock delays (their times as for Inspect). Listing does not see
 // keys whose only record is gone (never: the ID record is kept).
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
 	if err := b.ready(ctx); err != nil {
@@ -115,8 +148,8 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 		start = max(from, b.prefix+cursor+"/")
 	}
 	var page []backend.KeyInfo
-	var live []int64            // etcd leases of page's live keys, by index in page
-	fetch := 3*int64(limit) + 3 // records: a key has two or three
+	var timed []int64           // etcd leases whose time left fills page's states, by index in page
+	fetch := 4*int64(limit) + 4 // records: a key has two to four (and its line's entries)
 	for {
 		resp, err := b.kv.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(fetch))
 		if err != nil {
@@ -134,7 +167,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 		}
 		for _, g := range groups {
 			if len(page) == limit {
-				b.fillTimes(ctx, page, live)
+				b.fillTimes(ctx, page, timed)
 				return page, g.encoded, nil
 			}
 			info, leaseID, ok := g.info(prefix)
@@ -142,23 +175,24 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 				continue
 			}
 			page = append(page, info)
-			live = append(live, leaseID)
+			timed = append(timed, leaseID)
 		}
 		if !resp.More {
-			b.fillTimes(ctx, page, live)
+			b.fillTimes(ctx, page, timed)
 			return page, "", nil
 		}
 	}
 }
 
-// fillTimes fills the time left of page's live keys, leases[i] being page[i]'s
-// etcd lease (0 when none is live), a few requests at a time.
+// fillTimes fills the times left of page's keys, leases[i] being page[i]'s
+// etcd lease to ask (0 for none, see records.timed), a few requests at a
+// time.
 func (b *Backend) fillTimes(ctx context.Context, page []backend.KeyInfo, leases []int64) {
 	const inFlight = 8
 	sem := make(chan struct{}, inFlight)
 	var wg sync.WaitGroup
 	for i := range page {
-		if !page[i].State.Live {
+		if leases[i] == 0 {
 			continue
 		}
 		sem <- struct{}{}
@@ -172,8 +206,8 @@ func (b *Backend) fillTimes(ctx context.Context, page []backend.KeyInfo, leases 
 
 // records are one user key's records in a range read.
 type records struct {
-	encoded   string // the key's encoding
-	lease, id *mvccpb.KeyValue
+	encoded          string // the key's encoding
+	lease, id, delay *mvccpb.KeyValue
 }
 
 // group gathers a sorted range's records by user key. A key's records are
@@ -195,21 +229,20 @@ func group(prefix string, kvs []*mvccpb.KeyValue) []records {
 			g.lease = kv
 		case idRecord:
 			g.id = kv
+		case delayRecord:
+			g.delay = kv
 		}
 	}
 	return gs
 }
 
-// info returns the listing of g's key and its live lease's etcd lease, if
-// the key begins with prefix and g is a leased key's records.
+// info returns the listing of g's key and the etcd lease whose time left
+// fills its state (see records.timed), if the key begins with prefix and g
+// is a leased key's records.
 func (g records) info(prefix string) (backend.KeyInfo, int64, bool) {
 	raw, err := encoding.DecodeString(g.encoded)
 	if err != nil || g.id == nil || !strings.HasPrefix(string(raw), prefix) {
 		return backend.KeyInfo{}, 0, false
 	}
-	var leaseID int64
-	if g.lease != nil {
-		leaseID = g.lease.Lease
-	}
-	return backend.KeyInfo{Key: string(raw), State: keyState(g.lease, g.id)}, leaseID, true
+	return backend.KeyInfo{Key: string(raw), State: g.state()}, g.timed(), true
 }

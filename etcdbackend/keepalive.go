@@ -153,25 +153,36 @@ func (k *keeper) close() {
 	k.recv.Wait()
 }
 
-// keepAliveOnce renews an etcd lease once, as clientv3.Lease.KeepAliveOnce
-// does, and reports whether the request may have reached the server: not
-// when the keep-alive stream could not be opened.
-func (b *Backend) keepAliveOnce(ctx context.Context, id clientv3.LeaseID) (ttl int64, sent bool, err error) {
+// keepAliveOnce renews etcd leases once each, as clientv3.Lease.KeepAliveOnce
+// does, on one stream: it sends them all, in the order given (etcd handles a
+// stream's keep-alives one at a time, in order), then reads the answers, and
+// returns the TTL the last one got. It reports whether the requests may
+// have reached the server: not when the keep-alive stream could not be
+// opened. A lease that has run out or is gone gets rpctypes.ErrLeaseNotFound
+// (the others may have been renewed).
+func (b *Backend) keepAliveOnce(ctx context.Context, ids ...clientv3.LeaseID) (ttl int64, sent bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	stream, err := b.leases.LeaseKeepAlive(ctx, grpc.WaitForReady(true))
 	if err != nil {
 		return 0, false, clientv3.ContextError(ctx, err)
 	}
-	if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
-		return 0, true, clientv3.ContextError(ctx, err)
+	for _, id := range ids {
+		if err := stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)}); err != nil {
+			return 0, true, clientv3.ContextError(ctx, err)
+		}
 	}
-	resp, err := stream.Recv()
-	if err != nil {
-		return 0, true, clientv3.ContextError(ctx, err)
+	gone := false
+	for range ids {
+		resp, err := stream.Recv()
+		if err != nil {
+			return 0, true, clientv3.ContextError(ctx, err)
+		}
+		gone = gone || resp.TTL <= 0
+		ttl = resp.TTL
 	}
-	if resp.TTL <= 0 {
+	if gone {
 		return 0, true, rpctypes.ErrLeaseNotFound
 	}
-	return resp.TTL, true, nil
+	return ttl, true, nil
 }

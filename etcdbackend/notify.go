@@ -13,9 +13,11 @@ import (
 )
 
 // NotifyFree implements backend.Notifier with an etcd watch on the key's
-// lease record that reports its deletions: a release, a forced release and
-// the revoke of an expired lease all delete it. It returns once etcd has
-// created the watch, so every deletion after that is reported.
+// lease record and delay record that reports their deletions: a release, a
+// forced release and the revoke of an expired lease delete the lease
+// record, and the end of a lock delay the delay record (its etcd lease's
+// revoke). It returns once etcd has created the watch, so every deletion
+// after that is reported.
 //
 // Every subscription of a backend shares the backend's one watch stream (a
 // gRPC stream that multiplexes etcd watches), so a subscription costs one
@@ -41,10 +43,12 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 	b.subs.Add(1)
 	b.mu.Unlock()
 
+	k := b.keys(key)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))
 	s := &subscription{
 		b:      b,
-		key:    b.keys(key).lease,
+		from:   k.delay,
+		end:    k.lease + "\x00",
 		freed:  make(chan struct{}, 1),
 		cancel: cancel,
 		done:   make(chan struct{}),
@@ -53,7 +57,7 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 	// wait for a connection: ctx bounds the set-up by ending the watch.
 	stop := context.AfterFunc(ctx, cancel)
 	wch := s.watch(wctx, 0, clientv3.WithCreatedNotify())
-	rev, err := s.created(ctx, wch)
+	rev, err := b.created(ctx, wch)
 	if !stop() && err == nil {
 		err = ctx.Err() // the watch is being ended
 	}
@@ -70,7 +74,8 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 // subscription is a watch set up by NotifyFree.
 type subscription struct {
 	b      *Backend
-	key    string // the etcd key of the lease record
+	from   string // the watched range of etcd keys: [from, end), the delay record
+	end    string // to the lease record (the ID record between them is only put)
 	freed  chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns
@@ -88,23 +93,23 @@ func (s *subscription) Close() error {
 	return nil
 }
 
-// watch watches the lease record's deletions from revision rev (0: from
-// now).
+// watch watches the deletions of the records in [s.from, s.end) from
+// revision rev (0: from now).
 func (s *subscription) watch(ctx context.Context, rev int64, opts ...clientv3.OpOption) clientv3.WatchChan {
-	opts = append(opts, clientv3.WithFilterPut())
+	opts = append(opts, clientv3.WithRange(s.end), clientv3.WithFilterPut())
 	if rev > 0 {
 		opts = append(opts, clientv3.WithRev(rev))
 	}
-	return s.b.watcher.Watch(ctx, s.key, opts...)
+	return s.b.watcher.Watch(ctx, s.from, opts...)
 }
 
 // created waits for the watch's created response and returns its revision.
-func (s *subscription) created(ctx context.Context, wch clientv3.WatchChan) (int64, error) {
+func (b *Backend) created(ctx context.Context, wch clientv3.WatchChan) (int64, error) {
 	select {
 	case resp, ok := <-wch:
 		switch {
 		case !ok:
-			if err := s.b.ready(ctx); err != nil {
+			if err := b.ready(ctx); err != nil {
 				return 0, err
 			}
 			return 0, errors.New("etcdbackend: watch: closed before it was created")

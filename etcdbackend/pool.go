@@ -25,14 +25,15 @@ import (
 // backend knows it has no key attached, and from then on only the pool hands
 // it out, to one grant at a time:
 //
-//   - after a Txn of ours deleted the lease key attached to it (Release: the
+//   - after a Txn of ours deleted the record attached to it (Release, of a
+//     lease key and its delay record; Dequeue, of a line entry: the
 //     response's previous value names the etcd lease, and exactly one Txn can
-//     delete a given lease key, so exactly one backend, whichever process
-//     granted the lease, gets to keep its etcd lease). Only lease keys are
-//     ever attached to these etcd leases, one key per etcd lease, because only
-//     a grant Txn attaches a key, to an etcd lease it got from LeaseGrant or
-//     from the pool, and a renewal that moves a key does so onto a fresh etcd
-//     lease;
+//     delete a given record, so exactly one backend, whichever process
+//     granted the lease, gets to keep its etcd lease). Only one record is
+//     ever attached to these etcd leases, because only a grant Txn, a forced
+//     release's Txn and Enqueue's Txn attach one, to an etcd lease they got
+//     from LeaseGrant or from the pool, and a renewal that moves a record
+//     does so onto a fresh etcd lease;
 //   - after a grant's Txn answered that it attached nothing (key held, or a
 //     resent grant).
 //
@@ -173,20 +174,21 @@ func (b *Backend) recycle(ctx context.Context, id clientv3.LeaseID, asked, grant
 	}
 }
 
-// recycleDeleted recycles the etcd lease of the lease key that a Txn's
-// delete-with-previous-value op removed.
+// recycleDeleted recycles the etcd lease of the record (a lease key, a
+// delay record or a line entry) that a Txn's delete-with-previous-value op
+// removed.
 func (b *Backend) recycleDeleted(ctx context.Context, op *pb.ResponseOp) {
 	prev := op.GetResponseDeleteRange().GetPrevKvs()
 	if len(prev) != 1 || prev[0].Lease == 0 {
 		return
 	}
 	id := clientv3.LeaseID(prev[0].Lease)
-	m, err := decodeMeta(prev[0].Value)
+	asked, granted, err := leaseSeconds(b.prefix, prev[0])
 	if err != nil {
 		b.revoke(ctx, id)
 		return
 	}
-	b.recycle(ctx, id, m.asked, m.granted)
+	b.recycle(ctx, id, asked, granted)
 }
 
 // closeTimeout bounds how long Close waits for the revokes of pooled leases;

@@ -24,24 +24,30 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	const attempts = 3
 	for range attempts {
 		// The most recent lease is leaseID's and its lease key exists, so
-		// the key is leaseID's: delete it. A stale or resent release of an
-		// older lease fails the first comparison and cannot touch a newer
-		// holder's key.
+		// the key is leaseID's: delete it, and its delay record, if it has
+		// one (a release by the holder leaves no delay). A stale or resent
+		// release of an older lease fails the first comparison and cannot
+		// touch a newer holder's key.
 		tctx, p := track(ctx)
 		resp, err := b.kv.Txn(tctx).
 			If(
 				clientv3.Compare(clientv3.Value(k.id), "=", leaseID),
 				clientv3.Compare(clientv3.CreateRevision(k.lease), "!=", 0),
 			).
-			Then(clientv3.OpDelete(k.lease, clientv3.WithPrevKV()), clientv3.OpPut(k.released, leaseID)).
+			Then(
+				clientv3.OpDelete(k.lease, clientv3.WithPrevKV()),
+				clientv3.OpPut(k.released, leaseID),
+				clientv3.OpDelete(k.delay, clientv3.WithPrevKV()),
+			).
 			Commit()
 		if err != nil {
 			return mutationError("release txn", err, reached(p))
 		}
 		if resp.Succeeded {
-			// The delete detached the only key of its etcd lease: keep
-			// that lease for a later grant (see pool.go).
+			// Each delete detached the only key of its etcd lease: keep
+			// those leases for later grants (see pool.go).
 			b.recycleDeleted(ctx, resp.Responses[0])
+			b.recycleDeleted(ctx, resp.Responses[2])
 			return nil
 		}
 		// The Txn wrote nothing. Its answer is in the records as it saw
@@ -66,11 +72,19 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 // as its Txn saw them, each time: nothing changed.
 var errReleaseCompacted = errors.New("etcdbackend: release: the key's records were compacted before they could be read")
 
-// revokeDeleted revokes the etcd lease of the lease key that a Txn's
+// revokeDeleted revokes the etcd lease of the record that a Txn's
 // delete-with-previous-value op removed.
 func (b *Backend) revokeDeleted(ctx context.Context, op *pb.ResponseOp) {
 	if prev := op.GetResponseDeleteRange().GetPrevKvs(); len(prev) == 1 && prev[0].Lease != 0 {
 		b.revoke(ctx, clientv3.LeaseID(prev[0].Lease))
+	}
+}
+
+// revokeReplaced revokes the etcd lease of the record that a Txn's
+// put-with-previous-value op moved to another etcd lease.
+func (b *Backend) revokeReplaced(ctx context.Context, op *pb.ResponseOp) {
+	if prev := op.GetResponsePut().GetPrevKv(); prev != nil && prev.Lease != 0 {
+		b.revoke(ctx, clientv3.LeaseID(prev.Lease))
 	}
 }
 
@@ -84,6 +98,12 @@ var errBusy = errors.New("etcdbackend: force release: the key's lease kept chang
 // Release returns nil, as after the holder's own release. It then revokes
 // the lease's etcd lease: it never reuses it, as the lease's holder may still
 // be renewing it.
+//
+// A lease with a lock delay has a delay record: the same Txn puts it on a
+// fresh etcd lease of the delay alone (rounded up to whole seconds, and at
+// least etcd's minimum TTL), obtained before the Txn and renewed once after
+// it, so that the delay runs from the Txn, or a little later; the record's
+// old etcd lease is revoked with the lease key's.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return false, err
@@ -102,19 +122,45 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 		if st.lease == nil {
 			return false, nil
 		}
+		ops := []clientv3.Op{clientv3.OpDelete(k.lease, clientv3.WithPrevKV()), clientv3.OpPut(k.released, st.meta.leaseID)}
+		var fl etcdLease // the delay's etcd lease; zero without a delay
+		var dv delay
+		if st.delay != nil {
+			dv = delay{asked: delaySeconds(st.delayed.d), d: st.delayed.d}
+			if fl, err = b.acquire(ctx, dv.asked); err != nil {
+				return false, err
+			}
+			dv.granted = fl.ttl
+			ops = append(ops, clientv3.OpPut(k.delay, dv.encode(), clientv3.WithLease(fl.id), clientv3.WithPrevKV()))
+		}
 		tctx, p := track(ctx)
 		resp, err := b.kv.Txn(tctx).
 			If(clientv3.Compare(clientv3.CreateRevision(k.lease), "=", st.lease.CreateRevision)).
-			Then(clientv3.OpDelete(k.lease, clientv3.WithPrevKV()), clientv3.OpPut(k.released, st.meta.leaseID)).
+			Then(ops...).
 			Commit()
 		if err != nil {
-			return false, mutationError("force release txn", err, reached(p))
+			err = mutationError("force release txn", err, reached(p))
+			if fl.id != 0 && !errors.Is(err, backend.ErrOutcomeUnknown) {
+				b.recycle(ctx, fl.id, dv.asked, fl.ttl)
+			}
+			return false, err
 		}
-		if resp.Succeeded {
-			b.revokeDeleted(ctx, resp.Responses[0])
-			return true, nil
+		if !resp.Succeeded {
+			// That lease ended (and perhaps another began) after the read.
+			if fl.id != 0 {
+				b.recycle(ctx, fl.id, dv.asked, fl.ttl)
+			}
+			continue
 		}
-		// That lease ended (and perhaps another began) after the read.
+		b.revokeDeleted(ctx, resp.Responses[0])
+		if fl.id != 0 {
+			// The delay runs from the Txn: restart its timer now. Should
+			// this fail, the delay runs from the acquire, one round trip
+			// earlier.
+			_, _, _ = b.keepAliveOnce(ctx, fl.id)
+			b.revokeReplaced(ctx, resp.Responses[2])
+		}
+		return true, nil
 	}
 	return false, errBusy
 }

@@ -50,10 +50,15 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 // errMoved means the lease key left the etcd lease a renewal read.
 var errMoved = errors.New("etcdbackend: lease key moved")
 
-// keepAlive renews st's etcd lease as it is.
+// keepAlive renews st's etcd lease as it is, and first its delay record's,
+// if it has one, on the same stream (see records.go).
 func (b *Backend) keepAlive(ctx context.Context, req backend.Request, st state) (backend.Lease, error) {
+	ids := []clientv3.LeaseID{clientv3.LeaseID(st.lease.Lease)}
+	if st.delay != nil {
+		ids = []clientv3.LeaseID{clientv3.LeaseID(st.delay.Lease), ids[0]}
+	}
 	sent := time.Now()
-	ttl, reachedServer, err := b.keepAliveOnce(ctx, clientv3.LeaseID(st.lease.Lease))
+	ttl, reachedServer, err := b.keepAliveOnce(ctx, ids...)
 	if err == nil {
 		m := st.meta
 		m.granted, m.margin = ttl, req.Margin
@@ -85,7 +90,9 @@ func (b *Backend) afterLost(ctx context.Context, req backend.Request, st state) 
 }
 
 // relet moves st's lease key to a new etcd lease of want seconds, keeping its
-// token, and then revokes the old etcd lease. It never writes the ID record.
+// token, and its delay record, if it has one, to a new etcd lease of want
+// seconds plus the delay's; then it revokes the old etcd leases. It never
+// writes the ID record.
 func (b *Backend) relet(ctx context.Context, req backend.Request, k keys, st state, want int64) (backend.Lease, error) {
 	sent := time.Now()
 	lg, err := b.cli.Grant(ctx, want)
@@ -94,23 +101,42 @@ func (b *Backend) relet(ctx context.Context, req backend.Request, k keys, st sta
 	}
 	old := clientv3.LeaseID(st.lease.Lease)
 	m := meta{asked: want, granted: lg.TTL, margin: req.Margin, leaseID: req.LeaseID, owner: st.meta.owner}
+	cmps := []clientv3.Cmp{
+		clientv3.Compare(clientv3.CreateRevision(k.lease), "=", st.lease.CreateRevision),
+		clientv3.Compare(clientv3.LeaseValue(k.lease), "=", old),
+	}
+	ops := []clientv3.Op{clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(lg.ID))}
+	fresh := []clientv3.LeaseID{lg.ID} // to revoke if the move does not happen
+	var oldDelay clientv3.LeaseID
+	if st.delay != nil {
+		oldDelay = clientv3.LeaseID(st.delay.Lease)
+		dv := delay{asked: lg.TTL + delaySeconds(st.delayed.d), d: st.delayed.d}
+		dg, err := b.cli.Grant(ctx, dv.asked) // after lg: it ends later
+		if err != nil {
+			b.revoke(ctx, lg.ID)
+			return backend.Lease{}, fmt.Errorf("etcdbackend: lease grant: %w", err)
+		}
+		dv.granted = dg.TTL
+		fresh = append(fresh, dg.ID)
+		cmps = append(cmps, clientv3.Compare(clientv3.LeaseValue(k.delay), "=", oldDelay))
+		ops = append(ops, clientv3.OpPut(k.delay, dv.encode(), clientv3.WithLease(dg.ID)))
+	}
+	revokeFresh := func() {
+		for _, id := range fresh {
+			b.revoke(ctx, id)
+		}
+	}
 	tctx, p := track(ctx)
-	resp, err := b.kv.Txn(tctx).
-		If(
-			clientv3.Compare(clientv3.CreateRevision(k.lease), "=", st.lease.CreateRevision),
-			clientv3.Compare(clientv3.LeaseValue(k.lease), "=", old),
-		).
-		Then(clientv3.OpPut(k.lease, m.encode(), clientv3.WithLease(lg.ID))).
-		Commit()
+	resp, err := b.kv.Txn(tctx).If(cmps...).Then(ops...).Commit()
 	if err != nil {
 		err = mutationError("renew txn", err, reached(p))
 		if !errors.Is(err, backend.ErrOutcomeUnknown) {
-			b.revoke(ctx, lg.ID)
+			revokeFresh()
 		}
 		return backend.Lease{}, err
 	}
 	if !resp.Succeeded {
-		b.revoke(ctx, lg.ID)
+		revokeFresh()
 		return backend.Lease{}, b.afterLost(ctx, req, st)
 	}
 	// The key now lives on the new etcd lease. That renewal is valid only if
@@ -122,26 +148,49 @@ func (b *Backend) relet(ctx context.Context, req backend.Request, k keys, st sta
 			// The move happened; whether it counts is unknown.
 			return backend.Lease{}, mutationError("keep-alive", err, true)
 		}
-		// The old lease ran out, perhaps before the Txn: undo by ending the
-		// lease as if it had expired, and report that.
-		undo, derr := b.kv.Txn(ctx).
-			If(clientv3.Compare(clientv3.LeaseValue(k.lease), "=", lg.ID)).
-			Then(clientv3.OpDelete(k.lease)).
-			Commit()
-		if derr == nil && undo.Succeeded {
-			// Otherwise the key left lg by another's hand: a release
-			// (which may have pooled lg, see pool.go), a forced release
-			// or another renewal (which revoked it), so lg is not ours to
-			// revoke.
-			b.revoke(ctx, lg.ID)
-		}
-		if derr != nil {
-			// The move happened and stands: whatever the undo's error,
-			// the renewal's outcome is unknown.
-			return backend.Lease{}, mutationError("renew undo txn", derr, true)
-		}
-		return backend.Lease{}, backend.ErrLeaseExpired
+		return backend.Lease{}, b.undoRelet(ctx, k, st, lg.ID, oldDelay, revokeFresh)
 	}
 	b.revoke(ctx, old)
+	if oldDelay != 0 {
+		b.revoke(ctx, oldDelay)
+	}
 	return lease(req.Key, m, st.lease.CreateRevision, sent), nil
+}
+
+// undoRelet undoes a relet whose old etcd lease ran out, perhaps before the
+// Txn: it ends the lease as if it had expired, and reports that. A delay
+// record goes back to its old etcd lease, which outlives the old lease key's
+// by the delay, so that the delay runs from the expiry as if no move had
+// happened; when that etcd lease has run out too, the delay is over, and the
+// record goes.
+func (b *Backend) undoRelet(ctx context.Context, k keys, st state, moved, oldDelay clientv3.LeaseID, revokeFresh func()) error {
+	undo := func(ops ...clientv3.Op) (*clientv3.TxnResponse, error) {
+		return b.kv.Txn(ctx).
+			If(clientv3.Compare(clientv3.LeaseValue(k.lease), "=", moved)).
+			Then(append([]clientv3.Op{clientv3.OpDelete(k.lease)}, ops...)...).
+			Commit()
+	}
+	var resp *clientv3.TxnResponse
+	var err error
+	if oldDelay == 0 {
+		resp, err = undo()
+	} else {
+		resp, err = undo(clientv3.OpPut(k.delay, string(st.delay.Value), clientv3.WithLease(oldDelay)))
+		if errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			resp, err = undo(clientv3.OpDelete(k.delay))
+		}
+	}
+	if err == nil && resp.Succeeded {
+		// Otherwise the key left the new etcd lease by another's hand: a
+		// release (which may have pooled it, see pool.go), a forced
+		// release or another renewal (which revoked it), so it is not ours
+		// to revoke.
+		revokeFresh()
+	}
+	if err != nil {
+		// The move happened and stands: whatever the undo's error, the
+		// renewal's outcome is unknown.
+		return mutationError("renew undo txn", err, true)
+	}
+	return backend.ErrLeaseExpired
 }

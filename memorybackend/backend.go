@@ -22,6 +22,7 @@ type Backend struct {
 	shardShift uint         // a key's shard is its hash >> shardShift
 	closed     atomic.Bool
 	shards     []shard
+	lines      lines // the lines of waiters (queue.go)
 }
 
 // Option configures a Backend.
@@ -111,6 +112,7 @@ var (
 	_ backend.ForceReleaser = (*Backend)(nil)
 	_ backend.Lister        = (*Backend)(nil)
 	_ backend.InProcess     = (*Backend)(nil)
+	_ backend.Queuer        = (*Backend)(nil)
 )
 
 // InProcess implements backend.InProcess: no request waits on anything

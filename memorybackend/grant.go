@@ -26,15 +26,21 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 		last = r.token()
 		if l := s.lease(r.state()); l != nil {
 			if l.id == req.LeaseID { // a retry of the grant that made this lease
-				if now < l.expires {
+				switch {
+				case now < l.expires:
 					return b.leaseOf(req.Key, last, l), nil
+				case l.forced():
+					return backend.Lease{}, backend.ErrLeaseNotFound
 				}
 				return backend.Lease{}, backend.ErrLeaseExpired
 			}
 			if now < l.expires {
-				return backend.Lease{}, &backend.HeldError{Remaining: time.Duration(l.expires - now)}
+				return backend.Lease{}, &backend.HeldError{Remaining: time.Duration(l.expires-now) + l.delay}
 			}
-			s.end(ref, stateExpired, b.idSeed) // reads as before: expired
+			if end := l.delayEnd(); now < end {
+				return backend.Lease{}, &backend.HeldError{Remaining: time.Duration(end - now), Delayed: true}
+			}
+			s.end(ref, l.endState(), b.idSeed) // reads as before: expired or released
 		} else if r.fingerprint() == b.fingerprint(req.LeaseID) { // a retry, after the lease ended
 			if r.state() == stateReleased {
 				return backend.Lease{}, backend.ErrLeaseNotFound
@@ -54,6 +60,7 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 		expires: now + int64(req.Timeout+req.Margin),
 		ttl:     req.Timeout,
 		margin:  req.Margin,
+		delay:   req.LockDelay,
 		ref:     ref,
 	}, now, b.idSeed)
 	r := s.record(ref)

@@ -33,9 +33,12 @@ func (b *Backend) keyState(s *shard, h uint64, key string) backend.KeyState {
 	r := s.record(ref)
 	st := backend.KeyState{MaxToken: r.token()}
 	if l := s.lease(r.state()); l != nil {
-		if now := b.now(); now < l.expires {
+		switch now := b.now(); {
+		case now < l.expires:
 			st.Live, st.Token, st.ExpiresAt, st.Remaining = true, r.token(), b.instant(l.expires), time.Duration(l.expires-now)
-			st.Owner = l.owner
+			st.Owner, st.LockDelay = l.owner, l.delay
+		case now < l.delayEnd():
+			st.DelayedUntil, st.DelayRemaining = b.instant(l.delayEnd()), time.Duration(l.delayEnd()-now)
 		}
 	}
 	return st

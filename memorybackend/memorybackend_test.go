@@ -419,3 +419,60 @@ func TestExpiredLeaseSwept(t *testing.T) {
 		t.Errorf("next grant: token %d, want 2", l.Token)
 	}
 }
+
+// TestDelayedLeaseNotSwept: a lease in its lock delay keeps its liveLease
+// through the sweeps of other grants (which shrink only leases whose delay
+// is over), so the delay holds on a key nobody touches; once the delay is
+// over, a sweep shrinks it and its ID reads as before: expired, or released
+// after a forced release.
+func TestDelayedLeaseNotSwept(t *testing.T) {
+	ctx := context.Background()
+	clock := memorybackend.NewFakeClock(epoch)
+	b := memorybackend.New(memorybackend.WithClock(clock))
+	defer b.Close()
+	const delay = time.Minute
+	delayed := func(key string) backend.Request {
+		return backend.Request{Key: key, LeaseID: "a", Timeout: time.Minute, LockDelay: delay}
+	}
+	for _, key := range []string{"expired", "forced"} {
+		if _, err := b.Grant(ctx, delayed(key)); err != nil {
+			t.Fatalf("Grant(%q): %v", key, err)
+		}
+	}
+	clock.Advance(time.Minute / 2)
+	if ended, err := b.ForceRelease(ctx, "forced"); err != nil || !ended {
+		t.Fatalf("ForceRelease = %v, %v; want true", ended, err)
+	}
+	clock.Advance(time.Minute / 2) // "expired" expires now; "forced" has half its delay left
+	sweep := func(id string) {
+		for i := range 10_000 { // every shard sees many grants
+			other := fmt.Sprintf("other/%d", i)
+			mustGrant(t, b, other, id)
+			mustRelease(t, b, other, id)
+		}
+	}
+	sweep("x")
+	for key, left := range map[string]time.Duration{"expired": delay, "forced": delay / 2} {
+		_, err := b.Grant(ctx, req(key, "b", time.Minute, 0))
+		var held *backend.HeldError
+		if !errors.As(err, &held) || !held.Delayed || held.Remaining != left {
+			t.Errorf("Grant(%q) in its lock delay, after sweeps: %v, want a Delayed HeldError with %v left", key, err, left)
+		}
+	}
+	clock.Advance(delay)
+	sweep("y")
+	if _, err := b.Grant(ctx, delayed("expired")); !errors.Is(err, backend.ErrLeaseExpired) {
+		t.Errorf("resent Grant of the expired lease: %v, want ErrLeaseExpired", err)
+	}
+	if _, err := b.Renew(ctx, delayed("forced")); !errors.Is(err, backend.ErrLeaseNotFound) {
+		t.Errorf("Renew of the forced-out lease: %v, want ErrLeaseNotFound", err)
+	}
+	if err := b.Release(ctx, "forced", "a"); err != nil {
+		t.Errorf("Release of the forced-out lease: %v, want nil (it reads as released)", err)
+	}
+	for _, key := range []string{"expired", "forced"} {
+		if l := mustGrant(t, b, key, "b"); l.Token != 2 {
+			t.Errorf("Grant(%q) after its lock delay: token %d, want 2", key, l.Token)
+		}
+	}
+}

@@ -35,18 +35,24 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	if l.id != leaseID {
 		return backend.ErrLeaseNotFound
 	}
-	if b.now() >= l.expires {
-		s.end(ref, stateExpired, b.idSeed) // reads as before: expired
-		return backend.ErrLeaseExpired
+	if now := b.now(); now >= l.expires {
+		if l.forced() { // forced out, in its lock delay: reads as released
+			return nil
+		}
+		if now >= l.delayEnd() {
+			s.end(ref, stateExpired, b.idSeed) // reads as before: expired
+		}
+		return backend.ErrLeaseExpired // an expiry is not a release: the delay stays
 	}
-	s.end(ref, stateReleased, b.idSeed)
+	s.end(ref, stateReleased, b.idSeed) // a release by the holder: no delay
 	s.notify(key)
 	return nil
 }
 
 // ForceRelease implements backend.ForceReleaser. The old holder's release
 // then returns nil (its lease reads as released) and its renewals get
-// backend.ErrLeaseNotFound.
+// backend.ErrLeaseNotFound. A lease with a lock delay keeps its key closed
+// for that delay from now.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return false, err
@@ -62,10 +68,13 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	l := s.lease(s.record(ref).state())
-	if l == nil || b.now() >= l.expires {
+	now := b.now()
+	if l == nil || now >= l.expires {
 		return false, nil
 	}
-	s.end(ref, stateReleased, b.idSeed)
+	if l.forceEnd(now) {
+		s.end(ref, stateReleased, b.idSeed)
+	}
 	s.notify(key)
 	return true, nil
 }

@@ -34,6 +34,9 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 	}
 	now := b.now()
 	if now >= l.expires {
+		if l.forced() { // forced out, in its lock delay
+			return backend.Lease{}, backend.ErrLeaseNotFound
+		}
 		return backend.Lease{}, backend.ErrLeaseExpired
 	}
 	l.ttl, l.margin = req.Timeout, req.Margin

@@ -43,13 +43,49 @@ type shard struct {
 
 // A liveLease is the part of a live lease that an ended one does not need.
 // A free one has an empty id, and next holds the free list.
+//
+// A lease with a lock delay keeps its liveLease through the delay after an
+// unclean end, so that the delay costs the many keys whose leases ended
+// cleanly nothing: live on [grant, expires), then closed to grants on
+// [expires, expires+delay). A forced release ends it by setting expires to
+// the moment of the release and ttl to zero (a granted lease's ttl is at
+// least backend.MinTimeout), which marks it forced: its ID then reads as
+// released, not expired.
 type liveLease struct {
 	id      string
 	owner   string
 	expires int64 // on the backend's clock (see Backend.now)
 	ttl     time.Duration
 	margin  time.Duration
-	ref     uint32 // the key's record; when free, 1 + the next free one
+	delay   time.Duration // the lock delay (backend.Request.LockDelay)
+	ref     uint32        // the key's record; when free, 1 + the next free one
+}
+
+// forced reports that a forced release ended l (see liveLease).
+func (l *liveLease) forced() bool { return l.ttl == 0 }
+
+// delayEnd is when l's lock delay ends, once l has ended: no grant on its
+// key succeeds before then.
+func (l *liveLease) delayEnd() int64 { return l.expires + int64(l.delay) }
+
+// endState is the record state of l once it has ended and its delay is
+// over: released after a forced release, expired otherwise.
+func (l *liveLease) endState() uint32 {
+	if l.forced() {
+		return stateReleased
+	}
+	return stateExpired
+}
+
+// forceEnd ends l now, at now: at once when it has no lock delay (the
+// caller then ends its record), else by starting its delay (see liveLease).
+// It reports whether the record is to be ended.
+func (l *liveLease) forceEnd(now int64) (endRecord bool) {
+	if l.delay == 0 {
+		return true
+	}
+	l.expires, l.ttl, l.margin, l.owner = now, 0, 0, ""
+	return false
 }
 
 // find returns the ref of key's record, whose hash is h, if there is one.
@@ -137,13 +173,14 @@ func (s *shard) allocRecord(n int) uint32 {
 
 // addLive stores a live lease for the record ref and returns the record
 // state that names it. Before that it sweeps: it looks at one other live
-// lease and ends it if it has expired, so that expired leases on keys
-// nobody touches again give their memory back as new leases are made.
+// lease and ends it if it has expired and its lock delay is over, so that
+// expired leases on keys nobody touches again give their memory back as new
+// leases are made.
 func (s *shard) addLive(l liveLease, now int64, idSeed maphash.Seed) uint32 {
 	if n := uint32(len(s.live)); n > 0 {
 		s.sweep = (s.sweep + 1) % n
-		if v := &s.live[s.sweep]; v.id != "" && now >= v.expires {
-			s.end(v.ref, stateExpired, idSeed)
+		if v := &s.live[s.sweep]; v.id != "" && now >= v.delayEnd() {
+			s.end(v.ref, v.endState(), idSeed)
 		}
 	}
 	var i uint32
@@ -171,7 +208,8 @@ func (s *shard) end(ref uint32, state uint32, idSeed maphash.Seed) {
 }
 
 // lease returns the live lease named by a record state, or nil when the
-// state is not a live one. The lease may have expired.
+// state is not a live one. The lease may have ended: expired, or forced out
+// in its lock delay.
 func (s *shard) lease(state uint32) *liveLease {
 	if state < stateLive {
 		return nil

@@ -30,6 +30,7 @@ var (
 	_ backend.Inspector     = (*Backend)(nil)
 	_ backend.ForceReleaser = (*Backend)(nil)
 	_ backend.Lister        = (*Backend)(nil)
+	_ backend.Queuer        = (*Backend)(nil)
 )
 
 // Backend is a fencing backend on Redis. It is safe for concurrent use.

@@ -53,6 +53,35 @@ func TestCluster(t *testing.T) {
 	t.Run("MinReplicasWithoutReplicas", func(t *testing.T) { testClusterMinReplicasWithoutReplicas(t, c) })
 	t.Run("NotifyOnKeyShard", func(t *testing.T) { testClusterNotifyOnKeyShard(t, c) })
 	t.Run("ListEveryMaster", func(t *testing.T) { testClusterListEveryMaster(t, c) })
+	t.Run("LineOnKeyShard", func(t *testing.T) { testClusterLineOnKeyShard(t, c) })
+}
+
+// testClusterLineOnKeyShard: on every master, a key's line keys share the
+// record's slot, and the dequeue script's SPUBLISH on the next waiter's
+// channel (in that slot too) reaches it.
+func testClusterLineOnKeyShard(t *testing.T, c *redistest.Cluster) {
+	client := c.Client(t)
+	b := newClusterBackend(context.Background(), t, client, "line:")
+	ctx := context.Background()
+	for _, ks := range keysPerMaster(t, c, client, b, 1) {
+		k := ks[0]
+		sub := mustTurn(t, b, k, "b")
+		mustEnqueue(t, b, k, "a", time.Minute)
+		wantAhead(t, mustEnqueue(t, b, k, "b", time.Minute), 1, "b on "+k)
+		want, err := client.ClusterKeySlot(ctx, b.RedisKey(k)).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		base := strings.TrimSuffix(b.RedisKey(k), ":token")
+		for _, rk := range []string{base + ":line", base + ":due"} {
+			if slot, err := client.ClusterKeySlot(ctx, rk).Result(); err != nil || slot != want {
+				t.Fatalf("%s is in slot %d (%v), the record in %d", rk, slot, err, want)
+			}
+		}
+		mustDequeue(t, b, k, "a")
+		wantWake(t, sub, "for b after a left the line of "+k)
+		wantAhead(t, mustEnqueue(t, b, k, "b", time.Minute), 0, "b on "+k)
+	}
 }
 
 // keysPerMaster returns n keys for each master of c, as the backend b

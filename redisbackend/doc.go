@@ -2,8 +2,8 @@
 // Sentinel-managed primary (go-redis failover client) or a Redis Cluster.
 //
 // The Redis server's clock is the coordinator's clock. Grant, Renew,
-// Release, Inspect and ForceRelease are each one Lua script in one round
-// trip (EVALSHA, falling back to EVAL when the server's script cache lacks
+// Release, Inspect, ForceRelease, Enqueue and Dequeue are each one Lua
+// script in one round trip (EVALSHA, falling back to EVAL when the server's script cache lacks
 // it); the script reads the server's TIME and decides expiry against it, so
 // no time the client sends ever matters. Token on a *redis.Client is HMGET
 // of the record then TIME, pipelined in one round trip, and asks the
@@ -81,8 +81,27 @@
 // # Waiting and inspecting
 //
 // The backend implements backend.Notifier (a release publishes on the
-// key's channel, see NotifyFree), backend.Inspector, backend.ForceReleaser
-// and backend.Lister. Expiry publishes nothing: records have no TTL, so
-// Redis sees no event when a lease runs out; a waiter sleeps until the
-// time a refused grant reported (backend.HeldError).
+// key's channel, see NotifyFree), backend.Inspector, backend.ForceReleaser,
+// backend.Lister and backend.Queuer. Expiry publishes nothing: records have
+// no TTL, so Redis sees no event when a lease runs out; a waiter sleeps
+// until the time a refused grant reported (backend.HeldError).
+//
+// # Lock delay
+//
+// A lease's lock delay (backend.Request.LockDelay) is a field of its
+// record, and the grant script judges it by the server's clock, in the
+// same step as its other checks: after an expiry the key is closed until
+// the lease's end plus its delay; after a forced release, the record's end
+// becomes a mark with the delay's end (records.go). A refused grant during
+// a delay is a *backend.HeldError with Delayed set and the delay's time
+// left.
+//
+// # FIFO waiting
+//
+// Each key's line of waiters (backend.Queuer) is two sorted sets in the
+// key's slot, one by join sequence and one by when each entry ends on the
+// server's clock. Enqueue and Dequeue are scripts that first drop every
+// entry whose time ran out and then wake, on its own channel, only the
+// waiter directly behind each entry that left (see queue.go, and
+// docs/redis.md for why the line cannot deadlock or lose a waiter).
 package redisbackend

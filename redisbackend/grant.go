@@ -9,7 +9,11 @@ import (
 )
 
 // Grant implements backend.Backend. A refused grant returns a
-// *backend.HeldError with the holder's time left on the server's clock.
+// *backend.HeldError with the time the key stays closed on the server's
+// clock: the holder's time left plus its lock delay, or, during a lock
+// delay, the delay's time left (and Delayed set). The lock delay
+// (Request.LockDelay, rounded up to a microsecond) is stored in the record
+// with the lease, in the same script.
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	return b.grantOrRenew(ctx, "grant", grantScript, req)
 }
@@ -23,8 +27,9 @@ func (b *Backend) grantOrRenew(ctx context.Context, op string, s *script, req ba
 	}
 	ttl := ceil(req.Timeout, time.Millisecond)
 	total := ceil(ttl+req.Margin, time.Microsecond)
+	delay := ceil(req.LockDelay, time.Microsecond)
 	reply, err := b.run(ctx, op, s, req.Key, b.minReplicas,
-		req.LeaseID, ttl.Milliseconds(), int64(req.Margin), total.Microseconds(), b.maxToken, req.Owner)
+		req.LeaseID, ttl.Milliseconds(), int64(req.Margin), total.Microseconds(), b.maxToken, req.Owner, delay.Microseconds())
 	if err != nil {
 		return backend.Lease{}, err
 	}

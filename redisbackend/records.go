@@ -26,6 +26,17 @@ import (
 //	owner   its owner, the holder's public label ("" for none); it stays
 //	        after the lease ends, until the next grant, but is reported
 //	        only while the lease is live
+//	delay   its lock delay in microseconds (0 for none)
+//
+// exp is also where a lock delay lives once the lease ended uncleanly.
+// After an expiry the key is closed until exp + delay, which the scripts
+// compute; after a forced release of a lease with a delay, exp is "f"
+// followed by the delay's end (server microseconds), so that the grant
+// script, which reads token, id and exp, sees the delay without a fourth
+// field. A forced release without a delay writes "r", as a release by the
+// holder does, and a release by the holder never leaves a delay. Any exp
+// that is not a number marks the lease released. The record has no TTL,
+// so nothing expires it before its delay ends.
 //
 // Released is a value of exp rather than a field of its own so that every
 // script but a resent grant reads at most three fields: each field an
@@ -37,10 +48,25 @@ import (
 // and a release publishes on the key's channel, in the same hash slot:
 //
 //	<prefix>{<base64url(key)>}:free
+//
+// A key's line of waiters (queue.go) is two sorted sets in the same slot,
+//
+//	<prefix>{<base64url(key)>}:line  waiter IDs by join sequence (1, 2, ...)
+//	<prefix>{<base64url(key)>}:due   the same IDs by when their entry ends
+//	                                 (server TIME in microseconds)
+//
+// which expire (PEXPIRE) when their last entry does, and each waiter's
+// turn is published on its own channel, named after the SHA1 of its ID
+// (an ID is a credential, and channel names are public to PUBSUB):
+//
+//	<prefix>{<base64url(key)>}:turn:<hex sha1(waiter ID)>
 
 const (
 	recordSuffix  = "}:token"
 	channelSuffix = "}:free"
+	lineSuffix    = "}:line"
+	dueSuffix     = "}:due"
+	turnSuffix    = "}:turn:"
 )
 
 var keyEncoding = base64.RawURLEncoding
@@ -97,6 +123,12 @@ func statusError(reply []any) error {
 			left, _ = replyInt(reply[1])
 		}
 		return &backend.HeldError{Remaining: time.Duration(max(left, 0)) * time.Microsecond}
+	case "delayed":
+		var left int64
+		if len(reply) == 2 {
+			left, _ = replyInt(reply[1])
+		}
+		return &backend.HeldError{Remaining: time.Duration(max(left, 0)) * time.Microsecond, Delayed: true}
 	case "expired":
 		return backend.ErrLeaseExpired
 	case "notfound", "released":
@@ -133,34 +165,34 @@ func parseLease(reply []any, key, leaseID string, ttl, margin time.Duration) (ba
 }
 
 // parseState reads the inspect script's reply: {} for a key never leased,
-// else {live, token, max token, exp µs, µs left}, and the owner after them
-// for a live lease.
+// else {live, token, max token, exp µs, µs left, lock delay µs, delay's end
+// µs, µs of delay left, owner}.
 func parseState(reply []any) (backend.KeyState, error) {
 	if len(reply) == 0 {
 		return backend.KeyState{}, nil
 	}
-	var owner string
-	if len(reply) == 6 {
-		var ok bool
-		if owner, ok = reply[5].(string); !ok {
-			return backend.KeyState{}, fmt.Errorf("%w: owner is a %T", errBadReply, reply[5])
-		}
-		reply = reply[:5]
+	if len(reply) != 9 {
+		return backend.KeyState{}, fmt.Errorf("%w: %d values, want 9", errBadReply, len(reply))
 	}
-	if len(reply) != 5 {
-		return backend.KeyState{}, fmt.Errorf("%w: %d values, want 5 or 6", errBadReply, len(reply))
+	owner, ok := reply[8].(string)
+	if !ok {
+		return backend.KeyState{}, fmt.Errorf("%w: owner is a %T", errBadReply, reply[8])
 	}
-	var n [5]int64
-	if err := parseInts(n[:], reply); err != nil {
+	var n [8]int64
+	if err := parseInts(n[:], reply[:8]); err != nil {
 		return backend.KeyState{}, err
 	}
-	live, tok, maxTok, exp, left := n[0], n[1], n[2], n[3], n[4]
+	live, tok, maxTok, exp, left, delay, until, delayLeft := n[0], n[1], n[2], n[3], n[4], n[5], n[6], n[7]
 	st := backend.KeyState{MaxToken: uint64(maxTok)}
 	if live == 1 {
 		st.Live, st.Token = true, uint64(tok)
 		st.ExpiresAt = time.UnixMicro(exp)
 		st.Remaining = time.Duration(left) * time.Microsecond
 		st.Owner = owner
+		st.LockDelay = time.Duration(delay) * time.Microsecond
+	} else if until > 0 {
+		st.DelayedUntil = time.UnixMicro(until)
+		st.DelayRemaining = time.Duration(delayLeft) * time.Microsecond
 	}
 	return st, nil
 }

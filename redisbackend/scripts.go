@@ -6,6 +6,7 @@ import (
 	_ "embed" // the scripts
 	"encoding/hex"
 	"errors"
+	"strconv"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -23,6 +24,10 @@ import (
 // calls (each redis.call costs the server about a microsecond). Scripts
 // call TIME and then write: Redis 5 and later replicate a script by its
 // effects, the only mode in Redis 7.
+//
+// The line's scripts (queue.go) are the prelude, line.lua, which drops
+// the entries whose time ran out, and then the operation; they run on the
+// line's two sorted sets (KEYS[1] and KEYS[2]), in the record's slot.
 //
 // Every script reads first and writes last, and writes only after every
 // check passed, so a script that fails changes nothing. Limits (the largest
@@ -44,6 +49,12 @@ var (
 	tokenLua string
 	//go:embed lua/inspect.lua
 	inspectLua string
+	//go:embed lua/line.lua
+	lineLua string
+	//go:embed lua/enqueue.lua
+	enqueueLua string
+	//go:embed lua/dequeue.lua
+	dequeueLua string
 )
 
 var (
@@ -53,6 +64,8 @@ var (
 	forceReleaseScript = newScript(forceReleaseLua)
 	tokenScript        = newScript(tokenLua)
 	inspectScript      = newScript(inspectLua)
+	enqueueScript      = newScript(lineLua + enqueueLua)
+	dequeueScript      = newScript(lineLua + dequeueLua)
 )
 
 // script is a Lua script run by its SHA1 (EVALSHA), with its source (EVAL)
@@ -74,14 +87,22 @@ func newScript(body string) *script {
 // the one key it reads and writes. go-redis never resends it (see
 // onceCmd).
 func (s *script) cmd(ctx context.Context, source bool, key string, args []any) onceCmd {
-	a := make([]any, 0, 4+len(args))
+	return s.cmdKeys(ctx, source, []string{key}, args)
+}
+
+// cmdKeys is cmd on several keys, all in one hash slot.
+func (s *script) cmdKeys(ctx context.Context, source bool, keys []string, args []any) onceCmd {
+	a := make([]any, 0, 3+len(keys)+len(args))
 	if source {
 		a = append(a, "eval", s.srcArg)
 	} else {
 		a = append(a, "evalsha", s.hashArg)
 	}
 	// numkeys as a string: go-redis's Cluster routing reads it as one.
-	a = append(a, "1", key)
+	a = append(a, strconv.Itoa(len(keys)))
+	for _, k := range keys {
+		a = append(a, k)
+	}
 	a = append(a, args...)
 	return onceCmd{redis.NewCmd(ctx, a...)}
 }
@@ -89,12 +110,17 @@ func (s *script) cmd(ctx context.Context, source bool, key string, args []any) o
 // run sends the script once by its SHA1, and its source if the server
 // lacks it, in one round trip when the cache has it.
 func (s *script) run(ctx context.Context, c processor, key string, args ...any) *redis.Cmd {
-	cmd := s.cmd(ctx, false, key, args)
+	return s.runKeys(ctx, c, []string{key}, args...)
+}
+
+// runKeys is run on several keys, all in one hash slot.
+func (s *script) runKeys(ctx context.Context, c processor, keys []string, args ...any) *redis.Cmd {
+	cmd := s.cmdKeys(ctx, false, keys, args)
 	if err := c.Process(ctx, cmd); abandoned(err) {
 		return failed(ctx, err)
 	}
 	if isNoScript(cmd.Err()) { // nothing ran: send the source
-		cmd = s.cmd(ctx, true, key, args)
+		cmd = s.cmdKeys(ctx, true, keys, args)
 		if err := c.Process(ctx, cmd); abandoned(err) {
 			return failed(ctx, err)
 		}

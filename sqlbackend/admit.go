@@ -66,7 +66,7 @@ func (b *Backend) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64
 		case errors.Is(err, sql.ErrNoRows):
 			return 0, false, nil
 		case err != nil:
-			return 0, false, b.classify("admit", err)
+			return 0, false, b.classify(ctx, "admit", err)
 		}
 		return live, true, nil
 	}
@@ -74,8 +74,8 @@ func (b *Backend) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64
 	// another connection holds it past the busy timeout); from then on tx
 	// reads the latest commit and no other writer can run.
 	if _, err := tx.ExecContext(ctx, b.sql.touch, []byte(key)); err != nil {
-		if missingTable(err) {
-			return 0, false, fmt.Errorf("sqlbackend: admit: %w: %w", ErrNoTables, err)
+		if missingSchema(err) {
+			return 0, false, b.schemaError(ctx, "admit", err)
 		}
 		return 0, false, fmt.Errorf("sqlbackend: admit: take the write lock: %w", err)
 	}

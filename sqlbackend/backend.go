@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -23,6 +24,7 @@ var (
 	_ backend.Inspector     = (*Backend)(nil)
 	_ backend.ForceReleaser = (*Backend)(nil)
 	_ backend.Lister        = (*Backend)(nil)
+	_ backend.Queuer        = (*Backend)(nil)
 )
 
 // Dialect is the SQL spoken by one kind of database.
@@ -50,6 +52,13 @@ var ErrInvalidConfig = errors.New("sqlbackend: invalid configuration")
 // no tables for the backend's prefix yet: run CreateTables (or DDL in a
 // migration) first.
 var ErrNoTables = errors.New("sqlbackend: tables missing (run CreateTables or the statements of DDL)")
+
+// ErrOldSchema is wrapped by the error of an operation on tables that an
+// earlier release of this package created, which lack what the operation
+// needs (the columns of lock delay, the waiters table): run CreateTables
+// (or the statements of DDL) to bring them up to date. The error names
+// what is missing.
+var ErrOldSchema = errors.New("sqlbackend: tables of an earlier release (run CreateTables or the statements of DDL to bring them up to date)")
 
 // Backend is a fencing backend on a PostgreSQL or SQLite database. It is
 // safe for concurrent use. The zero value is not usable; call New.
@@ -137,14 +146,31 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
 	return b, nil
 }
 
-// CreateTables creates the backend's table (and on PostgreSQL its
-// functions) if they do not exist: the statements of DDL, in order. Run it
-// once, at deployment or start-up, rather than from many processes at the
-// same moment: PostgreSQL refuses concurrent CREATE OR REPLACE FUNCTION
-// ("tuple concurrently updated").
+// CreateTables creates the backend's tables (and on PostgreSQL its
+// functions) if they do not exist, and brings the tables of an earlier
+// release up to date: the statements of DDL, in order (on SQLite in one
+// transaction, skipping the columns a table has already). Run it once, at
+// deployment or start-up, rather than from many processes at the same
+// moment: PostgreSQL refuses concurrent CREATE OR REPLACE FUNCTION ("tuple
+// concurrently updated").
 func (b *Backend) CreateTables(ctx context.Context) error {
 	if err := b.ready(ctx); err != nil {
 		return err
+	}
+	if b.dialect == SQLite {
+		return b.sqliteTx(ctx, "create tables", func(c *sql.Conn, _ hostNow) error {
+			for _, stmt := range b.sql.ddl {
+				if _, err := c.ExecContext(ctx, stmt); err != nil {
+					return err
+				}
+			}
+			for _, stmt := range b.sql.upgrade {
+				if _, err := c.ExecContext(ctx, stmt); err != nil && !strings.Contains(err.Error(), "duplicate column name") {
+					return err
+				}
+			}
+			return nil
+		})
 	}
 	for _, stmt := range b.sql.ddl {
 		if _, err := b.db.ExecContext(ctx, stmt); err != nil {

@@ -99,3 +99,80 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 	}
 	return nil
 }
+
+// schemaError explains err, an error about an undefined table, function or
+// column in operation what: it reads the catalog to tell a database with no
+// tables for the prefix (ErrNoTables) from one with the tables of an
+// earlier release (ErrOldSchema, naming what they lack). When the catalog
+// cannot be read, or shows nothing missing, err is reported as it is.
+func (b *Backend) schemaError(ctx context.Context, what string, err error) error {
+	missing, tables, cerr := b.missingSchema(context.WithoutCancel(ctx))
+	switch {
+	case cerr != nil || tables && len(missing) == 0:
+		return fmt.Errorf("sqlbackend: %s: %w", what, err)
+	case !tables:
+		return fmt.Errorf("sqlbackend: %s: %w: %w", what, ErrNoTables, err)
+	}
+	return fmt.Errorf("sqlbackend: %s: %w: %s missing: %w", what, ErrOldSchema, strings.Join(missing, ", "), err)
+}
+
+// missingSchema lists what the backend's tables lack; tables is false when
+// the leases table does not exist. It is bounded by the check timeout.
+func (b *Backend) missingSchema(ctx context.Context) (missing []string, tables bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, b.checkTime)
+	defer cancel()
+	if b.dialect == Postgres {
+		var hasColumns, hasWaiters, hasGrant, hasEnqueue bool
+		err := b.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, `+
+			`EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass($1) AND attname = 'delay_until' AND NOT attisdropped), `+
+			`to_regclass($2) IS NOT NULL, to_regprocedure($3) IS NOT NULL, to_regprocedure($4) IS NOT NULL`,
+			b.sql.table, b.sql.waiters, b.prefix+"grant(bytea,text,bigint,bigint,text,bigint)", b.prefix+"enqueue(bytea,text,bigint)").
+			Scan(&tables, &hasColumns, &hasWaiters, &hasGrant, &hasEnqueue)
+		if err != nil || !tables {
+			return nil, false, err
+		}
+		for _, m := range []struct {
+			ok   bool
+			what string
+		}{{hasColumns, "column delay_until of " + b.sql.table}, {hasWaiters, "table " + b.sql.waiters},
+			{hasGrant, "function " + b.prefix + "grant with a lock delay"}, {hasEnqueue, "function " + b.prefix + "enqueue"}} {
+			if !m.ok {
+				missing = append(missing, m.what)
+			}
+		}
+		return missing, true, nil
+	}
+	schema, table, waiters := "main", b.sql.table, b.sql.waiters
+	if s, rest, ok := strings.Cut(b.prefix, "."); ok {
+		schema, table, waiters = s, rest+"leases", rest+"waiters"
+	}
+	cols := map[string]bool{}
+	rows, err := b.db.QueryContext(ctx, `SELECT name FROM pragma_table_info(?1, ?2)`, table, schema)
+	if err != nil {
+		return nil, false, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var name string
+		if err := rows.Scan(&name); err != nil {
+			return nil, false, err
+		}
+		cols[name] = true
+	}
+	if err := rows.Err(); err != nil || len(cols) == 0 {
+		return nil, false, err
+	}
+	for _, c := range []string{"lock_delay_ns", "delay_until"} {
+		if !cols[c] {
+			missing = append(missing, "column "+c+" of "+b.sql.table)
+		}
+	}
+	var n int
+	if err := b.db.QueryRowContext(ctx, `SELECT count(*) FROM pragma_table_info(?1, ?2)`, waiters, schema).Scan(&n); err != nil {
+		return nil, false, err
+	}
+	if n == 0 {
+		missing = append(missing, "table "+b.sql.waiters)
+	}
+	return missing, true, nil
+}

@@ -1,6 +1,7 @@
 package sqlbackend
 
 import (
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -41,9 +42,9 @@ func notSent(err error) bool {
 // operation. A server error is definite, except the ones that end the
 // session (class 08, and 57P01 to 57P03: shut down, crashed), after which
 // the commit may or may not have happened.
-func (b *Backend) classify(what string, err error) error {
-	if missingTable(err) {
-		return fmt.Errorf("sqlbackend: %s: %w: %w", what, ErrNoTables, err)
+func (b *Backend) classify(ctx context.Context, what string, err error) error {
+	if missingSchema(err) {
+		return b.schemaError(ctx, what, err)
 	}
 	var st sqlStater
 	if errors.As(err, &st) {
@@ -57,14 +58,23 @@ func (b *Backend) classify(what string, err error) error {
 	return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrOutcomeUnknown, err)
 }
 
-// missingTable reports an error about an undefined table or function.
-func missingTable(err error) bool {
+// missingSchema reports an error about an undefined table, function or
+// column: no tables, or the tables of an earlier release (schemaError
+// tells which).
+func missingSchema(err error) bool {
 	var st sqlStater
 	if errors.As(err, &st) {
-		c := st.SQLState()
-		return c == "42P01" || c == "42883" // undefined_table, undefined_function
+		switch st.SQLState() {
+		case "42P01", "42883", "42703": // undefined_table, undefined_function, undefined_column
+			return true
+		}
+		return false
 	}
-	return err != nil && strings.Contains(err.Error(), "no such table")
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	return strings.Contains(s, "no such table") || strings.Contains(s, "no such column") || strings.Contains(s, "has no column named")
 }
 
 // busy reports SQLite's SQLITE_BUSY: another connection holds the lock.

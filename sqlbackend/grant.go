@@ -9,8 +9,9 @@ import (
 )
 
 // Grant implements backend.Backend. On PostgreSQL it is one statement (the
-// grant function: the row locked, the server's clock read, the counter
-// raised); on SQLite one BEGIN IMMEDIATE transaction.
+// grant function: the row locked, the server's clock read, the lock delay
+// and the live lease judged, the counter raised); on SQLite one BEGIN
+// IMMEDIATE transaction.
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	if err := b.ready(ctx); err != nil {
 		return backend.Lease{}, err
@@ -31,10 +32,10 @@ func (b *Backend) grantPG(ctx context.Context, req backend.Request) (backend.Lea
 		expires          sql.NullTime
 		remainingMicros  sql.NullInt64
 	)
-	err := b.db.QueryRowContext(ctx, b.sql.grant, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner).
+	err := b.db.QueryRowContext(ctx, b.sql.grant, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner, int64(req.LockDelay)).
 		Scan(&outcome, &token, &expires, &ttl, &marg, &remainingMicros)
 	if err != nil {
-		return backend.Lease{}, b.classify("grant", err)
+		return backend.Lease{}, b.classify(ctx, "grant", err)
 	}
 	switch outcome {
 	case outGranted, outSame:
@@ -42,8 +43,11 @@ func (b *Backend) grantPG(ctx context.Context, req backend.Request) (backend.Lea
 			Key: req.Key, LeaseID: req.LeaseID, Token: uint64(token.Int64),
 			TTL: time.Duration(ttl.Int64), Margin: time.Duration(marg.Int64), ExpiresAt: expires.Time,
 		}, nil
-	case outHeld:
-		return backend.Lease{}, &backend.HeldError{Remaining: max(time.Duration(remainingMicros.Int64)*time.Microsecond, time.Microsecond)}
+	case outHeld, outDelayed:
+		return backend.Lease{}, &backend.HeldError{
+			Remaining: max(time.Duration(remainingMicros.Int64)*time.Microsecond, time.Microsecond),
+			Delayed:   outcome == outDelayed,
+		}
 	}
 	return backend.Lease{}, verdict(outcome)
 }
@@ -79,7 +83,10 @@ func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend
 			return nil
 		}
 		if found && r.live(now) {
-			return &backend.HeldError{Remaining: r.remaining(now)}
+			return &backend.HeldError{Remaining: r.remaining(now) + time.Duration(r.lockDelay)}
+		}
+		if found && r.delayed(now) {
+			return &backend.HeldError{Remaining: r.delayRemaining(now), Delayed: true}
 		}
 		if r.token >= MaxToken {
 			return backend.ErrTokenSpaceExhausted
@@ -87,8 +94,9 @@ func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend
 		r = sqliteRow{
 			token: r.token + 1, leaseID: req.LeaseID, boot: now.boot,
 			expires: now.since + int64(req.Timeout+req.Margin), ttl: int64(req.Timeout), margin: int64(req.Margin),
-			owner: req.Owner,
+			owner: req.Owner, lockDelay: int64(req.LockDelay),
 		}
+		r.delayUntil = r.expires + r.lockDelay
 		if err := b.writeRow(ctx, c, req.Key, r, found); err != nil {
 			return err
 		}

@@ -24,7 +24,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 		case errors.Is(err, sql.ErrNoRows):
 			return backend.KeyState{}, nil
 		case err != nil:
-			return backend.KeyState{}, b.classify("inspect", err)
+			return backend.KeyState{}, b.classify(ctx, "inspect", err)
 		}
 		return info.State, nil
 	}
@@ -54,9 +54,13 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 // state is the row's KeyState at now.
 func (r *sqliteRow) state(now hostNow) backend.KeyState {
 	st := backend.KeyState{MaxToken: uint64(r.token)}
-	if r.live(now) {
+	switch {
+	case r.live(now):
 		st.Live, st.Token, st.ExpiresAt, st.Remaining = true, uint64(r.token), r.expiresAt(now), r.remaining(now)
-		st.Owner = r.owner
+		st.Owner, st.LockDelay = r.owner, time.Duration(r.lockDelay)
+	case r.delayed(now):
+		st.DelayRemaining = r.delayRemaining(now)
+		st.DelayedUntil = now.wall.Add(st.DelayRemaining)
 	}
 	return st
 }
@@ -67,21 +71,25 @@ type scanner interface{ Scan(dest ...any) error }
 // scanPG reads one row of the inspect and list queries.
 func scanPG(s scanner) (backend.KeyInfo, error) {
 	var (
-		key     []byte
-		token   int64
-		live    bool
-		expires time.Time
-		micros  int64
-		owner   string
+		key                   []byte
+		token, lockDelay      int64
+		live                  bool
+		expires, delayedUntil sql.NullTime
+		micros, delayMicros   sql.NullInt64
+		owner                 string
 	)
-	if err := s.Scan(&key, &token, &live, &expires, &micros, &owner); err != nil {
+	if err := s.Scan(&key, &token, &live, &expires, &micros, &owner, &lockDelay, &delayedUntil, &delayMicros); err != nil {
 		return backend.KeyInfo{}, err
 	}
 	info := backend.KeyInfo{Key: string(key), State: backend.KeyState{MaxToken: uint64(token)}}
-	if live {
-		info.State.Live, info.State.Token, info.State.ExpiresAt = true, uint64(token), expires
-		info.State.Remaining = time.Duration(micros) * time.Microsecond
-		info.State.Owner = owner
+	switch {
+	case live:
+		info.State.Live, info.State.Token, info.State.ExpiresAt = true, uint64(token), expires.Time
+		info.State.Remaining = time.Duration(micros.Int64) * time.Microsecond
+		info.State.Owner, info.State.LockDelay = owner, time.Duration(lockDelay)
+	case delayedUntil.Valid:
+		info.State.DelayedUntil = delayedUntil.Time
+		info.State.DelayRemaining = time.Duration(delayMicros.Int64) * time.Microsecond
 	}
 	return info, nil
 }
@@ -102,18 +110,18 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 	if b.dialect == Postgres {
 		rows, err := b.db.QueryContext(ctx, b.sql.list, len(cursor), []byte(cursor), len(prefix), []byte(prefix), limit+1)
 		if err != nil {
-			return nil, "", b.classify("list", err)
+			return nil, "", b.classify(ctx, "list", err)
 		}
 		defer rows.Close()
 		for rows.Next() {
 			info, err := scanPG(rows)
 			if err != nil {
-				return nil, "", b.classify("list", err)
+				return nil, "", b.classify(ctx, "list", err)
 			}
 			page = append(page, info)
 		}
 		if err := rows.Err(); err != nil {
-			return nil, "", b.classify("list", err)
+			return nil, "", b.classify(ctx, "list", err)
 		}
 	} else {
 		err := b.sqliteTx(ctx, "list", func(c *sql.Conn, now hostNow) error {
@@ -125,7 +133,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 			for rows.Next() {
 				var key []byte
 				var r sqliteRow
-				if err := rows.Scan(&key, &r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin, &r.owner); err != nil {
+				if err := rows.Scan(append([]any{&key}, r.fields()...)...); err != nil {
 					return err
 				}
 				page = append(page, backend.KeyInfo{Key: string(key), State: r.state(now)})

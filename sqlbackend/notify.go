@@ -3,6 +3,7 @@ package sqlbackend
 import (
 	"context"
 	"encoding/hex"
+	"strings"
 	"sync"
 	"time"
 
@@ -14,9 +15,10 @@ import (
 // How NotifyFree learns that a key may be free, by dialect:
 //
 //   - PostgreSQL with WithListener: one session LISTENs on the backend's
-//     channel; the release and force_release functions NOTIFY with the key
-//     when they commit. A broken session wakes every subscription and is
-//     re-opened.
+//     channels; the release and force_release functions NOTIFY with the key
+//     when they commit, the dequeue function with the key and the tag of
+//     the waiter behind the leaver (queue.go). A broken session wakes every
+//     subscription and is re-opened.
 //   - PostgreSQL without it: one goroutine per Backend asks every
 //     pgPollInterval, in one statement for all subscribed keys, which of
 //     them are free.
@@ -35,11 +37,19 @@ const (
 	listenConnectTimeout = 5 * time.Second
 )
 
+// subscription is a watch of NotifyFree or, with turn set, of NotifyTurn.
 type subscription struct {
 	h     *hub
 	key   string
 	freed chan struct{}
 	once  sync.Once
+
+	// NotifyTurn's: the waiter, its tag (turnTag) and, guarded by the
+	// hub's mutex, what the poll saw last of its place (see queue.go).
+	turn     bool
+	waiterID string
+	tag      string
+	seen     int64
 }
 
 func (s *subscription) Freed() <-chan struct{} { return s.freed }
@@ -61,7 +71,8 @@ func (s *subscription) wake() {
 type hub struct {
 	b       *Backend
 	mu      sync.Mutex
-	subs    map[string]map[*subscription]struct{}
+	subs    map[string]map[*subscription]struct{} // NotifyFree's, by key
+	turns   map[string]map[*subscription]struct{} // NotifyTurn's, by key
 	n       int
 	closed  bool
 	stop    context.CancelFunc
@@ -98,13 +109,17 @@ func (h *hub) add(sub *subscription) <-chan struct{} {
 		close(sub.freed)
 		return closedCh
 	}
-	if h.subs == nil {
-		h.subs = make(map[string]map[*subscription]struct{})
+	m := &h.subs
+	if sub.turn {
+		m = &h.turns
 	}
-	set := h.subs[sub.key]
+	if *m == nil {
+		*m = make(map[string]map[*subscription]struct{})
+	}
+	set := (*m)[sub.key]
 	if set == nil {
 		set = make(map[*subscription]struct{})
-		h.subs[sub.key] = set
+		(*m)[sub.key] = set
 	}
 	set[sub] = struct{}{}
 	h.n++
@@ -120,12 +135,16 @@ func (h *hub) add(sub *subscription) <-chan struct{} {
 
 func (h *hub) remove(sub *subscription) {
 	h.mu.Lock()
-	if set := h.subs[sub.key]; set != nil {
+	m := h.subs
+	if sub.turn {
+		m = h.turns
+	}
+	if set := m[sub.key]; set != nil {
 		if _, ok := set[sub]; ok {
 			delete(set, sub)
 			h.n--
 			if len(set) == 0 {
-				delete(h.subs, sub.key)
+				delete(m, sub.key)
 			}
 		}
 	}
@@ -148,12 +167,14 @@ func (h *hub) close() {
 		h.stop()
 		done, h.done = h.done, nil
 	}
-	for _, set := range h.subs {
-		for sub := range set {
-			close(sub.freed)
+	for _, m := range []map[string]map[*subscription]struct{}{h.subs, h.turns} {
+		for _, set := range m {
+			for sub := range set {
+				close(sub.freed)
+			}
 		}
 	}
-	h.subs, h.n, h.closed = nil, 0, true
+	h.subs, h.turns, h.n, h.closed = nil, nil, 0, true
 	h.mu.Unlock()
 	if done != nil {
 		<-done
@@ -173,9 +194,11 @@ func (h *hub) wakeKey(key string) {
 func (h *hub) wakeAll() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, set := range h.subs {
-		for sub := range set {
-			sub.wake()
+	for _, m := range []map[string]map[*subscription]struct{}{h.subs, h.turns} {
+		for _, set := range m {
+			for sub := range set {
+				sub.wake()
+			}
 		}
 	}
 }
@@ -218,15 +241,17 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 }
 
 // poll asks, every interval, which of the subscribed keys are free, and
-// wakes their subscriptions. A key whose live lease has another token than
-// at the poll before was freed in between (a release and the next grant
-// between two polls), so it wakes too: a poll never hides a release. It
-// takes a connection of the pool only for each read, so a pool of one
-// connection still serves the operations.
+// wakes their subscriptions; it asks after the lines too (pollTurns). A key
+// in a lock delay is not free: it wakes when the delay ends. A key whose
+// live lease has another token than at the poll before was freed in between
+// (a release and the next grant between two polls), so it wakes too: a
+// poll never hides a release. It takes a connection of the pool only for
+// each read, so a pool of one connection still serves the operations.
 func (h *hub) poll(ctx context.Context, setReady func(), interval time.Duration) {
 	setReady()                  // the first poll is the watch: a release after now is seen by it
 	seen := map[string]uint64{} // a key's live token at the poll before
 	for sleepCtx(ctx, interval) {
+		h.pollTurns(ctx)
 		keys := h.keys()
 		if len(keys) == 0 {
 			clear(seen)
@@ -251,7 +276,8 @@ func (h *hub) poll(ctx context.Context, setReady func(), interval time.Duration)
 	}
 }
 
-// liveTokens returns the token of each of keys that has a live lease.
+// liveTokens returns the token of each of keys that is not free: a live
+// lease's, or during a lock delay the last lease's.
 func (b *Backend) liveTokens(ctx context.Context, keys []string) (map[string]uint64, error) {
 	out := make(map[string]uint64, len(keys))
 	if b.dialect == Postgres {
@@ -279,7 +305,7 @@ func (b *Backend) liveTokens(ctx context.Context, keys []string) (map[string]uin
 		if err != nil {
 			return nil, err
 		}
-		if found && r.live(b.hostNow()) {
+		if now := b.hostNow(); found && (r.live(now) || r.delayed(now)) {
 			out[k] = uint64(r.token)
 		}
 	}
@@ -294,7 +320,11 @@ func (h *hub) listen(ctx context.Context, setReady func()) {
 		cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
 		conn, err := pgx.Connect(cctx, h.b.listenDSN)
 		if err == nil {
-			_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{h.b.sql.notifyChannel}.Sanitize())
+			for _, ch := range []string{h.b.sql.notifyChannel, h.b.sql.turnChannel} {
+				if err == nil {
+					_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{ch}.Sanitize())
+				}
+			}
 		}
 		cancel()
 		if err != nil {
@@ -313,7 +343,12 @@ func (h *hub) listen(ctx context.Context, setReady func()) {
 			if err != nil {
 				break
 			}
-			if key, err := hex.DecodeString(n.Payload); err == nil {
+			if n.Channel == h.b.sql.turnChannel {
+				hexKey, tag, _ := strings.Cut(n.Payload, ":")
+				if key, err := hex.DecodeString(hexKey); err == nil {
+					h.wakeTurn(string(key), tag)
+				}
+			} else if key, err := hex.DecodeString(n.Payload); err == nil {
 				h.wakeKey(string(key))
 			}
 		}

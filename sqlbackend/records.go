@@ -5,27 +5,47 @@ import (
 	"strings"
 )
 
-// Storage layout. One table, <prefix>leases, holds one row per key that was
-// ever leased; the row is never deleted, because its token column is the
+// Storage layout. Two tables. <prefix>leases holds one row per key that
+// was ever leased; the row is never deleted, because its token column is the
 // key's token counter and must outlive every lease:
 //
-//	key        the key's bytes (BYTEA / BLOB), the primary key
-//	token      the highest token ever minted on the key (BIGINT / INTEGER)
-//	lease_id   the most recent lease's ID
-//	released   whether that lease was released (or force-released)
-//	expires_at when it ends: a TIMESTAMPTZ on the PostgreSQL server's clock;
-//	           on SQLite nanoseconds since boot on the host's boot clock,
-//	           with boot_id naming the boot (see HostClock)
-//	ttl_ns     the lease's timeout and margin as granted, in nanoseconds,
-//	margin_ns  so that a resent grant returns the lease unchanged
-//	owner      the holder's public name ('' when none is given)
+//	key           the key's bytes (BYTEA / BLOB), the primary key
+//	token         the highest token ever minted on the key (BIGINT / INTEGER)
+//	lease_id      the most recent lease's ID
+//	released      whether that lease was released (or force-released)
+//	expires_at    when it ends: a TIMESTAMPTZ on the PostgreSQL server's clock;
+//	              on SQLite nanoseconds since boot on the host's boot clock,
+//	              with boot_id naming the boot (see HostClock)
+//	ttl_ns        the lease's timeout and margin as granted, in nanoseconds,
+//	margin_ns     so that a resent grant returns the lease unchanged
+//	owner         the holder's public name ('' when none is given)
+//	lock_delay_ns the lease's lock delay as granted (0: none)
+//	delay_until   when the key opens again if the lease has ended uncleanly:
+//	              expires_at + lock delay while it runs (kept by the grant and
+//	              every renewal), the moment of a forced release + lock delay
+//	              after one, and none ('-infinity' / 0) after a release by the
+//	              holder. On SQLite it is on the boot clock of boot_id.
 //
 // A lease is live when it is not released and expires_at is later than the
-// coordinator's clock. On PostgreSQL the operations are PL/pgSQL functions
-// (<prefix>grant, <prefix>renew, <prefix>release, <prefix>force_release), so
-// each is one statement, one round trip and one transaction; on SQLite they
-// are short BEGIN IMMEDIATE transactions on one connection of the caller's
-// pool.
+// coordinator's clock; a key with no live lease is in a lock delay while
+// delay_until is later than that clock.
+//
+// <prefix>waiters holds the lines of Queuer, one row per live (or expired,
+// not yet dropped) entry:
+//
+//	key, waiter_id the line's key and the waiter's ID: the primary key
+//	seq            the entry's place: larger than every entry of the key
+//	               that was in the line when it joined; a renewal keeps it
+//	expires_at     when the entry leaves the line unless renewed, on the
+//	               same clock as a lease's (boot_id with it on SQLite)
+//
+// Expired entries of a key are deleted by the next Enqueue on that key.
+//
+// On PostgreSQL the operations are PL/pgSQL functions (<prefix>grant,
+// <prefix>renew, <prefix>release, <prefix>force_release, <prefix>enqueue,
+// <prefix>dequeue), so each is one statement, one round trip and one
+// transaction; on SQLite they are short BEGIN IMMEDIATE transactions on one
+// connection of the caller's pool.
 
 // DefaultPrefix starts the name of every table and function the backend
 // uses, unless WithTablePrefix sets another. It differs from package
@@ -39,73 +59,151 @@ var prefixPattern = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]{0,40}\.)?[A-Za-z
 // statements are a dialect's SQL with the prefix spliced in.
 type statements struct {
 	ddl []string // CREATE TABLE / FUNCTION, in order
+	// upgrade adds the columns an earlier release's table lacks. On
+	// PostgreSQL it is empty (ddl does it, with IF NOT EXISTS); SQLite has
+	// no ADD COLUMN IF NOT EXISTS, and CreateTables skips the statements
+	// whose column exists.
+	upgrade []string
 
 	// PostgreSQL: one statement per operation.
 	grant, renew, release, forceRelease string
 	// Both dialects.
 	token, inspect, list, admit, liveTokens string
+	// Queuer (queue.go): both dialects.
+	enqueue, dequeue, turn string
 
 	// SQLite: the rows the Go code reads and writes inside BEGIN IMMEDIATE.
 	read, insert, update, touch string
-	notifyChannel               string // PostgreSQL's NOTIFY channel
-	table                       string
+	// SQLite's queue statements, inside BEGIN IMMEDIATE.
+	dropExpired, entry, anyEntry, renewEntry, lastSeq, insertEntry, ahead, removeEntry, behind string
+
+	notifyChannel string // PostgreSQL's NOTIFY channel for releases
+	turnChannel   string // and for a line's entries leaving
+	table         string
+	waiters       string
 }
 
 func newStatements(d Dialect, prefix string) statements {
-	t := prefix + "leases"
-	s := statements{table: t}
-	r := strings.NewReplacer("{t}", t, "{p}", prefix, "{ch}", channelName(prefix))
+	t, w := prefix+"leases", prefix+"waiters"
+	s := statements{table: t, waiters: w}
+	r := strings.NewReplacer("{t}", t, "{w}", w, "{p}", prefix, "{ch}", channelName(prefix, "free"), "{tch}", channelName(prefix, "turn"))
 	if d == Postgres {
-		s.notifyChannel = channelName(prefix)
-		s.ddl = []string{r.Replace(pgTable), r.Replace(pgGrant), r.Replace(pgRenew), r.Replace(pgRelease), r.Replace(pgForceRelease)}
-		s.grant = r.Replace(`SELECT outcome, token, expires_at, ttl_ns, margin_ns, remaining_us FROM {p}grant($1, $2, $3, $4, $5)`)
+		s.notifyChannel, s.turnChannel = channelName(prefix, "free"), channelName(prefix, "turn")
+		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue} {
+			s.ddl = append(s.ddl, r.Replace(stmt))
+		}
+		s.grant = r.Replace(`SELECT outcome, token, expires_at, ttl_ns, margin_ns, remaining_us FROM {p}grant($1, $2, $3, $4, $5, $6)`)
 		s.renew = r.Replace(`SELECT outcome, token, expires_at FROM {p}renew($1, $2, $3, $4)`)
 		s.release = r.Replace(`SELECT {p}release($1, $2)`)
 		s.forceRelease = r.Replace(`SELECT {p}force_release($1)`)
 		s.token = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp()`)
-		s.inspect = r.Replace(`SELECT key, token, NOT released AND expires_at > n, expires_at, ` +
-			`(extract(epoch FROM expires_at - n) * 1000000)::bigint, owner ` +
+		// The times are read only when they are later than n (else NULL):
+		// an infinite timestamp can be neither subtracted from nor scanned.
+		const cols = `key, token, NOT released AND expires_at > n, ` +
+			`CASE WHEN expires_at > n THEN expires_at END, CASE WHEN expires_at > n THEN (extract(epoch FROM expires_at - n) * 1000000)::bigint END, ` +
+			`owner, lock_delay_ns, ` +
+			`CASE WHEN delay_until > n THEN delay_until END, CASE WHEN delay_until > n THEN ceil(extract(epoch FROM delay_until - n) * 1000000)::bigint END `
+		s.inspect = r.Replace(`SELECT ` + cols +
 			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = $1) AS l`)
-		s.list = r.Replace(`SELECT key, token, NOT released AND expires_at > n, expires_at, ` +
-			`(extract(epoch FROM expires_at - n) * 1000000)::bigint, owner ` +
+		s.list = r.Replace(`SELECT ` + cols +
 			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE ($1 = 0 OR key > $2) AND ($3 = 0 OR substring(key FROM 1 FOR $3) = $4) ORDER BY key LIMIT $5) AS l ORDER BY key`)
-		s.liveTokens = r.Replace(`SELECT key, token FROM {t} WHERE key = ANY($1) AND NOT released AND expires_at > clock_timestamp()`)
+		// Keys that are not free: a live lease, or a lock delay running.
+		s.liveTokens = r.Replace(`SELECT key, token FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = ANY($1)) AS l ` +
+			`WHERE NOT released AND expires_at > n OR delay_until > n`)
 		s.admit = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp() FOR SHARE`)
+		s.enqueue = r.Replace(`SELECT ahead, ahead_seq, ahead_remaining_us FROM {p}enqueue($1, $2, $3)`)
+		s.dequeue = r.Replace(`SELECT {p}dequeue($1, $2)`)
+		// For each (key, waiter) asked about whose entry is live: the seq of
+		// the live entry directly ahead of it, 0 at the head.
+		s.turn = r.Replace(`SELECT s.k, s.id, coalesce((SELECT max(a.seq) FROM {w} AS a WHERE a.key = e.key AND a.seq < e.seq AND a.expires_at > c.n), 0) ` +
+			`FROM (SELECT clock_timestamp() AS n) AS c CROSS JOIN unnest($1::bytea[], $2::text[]) AS s(k, id) ` +
+			`JOIN {w} AS e ON e.key = s.k AND e.waiter_id = s.id AND e.expires_at > c.n`)
 		return s
 	}
-	s.ddl = []string{r.Replace(sqliteTable)}
-	s.read = r.Replace(`SELECT token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns, owner FROM {t} WHERE key = ?`)
-	s.insert = r.Replace(`INSERT INTO {t} (key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns, owner) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?)`)
-	s.update = r.Replace(`UPDATE {t} SET token = ?, lease_id = ?, released = ?, boot_id = ?, expires_at = ?, ttl_ns = ?, margin_ns = ?, owner = ? WHERE key = ?`)
-	s.list = r.Replace(`SELECT key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns, owner FROM {t} WHERE (?1 = 0 OR key > ?2) AND (?3 = 0 OR substr(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
+	s.ddl = []string{r.Replace(sqliteTable), r.Replace(sqliteWaiters)}
+	s.upgrade = []string{
+		r.Replace(`ALTER TABLE {t} ADD COLUMN lock_delay_ns INTEGER NOT NULL DEFAULT 0`),
+		r.Replace(`ALTER TABLE {t} ADD COLUMN delay_until INTEGER NOT NULL DEFAULT 0`),
+	}
+	const cols = `token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until`
+	s.read = r.Replace(`SELECT ` + cols + ` FROM {t} WHERE key = ?`)
+	s.insert = r.Replace(`INSERT INTO {t} (key, ` + cols + `) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)`)
+	s.update = r.Replace(`UPDATE {t} SET token = ?, lease_id = ?, released = ?, boot_id = ?, expires_at = ?, ttl_ns = ?, margin_ns = ?, owner = ?, ` +
+		`lock_delay_ns = ?, delay_until = ? WHERE key = ?`)
+	s.list = r.Replace(`SELECT key, ` + cols + ` FROM {t} WHERE (?1 = 0 OR key > ?2) AND (?3 = 0 OR substr(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
 	// A write that changes nothing: it takes the database's write lock in
 	// the caller's transaction (AdmitTx).
 	s.touch = r.Replace(`UPDATE {t} SET token = token WHERE key = ?`)
+	// The queue: ?1 key, ?2 waiter, ?3 boot, ?4 now (since boot).
+	const liveEntry = `boot_id = ?3 AND expires_at > ?4`
+	s.dropExpired = r.Replace(`DELETE FROM {w} WHERE key = ?1 AND NOT (` + liveEntry + `)`)
+	s.entry = r.Replace(`SELECT seq FROM {w} WHERE key = ?1 AND waiter_id = ?2 AND ` + liveEntry)
+	s.renewEntry = r.Replace(`UPDATE {w} SET expires_at = ?3 WHERE key = ?1 AND waiter_id = ?2`)
+	s.lastSeq = r.Replace(`SELECT coalesce(max(seq), 0) FROM {w} WHERE key = ?1`)
+	s.insertEntry = r.Replace(`INSERT INTO {w} (key, waiter_id, seq, boot_id, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)`)
+	s.ahead = r.Replace(`SELECT count(*), coalesce(max(seq), 0), coalesce((SELECT a.expires_at FROM {w} AS a WHERE a.key = ?1 AND a.seq < ?5 AND ` +
+		`a.boot_id = ?3 AND a.expires_at > ?4 ORDER BY a.seq DESC LIMIT 1), 0) FROM {w} WHERE key = ?1 AND seq < ?5 AND ` + liveEntry)
+	s.anyEntry = r.Replace(`SELECT seq FROM {w} WHERE key = ?1 AND waiter_id = ?2`)
+	s.removeEntry = r.Replace(`DELETE FROM {w} WHERE key = ?1 AND waiter_id = ?2`)
+	s.behind = r.Replace(`SELECT waiter_id FROM {w} WHERE key = ?1 AND seq > ?5 AND ` + liveEntry + ` ORDER BY seq LIMIT 1`)
+	s.turn = r.Replace(`SELECT coalesce((SELECT max(a.seq) FROM {w} AS a WHERE a.key = e.key AND a.seq < e.seq AND a.boot_id = ?3 AND a.expires_at > ?4), 0) ` +
+		`FROM {w} AS e WHERE e.key = ?1 AND e.waiter_id = ?2 AND e.boot_id = ?3 AND e.expires_at > ?4`)
 	return s
 }
 
-// channelName is the NOTIFY channel: the prefix without its schema.
-func channelName(prefix string) string {
+// channelName is a NOTIFY channel: the prefix without its schema, and what
+// it is for.
+func channelName(prefix, what string) string {
 	if i := strings.LastIndexByte(prefix, '.'); i >= 0 {
 		prefix = prefix[i+1:]
 	}
-	return prefix + "free"
+	return prefix + what
 }
 
-// DDL returns the statements that create the backend's table (and on
+// DDL returns the statements that create the backend's tables (and on
 // PostgreSQL its functions), for a migration tool; CreateTables runs them.
-// They are idempotent (IF NOT EXISTS, CREATE OR REPLACE).
-func (b *Backend) DDL() []string { return append([]string(nil), b.sql.ddl...) }
+// On PostgreSQL they are idempotent (IF NOT EXISTS, CREATE OR REPLACE) and
+// also bring the tables of an earlier release up to date. On SQLite the
+// statements after the CREATE TABLEs are the ALTER TABLEs that add the
+// columns an earlier release's table lacks: SQLite has no ADD COLUMN IF NOT
+// EXISTS, so on a table that has them already they fail with "duplicate
+// column name", which a migration tool ignores (CreateTables does).
+func (b *Backend) DDL() []string {
+	return append(append([]string(nil), b.sql.ddl...), b.sql.upgrade...)
+}
 
 const pgTable = `CREATE TABLE IF NOT EXISTS {t} (
-	key        BYTEA PRIMARY KEY,
-	token      BIGINT NOT NULL,
-	lease_id   TEXT NOT NULL,
-	released   BOOLEAN NOT NULL,
+	key           BYTEA PRIMARY KEY,
+	token         BIGINT NOT NULL,
+	lease_id      TEXT NOT NULL,
+	released      BOOLEAN NOT NULL,
+	expires_at    TIMESTAMPTZ NOT NULL,
+	ttl_ns        BIGINT NOT NULL,
+	margin_ns     BIGINT NOT NULL,
+	owner         TEXT NOT NULL DEFAULT '',
+	lock_delay_ns BIGINT NOT NULL DEFAULT 0,
+	delay_until   TIMESTAMPTZ NOT NULL DEFAULT '-infinity'
+)`
+
+// pgUpgrade adds the columns of lock delay to a table of an earlier
+// release. It looks first, so that on an up-to-date table it takes no
+// ACCESS EXCLUSIVE lock (which would wait for every open AdmitTx).
+const pgUpgrade = `DO $do$
+BEGIN
+	IF NOT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = '{t}'::regclass AND attname = 'delay_until' AND NOT attisdropped) THEN
+		ALTER TABLE {t}
+			ADD COLUMN IF NOT EXISTS lock_delay_ns BIGINT NOT NULL DEFAULT 0,
+			ADD COLUMN IF NOT EXISTS delay_until TIMESTAMPTZ NOT NULL DEFAULT '-infinity';
+	END IF;
+END
+$do$`
+
+const pgWaiters = `CREATE TABLE IF NOT EXISTS {w} (
+	key        BYTEA NOT NULL,
+	waiter_id  TEXT NOT NULL,
+	seq        BIGINT NOT NULL,
 	expires_at TIMESTAMPTZ NOT NULL,
-	ttl_ns     BIGINT NOT NULL,
-	margin_ns  BIGINT NOT NULL,
-	owner      TEXT NOT NULL DEFAULT ''
+	PRIMARY KEY (key, waiter_id)
 )`
 
 // Outcomes of the PostgreSQL functions, and of the SQLite code.
@@ -116,13 +214,14 @@ const (
 	outExpired  = 3 // the ID's lease expired
 	outNotFound = 4 // not the key's most recent lease, or released
 	outExhaust  = 5 // the token counter is at math.MaxInt64
+	outDelayed  = 6 // no lease is live, and a lock delay runs
 )
 
 // The functions lock the key's row (SELECT ... FOR UPDATE) and decide with
 // clock_timestamp(), the server's clock when the row is locked, not now(),
 // which is when the transaction began. Durations are rounded up to
-// PostgreSQL's microseconds, so a lease never ends early.
-const pgGrant = `CREATE OR REPLACE FUNCTION {p}grant(p_key BYTEA, p_id TEXT, p_ttl BIGINT, p_margin BIGINT, p_owner TEXT,
+// PostgreSQL's microseconds, so a lease or a lock delay never ends early.
+const pgGrant = `CREATE OR REPLACE FUNCTION {p}grant(p_key BYTEA, p_id TEXT, p_ttl BIGINT, p_margin BIGINT, p_owner TEXT, p_delay BIGINT,
 	OUT outcome INT, OUT token BIGINT, OUT expires_at TIMESTAMPTZ, OUT ttl_ns BIGINT, OUT margin_ns BIGINT, OUT remaining_us BIGINT)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
@@ -130,14 +229,15 @@ DECLARE
 	r {t}%ROWTYPE;
 	n TIMESTAMPTZ;
 	d INTERVAL := ((p_ttl + p_margin + 999) / 1000) * INTERVAL '1 microsecond';
+	dd INTERVAL := ((p_delay + 999) / 1000) * INTERVAL '1 microsecond';
 BEGIN
 	ttl_ns := p_ttl; margin_ns := p_margin;
 	LOOP
 		SELECT * INTO r FROM {t} AS l WHERE l.key = p_key FOR UPDATE;
 		EXIT WHEN FOUND;
 		n := clock_timestamp();
-		INSERT INTO {t} AS l (key, token, lease_id, released, expires_at, ttl_ns, margin_ns, owner)
-			VALUES (p_key, 1, p_id, false, n + d, p_ttl, p_margin, p_owner)
+		INSERT INTO {t} AS l (key, token, lease_id, released, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until)
+			VALUES (p_key, 1, p_id, false, n + d, p_ttl, p_margin, p_owner, p_delay, n + d + dd)
 			ON CONFLICT (key) DO NOTHING
 			RETURNING l.token, l.expires_at INTO token, expires_at;
 		IF FOUND THEN
@@ -156,17 +256,33 @@ BEGIN
 		RETURN;
 	END IF;
 	IF NOT r.released AND r.expires_at > n THEN
-		outcome := 2; remaining_us := floor(extract(epoch FROM r.expires_at - n) * 1000000);
+		outcome := 2;
+		remaining_us := floor(extract(epoch FROM r.expires_at - n) * 1000000) + (r.lock_delay_ns + 999) / 1000;
+		RETURN;
+	END IF;
+	IF r.delay_until > n THEN
+		outcome := 6; remaining_us := ceil(extract(epoch FROM r.delay_until - n) * 1000000);
 		RETURN;
 	END IF;
 	IF r.token >= 9223372036854775807 THEN
 		outcome := 5; RETURN;
 	END IF;
 	UPDATE {t} AS l SET token = r.token + 1, lease_id = p_id, released = false, expires_at = n + d,
-		ttl_ns = p_ttl, margin_ns = p_margin, owner = p_owner
+		ttl_ns = p_ttl, margin_ns = p_margin, owner = p_owner, lock_delay_ns = p_delay, delay_until = n + d + dd
 		WHERE l.key = p_key;
 	outcome := 0; token := r.token + 1; expires_at := n + d;
 END
+$fn$`
+
+// pgGrantV1 is the grant function of the release before lock delay, with
+// its five arguments, kept as a grant without a delay: processes of that
+// release, still running while the tables are brought up to date, keep
+// granting and see a lock delay as a held key.
+const pgGrantV1 = `CREATE OR REPLACE FUNCTION {p}grant(p_key BYTEA, p_id TEXT, p_ttl BIGINT, p_margin BIGINT, p_owner TEXT,
+	OUT outcome INT, OUT token BIGINT, OUT expires_at TIMESTAMPTZ, OUT ttl_ns BIGINT, OUT margin_ns BIGINT, OUT remaining_us BIGINT)
+LANGUAGE sql AS $fn$
+	SELECT CASE WHEN g.outcome = 6 THEN 2 ELSE g.outcome END, g.token, g.expires_at, g.ttl_ns, g.margin_ns, g.remaining_us
+	FROM {p}grant(p_key, p_id, p_ttl, p_margin, p_owner, 0) AS g
 $fn$`
 
 const pgRenew = `CREATE OR REPLACE FUNCTION {p}renew(p_key BYTEA, p_id TEXT, p_ttl BIGINT, p_margin BIGINT,
@@ -187,13 +303,16 @@ BEGIN
 		outcome := 3; RETURN;
 	END IF;
 	e := n + ((p_ttl + p_margin + 999) / 1000) * INTERVAL '1 microsecond';
-	UPDATE {t} AS l SET expires_at = e, ttl_ns = p_ttl, margin_ns = p_margin WHERE l.key = p_key;
+	UPDATE {t} AS l SET expires_at = e, ttl_ns = p_ttl, margin_ns = p_margin,
+		delay_until = e + ((r.lock_delay_ns + 999) / 1000) * INTERVAL '1 microsecond'
+		WHERE l.key = p_key;
 	outcome := 0; token := r.token; expires_at := e;
 END
 $fn$`
 
 // Release and force_release notify in their own transaction: the waiter
-// hears of the release when it commits.
+// hears of the release when it commits. A release by the holder leaves no
+// lock delay; a forced one starts the lease's from that moment.
 const pgRelease = `CREATE OR REPLACE FUNCTION {p}release(p_key BYTEA, p_id TEXT) RETURNS INT
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
@@ -210,7 +329,7 @@ BEGIN
 	IF r.expires_at <= clock_timestamp() THEN
 		RETURN 3;
 	END IF;
-	UPDATE {t} AS l SET released = true WHERE l.key = p_key;
+	UPDATE {t} AS l SET released = true, delay_until = '-infinity' WHERE l.key = p_key;
 	PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
 	RETURN 0;
 END
@@ -219,9 +338,11 @@ $fn$`
 const pgForceRelease = `CREATE OR REPLACE FUNCTION {p}force_release(p_key BYTEA) RETURNS BOOLEAN
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
+DECLARE
+	n TIMESTAMPTZ := clock_timestamp();
 BEGIN
-	UPDATE {t} AS l SET released = true
-		WHERE l.key = p_key AND NOT l.released AND l.expires_at > clock_timestamp();
+	UPDATE {t} AS l SET released = true, delay_until = n + ((l.lock_delay_ns + 999) / 1000) * INTERVAL '1 microsecond'
+		WHERE l.key = p_key AND NOT l.released AND l.expires_at > n;
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
@@ -230,14 +351,80 @@ BEGIN
 END
 $fn$`
 
+// The line's functions take a transaction-scoped advisory lock on the key
+// (a hash of the table and the key: an unrelated lock that collides only
+// waits), so that a join and a leave on one key are serialized: the leave
+// sees every entry that joined before it and wakes the one behind it. The
+// lock ends with the statement's transaction, so PgBouncer's transaction
+// pooling keeps working.
+const pgEnqueue = `CREATE OR REPLACE FUNCTION {p}enqueue(p_key BYTEA, p_id TEXT, p_ttl BIGINT,
+	OUT ahead INT, OUT ahead_seq BIGINT, OUT ahead_remaining_us BIGINT)
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+	n TIMESTAMPTZ;
+	e TIMESTAMPTZ;
+	s BIGINT;
+BEGIN
+	PERFORM pg_advisory_xact_lock(hashtextextended('{w}:' || encode(p_key, 'hex'), 0));
+	n := clock_timestamp();
+	DELETE FROM {w} AS w WHERE w.key = p_key AND w.expires_at <= n;
+	e := n + ((p_ttl + 999) / 1000) * INTERVAL '1 microsecond';
+	UPDATE {w} AS w SET expires_at = e WHERE w.key = p_key AND w.waiter_id = p_id RETURNING w.seq INTO s;
+	IF NOT FOUND THEN
+		SELECT coalesce(max(w.seq), 0) + 1 INTO s FROM {w} AS w WHERE w.key = p_key;
+		INSERT INTO {w} (key, waiter_id, seq, expires_at) VALUES (p_key, p_id, s, e);
+	END IF;
+	SELECT count(*) INTO ahead FROM {w} AS w WHERE w.key = p_key AND w.seq < s;
+	SELECT w.seq, floor(extract(epoch FROM w.expires_at - n) * 1000000) INTO ahead_seq, ahead_remaining_us
+		FROM {w} AS w WHERE w.key = p_key AND w.seq < s ORDER BY w.seq DESC LIMIT 1;
+END
+$fn$`
+
+// pgDequeue returns the tag (turnTag) of the live entry now directly behind
+// the removed one, and notifies it; NULL when there is none.
+const pgDequeue = `CREATE OR REPLACE FUNCTION {p}dequeue(p_key BYTEA, p_id TEXT) RETURNS TEXT
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+	s BIGINT;
+	nxt TEXT;
+BEGIN
+	PERFORM pg_advisory_xact_lock(hashtextextended('{w}:' || encode(p_key, 'hex'), 0));
+	DELETE FROM {w} AS w WHERE w.key = p_key AND w.waiter_id = p_id RETURNING w.seq INTO s;
+	IF NOT FOUND THEN
+		RETURN NULL;
+	END IF;
+	SELECT w.waiter_id INTO nxt FROM {w} AS w
+		WHERE w.key = p_key AND w.seq > s AND w.expires_at > clock_timestamp() ORDER BY w.seq LIMIT 1;
+	IF nxt IS NULL THEN
+		RETURN NULL;
+	END IF;
+	nxt := left(encode(sha256(convert_to(nxt, 'UTF8')), 'hex'), 32);
+	PERFORM pg_notify('{tch}', encode(p_key, 'hex') || ':' || nxt);
+	RETURN nxt;
+END
+$fn$`
+
 const sqliteTable = `CREATE TABLE IF NOT EXISTS {t} (
-	key        BLOB PRIMARY KEY,
-	token      INTEGER NOT NULL,
-	lease_id   TEXT NOT NULL,
-	released   INTEGER NOT NULL,
+	key           BLOB PRIMARY KEY,
+	token         INTEGER NOT NULL,
+	lease_id      TEXT NOT NULL,
+	released      INTEGER NOT NULL,
+	boot_id       TEXT NOT NULL,
+	expires_at    INTEGER NOT NULL,
+	ttl_ns        INTEGER NOT NULL,
+	margin_ns     INTEGER NOT NULL,
+	owner         TEXT NOT NULL DEFAULT '',
+	lock_delay_ns INTEGER NOT NULL DEFAULT 0,
+	delay_until   INTEGER NOT NULL DEFAULT 0
+)`
+
+const sqliteWaiters = `CREATE TABLE IF NOT EXISTS {w} (
+	key        BLOB NOT NULL,
+	waiter_id  TEXT NOT NULL,
+	seq        INTEGER NOT NULL,
 	boot_id    TEXT NOT NULL,
 	expires_at INTEGER NOT NULL,
-	ttl_ns     INTEGER NOT NULL,
-	margin_ns  INTEGER NOT NULL,
-	owner      TEXT NOT NULL DEFAULT ''
+	PRIMARY KEY (key, waiter_id)
 )`

@@ -20,7 +20,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	if b.dialect == Postgres {
 		var outcome int
 		if err := b.db.QueryRowContext(ctx, b.sql.release, []byte(key), leaseID).Scan(&outcome); err != nil {
-			return b.classify("release", err)
+			return b.classify(ctx, "release", err)
 		}
 		if outcome == outGranted {
 			b.hub.wakeKey(key)
@@ -42,6 +42,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 			return backend.ErrLeaseExpired
 		}
 		r.released, released = true, true
+		r.delayUntil = 0 // a clean end: no lock delay
 		return b.writeRow(ctx, c, key, r, true)
 	})
 	if released && err == nil {
@@ -51,8 +52,8 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 }
 
 // ForceRelease implements backend.ForceReleaser. The old holder's release
-// then returns nil (its lease reads as released), its renewals and resent
-// grants get backend.ErrLeaseNotFound.
+// then returns nil (its lease reads as released) and leaves the lock delay
+// running, its renewals and resent grants get backend.ErrLeaseNotFound.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return false, err
@@ -63,7 +64,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 	if b.dialect == Postgres {
 		var ended bool
 		if err := b.db.QueryRowContext(ctx, b.sql.forceRelease, []byte(key)).Scan(&ended); err != nil {
-			return false, b.classify("force release", err)
+			return false, b.classify(ctx, "force release", err)
 		}
 		if ended {
 			b.hub.wakeKey(key)
@@ -77,6 +78,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 			return err
 		}
 		r.released, ended = true, true
+		r.delayUntil = now.since + r.lockDelay // an unclean end: the delay runs from now
 		return b.writeRow(ctx, c, key, r, true)
 	})
 	if ended && err == nil {

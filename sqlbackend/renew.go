@@ -25,7 +25,7 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 		err := b.db.QueryRowContext(ctx, b.sql.renew, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin)).
 			Scan(&outcome, &token, &expires)
 		if err != nil {
-			return backend.Lease{}, b.classify("renew", err)
+			return backend.Lease{}, b.classify(ctx, "renew", err)
 		}
 		if outcome != outGranted {
 			return backend.Lease{}, verdict(outcome)
@@ -45,6 +45,7 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 			return backend.ErrLeaseExpired
 		}
 		r.expires, r.ttl, r.margin = now.since+int64(req.Timeout+req.Margin), int64(req.Timeout), int64(req.Margin)
+		r.delayUntil = r.expires + r.lockDelay
 		if err := b.writeRow(ctx, c, req.Key, r, true); err != nil {
 			return err
 		}

@@ -33,12 +33,28 @@ type sqliteRow struct {
 	ttl      int64
 	margin   int64
 	owner    string
+	// lockDelay is the lease's lock delay in nanoseconds; delayUntil is
+	// when the key opens again after an unclean end, on the boot clock of
+	// boot (see records.go).
+	lockDelay  int64
+	delayUntil int64
 }
 
 // live reports whether the row's lease is live at now: not released, of
 // this boot and not past its end.
 func (r *sqliteRow) live(now hostNow) bool {
 	return !r.released && r.boot == now.boot && r.expires > now.since
+}
+
+// delayed reports whether, at now, no lease is live and a lock delay runs.
+// A delay of another boot has ended: every holder ended with that boot.
+func (r *sqliteRow) delayed(now hostNow) bool {
+	return !r.live(now) && r.boot == now.boot && r.delayUntil > now.since
+}
+
+// delayRemaining is how long r's lock delay has left at now.
+func (r *sqliteRow) delayRemaining(now hostNow) time.Duration {
+	return time.Duration(r.delayUntil - now.since)
 }
 
 // remaining is how long r's live lease has left at now.
@@ -54,20 +70,27 @@ type querier interface {
 
 // readRow reads key's row; found is false when the key was never leased.
 func (b *Backend) readRow(ctx context.Context, q querier, key string) (r sqliteRow, found bool, err error) {
-	err = q.QueryRowContext(ctx, b.sql.read, []byte(key)).Scan(&r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin, &r.owner)
+	err = q.QueryRowContext(ctx, b.sql.read, []byte(key)).Scan(r.fields()...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return r, false, nil
 	}
 	return r, err == nil, err
 }
 
+// fields are r's columns, for Scan, in the order of the read statement.
+func (r *sqliteRow) fields() []any {
+	return []any{&r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin, &r.owner, &r.lockDelay, &r.delayUntil}
+}
+
 // writeRow stores r as key's row.
 func (b *Backend) writeRow(ctx context.Context, q querier, key string, r sqliteRow, found bool) error {
 	var err error
 	if found {
-		_, err = q.ExecContext(ctx, b.sql.update, r.token, r.leaseID, r.released, r.boot, r.expires, r.ttl, r.margin, r.owner, []byte(key))
+		_, err = q.ExecContext(ctx, b.sql.update, r.token, r.leaseID, r.released, r.boot, r.expires, r.ttl, r.margin, r.owner,
+			r.lockDelay, r.delayUntil, []byte(key))
 	} else {
-		_, err = q.ExecContext(ctx, b.sql.insert, []byte(key), r.token, r.leaseID, r.boot, r.expires, r.ttl, r.margin, r.owner)
+		_, err = q.ExecContext(ctx, b.sql.insert, []byte(key), r.token, r.leaseID, r.boot, r.expires, r.ttl, r.margin, r.owner,
+			r.lockDelay, r.delayUntil)
 	}
 	return err
 }
@@ -135,8 +158,8 @@ func (b *Backend) sqliteTx(ctx context.Context, what string, fn func(c *sql.Conn
 		if isVerdict(err) {
 			return err
 		}
-		if missingTable(err) {
-			return fmt.Errorf("sqlbackend: %s: %w: %w", what, ErrNoTables, err)
+		if missingSchema(err) {
+			return b.schemaError(ctx, what, err)
 		}
 		return fmt.Errorf("sqlbackend: %s: %w", what, err)
 	}

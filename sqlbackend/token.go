@@ -25,7 +25,7 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 		case errors.Is(err, sql.ErrNoRows):
 			return 0, false, nil
 		case err != nil:
-			return 0, false, b.classify("token", err)
+			return 0, false, b.classify(ctx, "token", err)
 		}
 		return uint64(token), true, nil
 	}

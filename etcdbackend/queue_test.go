@@ -1,0 +1,134 @@
+package etcdbackend_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/etcdbackend"
+	"github.com/fencing-go/fencing/internal/etcdtest"
+)
+
+// The line's behaviour is the conformance suite's (Queue*); these tests check
+// what etcd adds: a handoff wakes only the waiter directly behind, and an
+// entry's expiry wakes it too.
+
+func mustEnqueue(t testing.TB, q backend.Queuer, key, waiter string, ttl time.Duration) backend.Place {
+	t.Helper()
+	p, err := q.Enqueue(context.Background(), key, waiter, ttl)
+	if err != nil {
+		t.Fatalf("Enqueue(%q, %q): %v", key, waiter, err)
+	}
+	return p
+}
+
+func notifyTurn(t testing.TB, b *etcdbackend.Backend, key, waiter string) backend.Subscription {
+	t.Helper()
+	s, err := b.NotifyTurn(context.Background(), key, waiter)
+	if err != nil {
+		t.Fatalf("NotifyTurn(%q, %q): %v", key, waiter, err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// wantNoWake fails if s gets a wake-up within d.
+func wantNoWake(t testing.TB, s backend.Subscription, d time.Duration, what string) {
+	t.Helper()
+	select {
+	case <-s.Freed():
+		t.Fatalf("%s: woken, want no wake-up", what)
+	case <-time.After(d):
+	}
+}
+
+// TestNotifyTurnWakesOnlyNext: each waiter watches the entry directly ahead,
+// so a Dequeue wakes the one waiter behind it, not the whole line, and a
+// waiter's own join does not wake it unless it is at the head.
+func TestNotifyTurnWakesOnlyNext(t *testing.T) {
+	cli := etcdtest.Client(t)
+	b, _ := newBackend(t, cli)
+	waiters := []string{"w0", "w1", "w2", "w3"}
+	var subs []backend.Subscription
+	for i, w := range waiters {
+		subs = append(subs, notifyTurn(t, b, "k", w))
+		if p := mustEnqueue(t, b, "k", w, time.Minute); p.Ahead != i {
+			t.Fatalf("Enqueue(%q) = %+v, want Ahead %d", w, p, i)
+		}
+	}
+	// A waiter's own join wakes it only at the head: the others' Enqueue
+	// counted the entries ahead.
+	wantWake(t, subs[0], 5*time.Second, "the head's own join")
+	for i := 1; i < len(subs); i++ {
+		wantNoWake(t, subs[i], 100*time.Millisecond, "a waiter's own join behind another")
+	}
+	for i := range len(waiters) - 1 {
+		if err := b.Dequeue(context.Background(), "k", waiters[i]); err != nil {
+			t.Fatal(err)
+		}
+		wantWake(t, subs[i+1], 5*time.Second, "the waiter behind a Dequeue")
+		for j := i + 2; j < len(waiters); j++ {
+			wantNoWake(t, subs[j], 100*time.Millisecond, "a waiter further behind")
+		}
+		if p := mustEnqueue(t, b, "k", waiters[i+1], time.Minute); p.Ahead != 0 {
+			t.Fatalf("Enqueue(%q) after the one ahead left = %+v, want the head", waiters[i+1], p)
+		}
+	}
+}
+
+// TestNotifyTurnSeesExpiry: an entry whose waiter stopped renewing is
+// deleted by etcd's revoke, and that wakes the waiter behind, which is then
+// the head.
+func TestNotifyTurnSeesExpiry(t *testing.T) {
+	cli := etcdtest.Client(t)
+	b, _ := newBackend(t, cli)
+	mustEnqueue(t, b, "k", "dead", etcdtest.MinTTL)
+	s := notifyTurn(t, b, "k", "alive")
+	if p := mustEnqueue(t, b, "k", "alive", time.Minute); p.Ahead != 1 {
+		t.Fatalf("Enqueue = %+v, want Ahead 1", p)
+	}
+	joined := time.Now()
+	for {
+		wantWake(t, s, etcdtest.MinTTL+5*time.Second, "the expiry of the entry ahead")
+		if p := mustEnqueue(t, b, "k", "alive", time.Minute); p.Ahead == 0 {
+			break
+		}
+		if time.Since(joined) > etcdtest.MinTTL+5*time.Second {
+			t.Fatal("the expired entry ahead never left")
+		}
+	}
+}
+
+// TestCountOnlyCountsTheWholeRange is why Enqueue does not count the entries
+// ahead with WithCountOnly and WithMaxCreateRev, as one might: etcd applies
+// the revision filters to the keys it returns, and a count-only range
+// returns none, so the count is of the whole range (docs/etcd.md).
+func TestCountOnlyCountsTheWholeRange(t *testing.T) {
+	cli := etcdtest.Client(t)
+	prefix := newPrefix("count")
+	ctx := context.Background()
+	var first int64
+	for i := range 3 {
+		resp, err := cli.Put(ctx, prefix+string(rune('a'+i)), "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			first = resp.Header.Revision
+		}
+	}
+	counted, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithMaxCreateRev(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	listed, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithMaxCreateRev(first))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counted.Count != 3 || len(listed.Kvs) != 1 {
+		t.Fatalf("count-only with a create-revision filter counted %d, the filtered range has %d keys; want 3 and 1 (etcd's behaviour changed: Enqueue could count the entries ahead in one step)", counted.Count, len(listed.Kvs))
+	}
+}

@@ -1,0 +1,213 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// WithFIFO makes Lock wait in the key's line (backend.Queuer): waiters, in
+// this process and others, get the key in the order their wait began, and
+// each handoff wakes only the next waiter, which then makes a single grant
+// attempt to a free key. Hold and Do, which do not wait, ignore it.
+//
+// The line is advisory: a grant outside it (Grant, Hold, Lock without
+// WithFIFO) can still take a free key, and the waiter at the head then
+// waits for that lease as Lock always does. A waiter joins the line with
+// an entry that lives for Lock's ttl, renewed every third of it while it
+// waits and while its Held lives; it leaves after the Held's Release (or
+// loss, or the end of its context), and before Lock returns when the wait
+// fails. A waiter that dies in line (its process killed, its connection
+// cut) delays the waiters behind it by at most ttl, rounded up as the store
+// rounds an entry's TTL (etcd: to whole seconds), plus the time its store
+// takes to see the expiry.
+//
+// The lease's Deadline counts, as for every Lock, from the send of the
+// grant request that the waiter makes at the head of the line: that send
+// provably precedes the grant, which waiting in the line does not.
+//
+// On a backend that does not implement backend.Queuer, Lock with WithFIFO
+// returns an error wrapping errors.ErrUnsupported before it waits.
+func WithFIFO() HoldOption {
+	return func(c *holdConfig) error {
+		c.fifo = true
+		return nil
+	}
+}
+
+// line is one Lock call's entry in its key's line. A keeper goroutine
+// renews the entry from the join until the waiter leaves: when the wait
+// fails, or once the Held it was handed to has ended.
+type line struct {
+	c      *Coordinator
+	q      backend.Queuer
+	ctx    context.Context // Lock's, without its cancellation: for values
+	key    string
+	id     string // the waiter ID, a credential drawn like a lease ID
+	ttl    time.Duration
+	poll   time.Duration
+	turn   backend.Subscription
+	turnCh <-chan struct{}
+	ahead  int // the latest Place's Ahead that waitTurn saw
+
+	held  chan *Held    // hands the Held to the keeper
+	stop  chan struct{} // closed by leave
+	done  chan struct{} // closed when the keeper has returned
+	leave func()        // stops the keeper, which dequeues; safe to call again
+}
+
+// errNoQueuer is Lock's error with WithFIFO on a backend without a line.
+var errNoQueuer = fmt.Errorf("WithFIFO: the backend keeps no line of waiters (backend.Queuer): %w", errors.ErrUnsupported)
+
+// joinLine subscribes to the turns of a new waiter on key, then puts it at
+// the end of the line (so a leave between the two is not missed), and
+// starts the keeper.
+func (c *Coordinator) joinLine(ctx context.Context, key string, ttl, poll time.Duration) (*line, error) {
+	q, ok := c.backend.(backend.Queuer)
+	if !ok {
+		return nil, errNoQueuer
+	}
+	l := &line{
+		c: c, q: q, ctx: context.WithoutCancel(ctx), key: key, id: c.newLeaseID(), ttl: ttl, poll: poll,
+		held: make(chan *Held, 1), stop: make(chan struct{}), done: make(chan struct{}),
+	}
+	if l.poll == 0 {
+		l.poll = DefaultPollInterval
+	}
+	sub, err := attempt(c, ctx, func(ctx context.Context) (backend.Subscription, error) { return q.NotifyTurn(ctx, key, l.id) })
+	if err != nil {
+		return nil, err
+	}
+	l.turn, l.turnCh = sub, sub.Freed()
+	if _, err := l.enqueue(ctx); err != nil {
+		sub.Close()
+		// The join may have taken effect: remove it, as leave would.
+		l.dequeue()
+		return nil, err
+	}
+	var once sync.Once
+	l.leave = func() {
+		once.Do(func() { close(l.stop) })
+		<-l.done
+	}
+	go l.keep()
+	return l, nil
+}
+
+// enqueue joins or renews the entry and returns its place.
+func (l *line) enqueue(ctx context.Context) (backend.Place, error) {
+	return attempt(l.c, ctx, func(ctx context.Context) (backend.Place, error) { return l.q.Enqueue(ctx, l.key, l.id, l.ttl) })
+}
+
+// dequeue removes the entry, bounded by the request timeout, or by the
+// entry's TTL (after which it has left anyway) when there is none.
+func (l *line) dequeue() {
+	bound := l.ttl
+	if l.c.reqTimeout > 0 {
+		bound = min(bound, l.c.reqTimeout)
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, bound)
+	defer cancel()
+	_, _ = attempt(l.c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.q.Dequeue(ctx, l.key, l.id) })
+}
+
+// waitTurn waits until the entry is at the head of the line: woken by a
+// leave ahead (NotifyTurn), or when the entry directly ahead would expire
+// (Place.AheadRemaining), or by the poll interval, with jitter. It renews
+// the entry each time it looks.
+func (l *line) waitTurn(ctx context.Context) error {
+	defer l.turn.Close() // at the head, only a release matters
+	for {
+		p, err := l.enqueue(ctx)
+		if err == nil {
+			l.ahead = p.Ahead
+		}
+		switch {
+		case err == nil && p.Ahead == 0:
+			return nil
+		case err != nil && (ctx.Err() != nil || !(errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrOutcomeUnknown))):
+			return err
+		case err != nil:
+			// Enqueue is idempotent: look again after a short pause.
+			if err := sleep(ctx, MinPollInterval+rand.N(MinPollInterval)); err != nil {
+				return err
+			}
+			continue
+		}
+		d := l.poll/2 + rand.N(l.poll/2+1)
+		if r := p.AheadRemaining; r > 0 && r < d {
+			d = r + rand.N(min(r/10, 10*time.Millisecond)+1)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case _, ok := <-l.turnCh:
+			if !ok { // the watch broke: poll from now on
+				l.turnCh = nil
+				l.poll = min(l.poll, DefaultPollIntervalNoNotify)
+			}
+		case <-t.C:
+		}
+		t.Stop()
+	}
+}
+
+// handTo gives the entry to h, which keeps it at the head while it holds the
+// key; the keeper leaves the line once h has ended.
+func (l *line) handTo(h *Held) {
+	h.line = l
+	l.held <- h
+}
+
+// keep is the keeper goroutine: it renews the entry every third of its TTL
+// until leave is called, or until the Held it was handed to ends other than
+// by Release (a loss, the parent context), and then dequeues. After
+// Release, Release itself calls leave once the lease is released, so that
+// the next waiter wakes to a free key.
+func (l *line) keep() {
+	defer close(l.done)
+	defer l.dequeue()
+	interval := max(l.ttl/3, time.Millisecond)
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	var h *Held
+	var ended <-chan struct{} // the Held's Done, once handed
+	for {
+		select {
+		case <-l.stop:
+			return
+		case h = <-l.held:
+			ended = h.Done()
+		case <-ended:
+			if context.Cause(h.ctx) == errReleased {
+				ended = nil // Release calls leave after its release
+				continue
+			}
+			<-h.done // the renewer has released the lease, when it does
+			return
+		case <-t.C:
+			ctx, cancel := context.WithTimeout(l.ctx, interval)
+			_, _ = l.enqueue(ctx) // a failure is retried at the next tick
+			cancel()
+			t.Reset(interval)
+		}
+	}
+}
+
+// lineError is Lock's last refusal when WithWaitTimeout ends a wait in the
+// line before the head was reached.
+type lineError struct{ ahead int }
+
+func (e *lineError) Error() string {
+	return ErrLeaseHeld.Error() + " (" + strconv.Itoa(e.ahead) + " waiters ahead in line)"
+}
+
+func (e *lineError) Unwrap() error { return ErrLeaseHeld }

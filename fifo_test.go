@@ -1,0 +1,339 @@
+package fencing_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/memorybackend"
+)
+
+// Tests of Lock with WithFIFO over whole stores: each world's "processes"
+// are Coordinators over backends (connections) of their own; on memory
+// they share one backend, on its real clock so that entries expire in real
+// time as on the servers.
+
+// lineBranch names the branch that brings backend.Queuer to a store whose
+// backend lacks it here.
+var lineBranch = map[string]string{"etcd": "etcd21", "redis": "redis21", "sqlite": "sql21", "postgres": "sql21"}
+
+// fifoWorlds runs f on every world whose backend keeps a line: memory (real
+// clock), then, without -short, etcd, Redis, SQLite and PostgreSQL.
+func fifoWorlds(t *testing.T, f func(t *testing.T, w recipetest.World)) {
+	t.Run("memory", func(t *testing.T) {
+		b := memorybackend.New()
+		t.Cleanup(func() { b.Close() })
+		f(t, recipetest.World{Name: "memory", TTL: time.Second, Margin: 500 * time.Millisecond,
+			NewBackend: func(*testing.T) backend.Backend { return b }})
+	})
+	if testing.Short() {
+		t.Log("-short: memory only")
+		return
+	}
+	worlds := []struct {
+		name string
+		new  func(*testing.T) recipetest.World
+	}{{"etcd", recipetest.Etcd}, {"redis", recipetest.Redis}, {"sqlite", recipetest.SQLite}, {"postgres", recipetest.Postgres}}
+	for _, world := range worlds {
+		t.Run(world.name, func(t *testing.T) {
+			w := world.new(t)
+			if _, ok := w.NewBackend(t).(backend.Queuer); !ok {
+				t.Skipf("the %s backend does not implement backend.Queuer on this branch; branch %s does", w.Name, lineBranch[w.Name])
+			}
+			f(t, w)
+		})
+	}
+}
+
+// expirySlack is how long after an entry's TTL a world's store may take to
+// let the waiter behind it through: the lease-expiry lag of etcd, a busy
+// machine, and the waiter's look after AheadRemaining.
+func expirySlack(w recipetest.World) time.Duration {
+	if w.Name == "etcd" {
+		return 2 * time.Second
+	}
+	return time.Second
+}
+
+// errCut is what a process whose connection was cut gets.
+var errCut = errors.New("connection cut (test)")
+
+// watched wraps one process's backend: it counts grant attempts, reports
+// each waiter's first place in the line, and can cut the connection.
+type watched struct {
+	backend.Backend
+	q      backend.Queuer
+	grants *atomic.Int64
+	joins  chan<- join
+	cut    atomic.Bool
+	// rtt delays each Release, as a server's round trip would: on memory,
+	// it lets a waiter woken before the release finished try too soon.
+	rtt time.Duration
+
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// join is a waiter's first place in a line.
+type join struct {
+	waiter string
+	place  backend.Place
+}
+
+func (b *watched) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if b.cut.Load() {
+		return backend.Lease{}, errCut
+	}
+	b.grants.Add(1)
+	return b.Backend.Grant(ctx, req)
+}
+
+func (b *watched) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if b.cut.Load() {
+		return backend.Lease{}, errCut
+	}
+	return b.Backend.Renew(ctx, req)
+}
+
+func (b *watched) Release(ctx context.Context, key, id string) error {
+	if b.cut.Load() {
+		return errCut
+	}
+	time.Sleep(b.rtt)
+	return b.Backend.Release(ctx, key, id)
+}
+
+func (b *watched) Enqueue(ctx context.Context, key, waiter string, ttl time.Duration) (backend.Place, error) {
+	if b.cut.Load() {
+		return backend.Place{}, errCut
+	}
+	p, err := b.q.Enqueue(ctx, key, waiter, ttl)
+	if err == nil {
+		b.mu.Lock()
+		first := !b.seen[waiter]
+		b.seen[waiter] = true
+		b.mu.Unlock()
+		if first {
+			b.joins <- join{waiter, p}
+		}
+	}
+	return p, err
+}
+
+func (b *watched) Dequeue(ctx context.Context, key, waiter string) error {
+	if b.cut.Load() {
+		return errCut
+	}
+	return b.q.Dequeue(ctx, key, waiter)
+}
+
+func (b *watched) NotifyTurn(ctx context.Context, key, waiter string) (backend.Subscription, error) {
+	if b.cut.Load() {
+		return nil, errCut
+	}
+	return b.q.NotifyTurn(ctx, key, waiter)
+}
+
+func (b *watched) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
+	if n, ok := b.Backend.(backend.Notifier); ok {
+		return n.NotifyFree(ctx, key)
+	}
+	return closedSub{}, nil // the store cannot notify: Lock polls
+}
+
+type closedSub struct{}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+func (closedSub) Freed() <-chan struct{} { return closed }
+func (closedSub) Close() error           { return nil }
+
+// procs is a world's processes, watched.
+type procs struct {
+	w      recipetest.World
+	c      []*fencing.Coordinator
+	b      []*watched
+	grants atomic.Int64
+	joins  chan join
+}
+
+func newProcs(t *testing.T, w recipetest.World, n int) *procs {
+	p := &procs{w: w, joins: make(chan join, 256)}
+	for range n {
+		inner := w.NewBackend(t)
+		b := &watched{Backend: inner, q: inner.(backend.Queuer), grants: &p.grants, joins: p.joins, seen: map[string]bool{}}
+		if w.Name == "memory" {
+			b.rtt = time.Millisecond
+		}
+		p.b = append(p.b, b)
+		p.c = append(p.c, fencing.New(b, fencing.WithDefaultMargin(w.Margin)))
+	}
+	return p
+}
+
+// joined waits for the next waiter to join, and returns its place.
+func (p *procs) joined(t *testing.T) join {
+	t.Helper()
+	select {
+	case j := <-p.joins:
+		return j
+	case <-time.After(30 * time.Second):
+		t.Fatalf("no waiter joined the line within 30s")
+		return join{}
+	}
+}
+
+// fifoGrants records grants in the order they happened.
+type fifoGrants struct {
+	mu     sync.Mutex
+	order  []int
+	tokens []uint64
+	at     []time.Time
+}
+
+func (g *fifoGrants) add(i int, token uint64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.order = append(g.order, i)
+	g.tokens = append(g.tokens, token)
+	g.at = append(g.at, time.Now())
+}
+
+// runLine lets n waiters join key's line one after another, spread over
+// the processes, behind a holder that is itself the line's head; then the
+// holder releases, and each waiter releases 2ms after it got the key.
+// It returns the grants and how many grant attempts the handoffs took.
+func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOption) (*fifoGrants, int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ttl := p.w.TTL
+	holder, err := p.c[0].Lock(ctx, key, ttl, opts...)
+	if err != nil {
+		t.Fatalf("first Lock: %v", err)
+	}
+	fifo := len(opts) > 0
+	if fifo {
+		if j := p.joined(t); j.place.Ahead != 0 {
+			t.Fatalf("the holder joined at %+v, want the head", j.place)
+		}
+	}
+	log := &fifoGrants{}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for i := range n {
+		c := p.c[(i+1)%len(p.c)]
+		wg.Go(func() {
+			h, err := c.Lock(ctx, key, ttl, opts...)
+			if err != nil {
+				errs <- fmt.Errorf("waiter %d: %w", i, err)
+				return
+			}
+			log.add(i, h.Token())
+			time.Sleep(2 * time.Millisecond) // a short hold, as work would
+			if err := h.Release(ctx); err != nil {
+				errs <- fmt.Errorf("waiter %d: Release: %w", i, err)
+			}
+		})
+		if fifo {
+			// The next waiter starts once this one is in line.
+			if j := p.joined(t); j.place.Ahead != i+1 {
+				t.Errorf("waiter %d joined at %+v, want Ahead %d", i, j.place, i+1)
+			}
+		} else {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	before := p.grants.Load()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	return log, p.grants.Load() - before
+}
+
+// checkGrants fails unless the waiters were granted 0, 1, ..., n-1 (when
+// inOrder) with strictly increasing tokens.
+func checkGrants(t *testing.T, log *fifoGrants, n int, inOrder bool) {
+	t.Helper()
+	if len(log.order) != n {
+		t.Fatalf("%d grants, want %d", len(log.order), n)
+	}
+	if inOrder && !slices.Equal(log.order, slices.Collect(func(yield func(int) bool) {
+		for i := range n {
+			if !yield(i) {
+				return
+			}
+		}
+	})) {
+		t.Fatalf("granted in the order %v, want the join order 0..%d", log.order, n-1)
+	}
+	for i := 1; i < n; i++ {
+		if log.tokens[i] <= log.tokens[i-1] {
+			t.Fatalf("tokens %v do not increase in grant order", log.tokens)
+		}
+	}
+}
+
+// TestLockFIFOOrder: 16 waiters in 4 processes, joining one after another,
+// are granted in the order they joined.
+func TestLockFIFOOrder(t *testing.T) {
+	fifoWorlds(t, func(t *testing.T, w recipetest.World) {
+		p := newProcs(t, w, 4)
+		log, attempts := runLine(t, p, "fifo-order", 16, fencing.WithFIFO())
+		checkGrants(t, log, 16, true)
+		t.Logf("%s: 16 handoffs took %d grant attempts", w.Name, attempts)
+	})
+}
+
+// TestLockFIFOOneAttemptPerHandoff: with 32 waiters, each handoff takes one
+// grant attempt with WithFIFO (exactly, on memory); without it the figure
+// is logged for comparison.
+func TestLockFIFOOneAttemptPerHandoff(t *testing.T) {
+	fifoWorlds(t, func(t *testing.T, w recipetest.World) {
+		const n = 32
+		p := newProcs(t, w, 4)
+		log, fifo := runLine(t, p, "fifo-attempts", n, fencing.WithFIFO())
+		checkGrants(t, log, n, true)
+		log, plain := runLine(t, p, "plain-attempts", n)
+		checkGrants(t, log, n, false)
+		t.Logf("%s, %d waiters: grant attempts per handoff %.2f with WithFIFO, %.2f without",
+			w.Name, n, float64(fifo)/n, float64(plain)/n)
+		if w.Name == "memory" && fifo != n {
+			t.Fatalf("%d handoffs took %d grant attempts with WithFIFO, want exactly one each", n, fifo)
+		}
+	})
+}
+
+// TestLockFIFOUnsupported: on a backend without a line, Lock with WithFIFO
+// fails at once with an error wrapping errors.ErrUnsupported, even on a
+// key that is free; Hold ignores the option.
+func TestLockFIFOUnsupported(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	c := fencing.New(struct{ backend.Backend }{mem}) // no optional capability
+	ctx := context.Background()
+	h, err := c.Lock(ctx, "k", time.Minute, fencing.WithFIFO())
+	if !errors.Is(err, errors.ErrUnsupported) || h != nil {
+		t.Fatalf("Lock with WithFIFO on a backend without a line = %v, %v; want an error wrapping errors.ErrUnsupported", h, err)
+	}
+	if _, live, _ := mem.Token(ctx, "k"); live {
+		t.Fatalf("the failed Lock took the key")
+	}
+	h, err = c.Hold(ctx, "k", time.Minute, fencing.WithFIFO())
+	if err != nil {
+		t.Fatalf("Hold with WithFIFO: %v, want WithFIFO ignored", err)
+	}
+	h.Release(ctx)
+}
