@@ -52,17 +52,17 @@ var contentionWaiters = []int{1, 8, 32}
 
 // contentionSection measures the Lock handoff under contention on etcd:
 // fencing's Lock without FIFO (every waiter wakes on a release and tries a
-// grant), with fencing.WithFIFO when the build has it (only the next waiter
-// wakes), and etcd's concurrency.Mutex (FIFO by revision, each waiter
+// grant), with fencing.WithFIFO (only the next waiter wakes, then tries
+// once), and etcd's concurrency.Mutex (FIFO by revision, each waiter
 // watching the key ahead of it), with a Session per waiter.
 func contentionSection(t *testing.T, r *report) {
 	cli := startEtcd(t, false)
 	endpoint := cli.Endpoints()[0]
-	kinds := []contentionKind{{name: "Lock", participant: fencingParticipant(nil)}}
-	if fifo := fifoOption(); fifo != nil {
-		kinds = append(kinds, contentionKind{name: "Lock, WithFIFO", participant: fencingParticipant(fifo)})
+	kinds := []contentionKind{
+		{name: "Lock", participant: fencingParticipant(nil)},
+		{name: "Lock, WithFIFO", participant: fencingParticipant(fencing.WithFIFO())},
+		{name: "Mutex", participant: mutexParticipant}, // the base of the ratios: last
 	}
-	kinds = append(kinds, contentionKind{name: "Mutex", participant: mutexParticipant})
 	most := slices.Max(contentionWaiters)
 	prefix := etcdPrefix("contention")
 	for i := range kinds {
@@ -79,6 +79,12 @@ func contentionSection(t *testing.T, r *report) {
 	fmt.Fprintln(&out, "| waiters | contender | handoffs | from the release's call: median | p90 | from its return: median | p90 | / Mutex | grant attempts woken by a release | grant attempts per handoff | etcd Txns per handoff | etcd requests per handoff |")
 	fmt.Fprintln(&out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var roundLines []string
+	var methods strings.Builder
+	fmt.Fprint(&methods, "| waiters | contender |")
+	for _, m := range rpcMethods {
+		fmt.Fprintf(&methods, " %s |", m.name)
+	}
+	fmt.Fprintf(&methods, " other |\n|---:|---|%s\n", strings.Repeat("---:|", len(rpcMethods)+1))
 	batch := 0
 	for _, n := range contentionWaiters {
 		stats := make([]contentionStats, len(kinds))
@@ -103,13 +109,19 @@ func contentionSection(t *testing.T, r *report) {
 					n, k.name, formatRatios(rs), median(s.fromCall)/median(mutex.fromCall), median(s.fromReturn)/median(mutex.fromReturn)))
 			}
 			h := float64(len(s.fromCall))
+			fmt.Fprintf(&methods, "| %d | %s |", n, k.name)
+			for _, v := range s.rpcs.rpcs {
+				fmt.Fprintf(&methods, " %.2f |", float64(v)/h)
+			}
+			fmt.Fprintln(&methods)
 			fmt.Fprintf(&out, "| %d | %s | %d | %.0f | %.0f | %.0f | %.0f | %s | %.2f | %.2f | %.2f | %.2f |\n",
 				n, k.name, len(s.fromCall), median(s.fromCall), percentile(s.fromCall, 0.9),
 				median(s.fromReturn), percentile(s.fromReturn, 0.9), ratio,
-				float64(s.woken)/h, float64(s.grants)/h, float64(s.txns)/h, float64(s.requests)/h)
+				float64(s.woken)/h, float64(s.grants)/h, float64(s.rpcs.txns())/h, float64(s.rpcs.requests())/h)
 		}
 	}
 	fmt.Fprintf(&out, "\nPer-round ratios, from the release's call:\n\n%s\n", strings.Join(roundLines, "\n"))
+	fmt.Fprintf(&out, "\netcd requests per handoff by method (unary RPCs of every participant in the cycle):\n\n%s", methods.String())
 	fmt.Fprintln(&out, "\nA handoff here is a cycle: the release, the next holder's grant, the releaser's joining the line again, the pause. "+
 		"Grant attempts count the fencing backend's Grant calls (a wrapping backend.Backend); \"woken by a release\" leaves out those of "+
 		"the waiter that released, which in the same cycle joins again (one attempt without FIFO). The Mutex's attempt is its Txn: it makes "+
@@ -139,28 +151,71 @@ type participant struct {
 
 // counts returns p's grant attempts, Txns and unary RPCs so far.
 func (p *participant) counts() contentionCounts {
-	return contentionCounts{p.grants.Load(), p.rpcs.txns.Load(), p.rpcs.all.Load()}
+	c := contentionCounts{grants: p.grants.Load()}
+	for i := range c.rpcs {
+		c.rpcs[i] = p.rpcs.n[i].Load()
+	}
+	return c
 }
 
 // contentionCounts are a participant's (or several's) counters.
-type contentionCounts struct{ grants, txns, requests int64 }
+type contentionCounts struct {
+	grants int64
+	rpcs   [nMethods + 1]int64 // by rpcMethods, then the others
+}
 
 func (a contentionCounts) plus(b contentionCounts) contentionCounts {
-	return contentionCounts{a.grants + b.grants, a.txns + b.txns, a.requests + b.requests}
+	a.grants += b.grants
+	for i := range a.rpcs {
+		a.rpcs[i] += b.rpcs[i]
+	}
+	return a
 }
 
 func (a contentionCounts) minus(b contentionCounts) contentionCounts {
-	return contentionCounts{a.grants - b.grants, a.txns - b.txns, a.requests - b.requests}
+	a.grants -= b.grants
+	for i := range a.rpcs {
+		a.rpcs[i] -= b.rpcs[i]
+	}
+	return a
 }
 
-// rpcCount counts a client's unary etcd RPCs, Txns apart.
-type rpcCount struct{ txns, all atomic.Int64 }
+func (a contentionCounts) txns() int64 { return a.rpcs[0] }
+
+func (a contentionCounts) requests() (n int64) {
+	for _, v := range a.rpcs {
+		n += v
+	}
+	return n
+}
+
+// nMethods is len(rpcMethods).
+const nMethods = 7
+
+// rpcMethods are the unary etcd RPCs counted apart (Txn first), with
+// their names in the report.
+var rpcMethods = [nMethods]struct{ method, name string }{
+	{"/etcdserverpb.KV/Txn", "Txn"},
+	{"/etcdserverpb.KV/Range", "Range"},
+	{"/etcdserverpb.KV/Put", "Put"},
+	{"/etcdserverpb.KV/DeleteRange", "DeleteRange"},
+	{"/etcdserverpb.Lease/LeaseGrant", "LeaseGrant"},
+	{"/etcdserverpb.Lease/LeaseRevoke", "LeaseRevoke"},
+	{"/etcdserverpb.Lease/LeaseTimeToLive", "LeaseTimeToLive"},
+}
+
+// rpcCount counts a client's unary etcd RPCs by method (rpcMethods, then
+// the others).
+type rpcCount struct {
+	n [nMethods + 1]atomic.Int64
+}
 
 func (c *rpcCount) intercept(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-	c.all.Add(1)
-	if method == "/etcdserverpb.KV/Txn" {
-		c.txns.Add(1)
+	i := 0
+	for i < len(rpcMethods) && rpcMethods[i].method != method {
+		i++
 	}
+	c.n[i].Add(1)
 	return invoker(ctx, method, req, reply, cc, opts...)
 }
 
@@ -281,7 +336,7 @@ type contentionStats struct {
 	fromCall, fromReturn []float64
 	batchCall            []float64 // each batch's median from the call
 	woken, grants        int64
-	txns, requests       int64
+	rpcs                 contentionCounts // every participant's, in the cycles
 }
 
 func (s *contentionStats) add(b contentionSample) {
@@ -290,8 +345,7 @@ func (s *contentionStats) add(b contentionSample) {
 	s.batchCall = append(s.batchCall, median(b.fromCall))
 	s.woken += b.woken.grants
 	s.grants += b.all.grants
-	s.txns += b.all.txns
-	s.requests += b.all.requests
+	s.rpcs = s.rpcs.plus(b.all)
 }
 
 // roundRatios returns, per round, s's batch median over base's.
@@ -333,12 +387,12 @@ func contentionBatch(parts []*participant, key string, handoffs int) (contention
 	join := func(i int) error {
 		ctx, cancel := context.WithCancel(base)
 		cancels[i] = cancel
-		before := parts[i].rpcs.txns.Load()
+		before := parts[i].rpcs.n[0].Load()
 		running.Go(func() {
 			unlock, err := parts[i].lock(ctx, key)
 			granted <- grant{i, time.Now(), unlock, err}
 		})
-		for deadline := time.Now().Add(contentionWait); parts[i].rpcs.txns.Load() == before; {
+		for deadline := time.Now().Add(contentionWait); parts[i].rpcs.n[0].Load() == before; {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("waiter %d sent nothing within %v", i, contentionWait)
 			}
