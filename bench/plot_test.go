@@ -91,7 +91,10 @@ func TestReadReport(t *testing.T) {
 	r.notes = append(r.notes, "| waiters | contender | handoffs | from the release's call: median | p90 | from its return: median | p90 | / Mutex | grant attempts woken by a release | grant attempts per handoff | etcd Txns per handoff | etcd requests per handoff |\n"+
 		"|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"+
 		"| 32 | Lock | 16 | 4630 | 15586 | 1039 | 5024 | **3.63x** | 32.00 | 33.00 | 34.00 | 98.00 |\n"+
-		"| 32 | Mutex | 16 | 1249 | 1818 | 351 | 729 |  | 0.00 | 0.00 | 1.00 | 5.00 |\n")
+		"| 32 | Mutex | 16 | 1249 | 1818 | 351 | 729 |  | 0.00 | 0.00 | 1.00 | 5.00 |\n\n"+
+		"| waiters | contender | Txn | Range | Put | DeleteRange | LeaseGrant | LeaseRevoke | LeaseTimeToLive | other |\n"+
+		"|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"+
+		"| 32 | Mutex | 1.00 | 3.00 | 0.00 | 1.00 | 0.00 | 0.00 | 0.00 | 0.00 |\n")
 	var b bytes.Buffer
 	r.print(&b, machine{}, machine{})
 	stores, err := readReport(b.String())
@@ -198,7 +201,7 @@ func readReport(md string) (map[string]*storeResults, error) {
 				name, _, _ := strings.Cut(row[0], ":")
 				get("etcd").handoff = append(get("etcd").handoff, handoff{name, us})
 			}
-		case len(h) >= 2 && h[0] == "waiters" && h[1] == "contender":
+		case len(h) >= 3 && h[0] == "waiters" && h[1] == "contender" && h[2] == "handoffs":
 			for _, row := range tb.rows {
 				c, err := readContentionRow(row)
 				if err != nil {
@@ -510,6 +513,9 @@ func (rateTicks) Ticks(min, max float64) []plot.Tick {
 type logTicks struct{}
 
 func (logTicks) Ticks(min, max float64) []plot.Tick {
+	if !(min > 0) { // no log scale: the loop below would never end
+		return plot.DefaultTicks{}.Ticks(min, max)
+	}
 	wide := max/min > 300
 	var ticks []plot.Tick
 	for p := math.Pow10(int(math.Floor(math.Log10(min)))); p <= max; p *= 10 {
