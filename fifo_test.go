@@ -54,13 +54,14 @@ func fifoWorlds(t *testing.T, f func(t *testing.T, w recipetest.World)) {
 }
 
 // expirySlack is how long after an entry's TTL a world's store may take to
-// let the waiter behind it through: the lease-expiry lag of etcd, a busy
-// machine, and the waiter's look after AheadRemaining.
+// let the waiter behind it through, on a busy machine: the waiter's look
+// after AheadRemaining, a SQLite write queued behind others' polls, and on
+// etcd the leader's revoke, up to 500ms late.
 func expirySlack(w recipetest.World) time.Duration {
 	if w.Name == "etcd" {
-		return 2 * time.Second
+		return w.TTL + 500*time.Millisecond
 	}
-	return time.Second
+	return w.TTL
 }
 
 // errCut is what a process whose connection was cut gets.
@@ -336,4 +337,155 @@ func TestLockFIFOUnsupported(t *testing.T) {
 		t.Fatalf("Hold with WithFIFO: %v, want WithFIFO ignored", err)
 	}
 	h.Release(ctx)
+}
+
+// lockResult is how a Lock in a goroutine of the test ended, and when.
+type lockResult struct {
+	h   *fencing.Held
+	err error
+	at  time.Time
+}
+
+func lockAsync(ctx context.Context, c *fencing.Coordinator, key string, ttl time.Duration) <-chan lockResult {
+	ch := make(chan lockResult, 1)
+	go func() {
+		h, err := c.Lock(ctx, key, ttl, fencing.WithFIFO())
+		ch <- lockResult{h, err, time.Now()}
+	}()
+	return ch
+}
+
+func result(t *testing.T, ch <-chan lockResult, what string) lockResult {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s: Lock did not return within 60s", what)
+		return lockResult{}
+	}
+}
+
+// deadWaiter puts a holder, A, a victim and C in key's line, each in a
+// process of its own; join puts the victim in line (at Ahead 2) and
+// returns how to kill it; the victim is killed, then the holder and A
+// release. It returns how long after A's release, and after the kill, C
+// got the key.
+func deadWaiter(t *testing.T, p *procs, key string, join func(ctx context.Context) (kill func())) (afterRelease, afterKill time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ttl := p.w.TTL
+	holder, err := p.c[0].Lock(ctx, key, ttl, fencing.WithFIFO())
+	if err != nil {
+		t.Fatalf("holder's Lock: %v", err)
+	}
+	p.joined(t)
+	a := lockAsync(ctx, p.c[1], key, ttl)
+	p.joined(t)
+	kill := join(ctx)
+	c := lockAsync(ctx, p.c[3], key, ttl)
+	if j := p.joined(t); j.place.Ahead != 3 {
+		t.Fatalf("C joined at %+v, want Ahead 3", j.place)
+	}
+	kill()
+	killed := time.Now()
+	if err := holder.Release(ctx); err != nil {
+		t.Fatalf("holder's Release: %v", err)
+	}
+	ra := result(t, a, "A")
+	if ra.err != nil {
+		t.Fatalf("A's Lock: %v", ra.err)
+	}
+	if err := ra.h.Release(ctx); err != nil {
+		t.Fatalf("A's Release: %v", err)
+	}
+	released := time.Now()
+	rc := result(t, c, "C")
+	if rc.err != nil {
+		t.Fatalf("C's Lock: %v", rc.err)
+	}
+	if rc.h.Token() <= ra.h.Token() {
+		t.Fatalf("C's token %d after A's %d", rc.h.Token(), ra.h.Token())
+	}
+	rc.h.Release(ctx)
+	return rc.at.Sub(released), rc.at.Sub(killed)
+}
+
+// victimHere is a victim in the test's own process 2, which kill ends
+// (returning the victim's Lock's result if it read it).
+func victimHere(t *testing.T, p *procs, key string, kill func(cancel context.CancelFunc, victim <-chan lockResult) *lockResult) func(ctx context.Context) func() {
+	return func(ctx context.Context) func() {
+		vctx, vcancel := context.WithCancel(ctx)
+		victim := lockAsync(vctx, p.c[2], key, p.w.TTL)
+		if j := p.joined(t); j.place.Ahead != 2 {
+			t.Fatalf("the victim joined at %+v, want Ahead 2", j.place)
+		}
+		ended := make(chan lockResult, 1)
+		t.Cleanup(func() { // its Lock returns, without the key
+			vcancel()
+			select {
+			case r := <-ended:
+				if r.err == nil {
+					t.Errorf("the victim got the key (token %d)", r.h.Token())
+					r.h.Release(context.Background())
+				}
+			case <-time.After(60 * time.Second):
+				t.Errorf("the victim's Lock did not return within 60s")
+			}
+		})
+		return func() {
+			if r := kill(vcancel, victim); r != nil {
+				ended <- *r
+				return
+			}
+			go func() { ended <- <-victim }()
+		}
+	}
+}
+
+// TestLockFIFODeadWaiter: a waiter that gives up (its context canceled)
+// leaves the line before its Lock returns, so it delays no one; one whose
+// connection is cut (the store hears nothing more from it) or whose backend
+// is closed delays the waiter behind it by at most its entry's TTL and the
+// store's slack.
+func TestLockFIFODeadWaiter(t *testing.T) {
+	fifoWorlds(t, func(t *testing.T, w recipetest.World) {
+		t.Run("canceled", func(t *testing.T) {
+			p := newProcs(t, w, 4)
+			const key = "fifo-canceled"
+			after, _ := deadWaiter(t, p, key, victimHere(t, p, key, func(cancel context.CancelFunc, victim <-chan lockResult) *lockResult {
+				cancel()
+				r := result(t, victim, "the victim")
+				if !errors.Is(r.err, context.Canceled) {
+					t.Fatalf("the canceled Lock returned %v, want context.Canceled", r.err)
+				}
+				return &r
+			}))
+			t.Logf("%s: a canceled waiter delayed the next by %v", w.Name, after)
+			if after > w.TTL/2 {
+				t.Fatalf("a canceled waiter delayed the next by %v; it should have left the line at once", after)
+			}
+		})
+		for _, how := range []string{"cut", "closed"} {
+			t.Run(how, func(t *testing.T) {
+				if how == "closed" && w.Name == "memory" {
+					t.Skip("memory's processes share one backend: closing it would end them all")
+				}
+				p := newProcs(t, w, 4)
+				key := "fifo-" + how
+				after, afterKill := deadWaiter(t, p, key, victimHere(t, p, key, func(context.CancelFunc, <-chan lockResult) *lockResult {
+					p.b[2].cut.Store(true)
+					if how == "closed" {
+						p.b[2].Backend.Close()
+					}
+					return nil
+				}))
+				t.Logf("%s: a waiter whose connection was %s delayed the next by %v after the release before it (%v after the kill; entry TTL %v)",
+					w.Name, how, after, afterKill, w.TTL)
+				if bound := w.TTL + expirySlack(w); afterKill > bound {
+					t.Fatalf("the next waiter got the key %v after the kill, want at most the entry's TTL and slack, %v", afterKill, bound)
+				}
+			})
+		}
+	})
 }

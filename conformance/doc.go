@@ -69,7 +69,8 @@
 //     gets a larger token; a live lease's refusals count the delay in, and
 //     Inspect and List show it, kept by renewals; a release by the holder
 //     leaves no delay; MaxLockDelay is the cap, and a bad delay gets
-//     ErrInvalidLockDelay and changes nothing;
+//     ErrInvalidLockDelay and changes nothing; through package fencing,
+//     Lock waits out a delay and gets the key soon after its end;
 //   - Hold renews past the TTL and reports a rejected renewal as
 //     ErrLeaseLost, and settles a grant whose answer was lost (Settled only
 //     when its release came through); Lock wakes on release and expiry, hands the key to many

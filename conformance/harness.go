@@ -32,12 +32,15 @@ type Traits struct {
 	Now func() time.Time
 	// MinTTL is the shortest timeout + margin the backend grants without
 	// raising it (etcd's minimum lease TTL). Zero means no minimum. Expiry
-	// cases on real servers use leases of this length, or a short default.
+	// cases on real servers use leases of this length, or a short default,
+	// and lock delays of a whole number of it (etcd: whole seconds).
 	MinTTL time.Duration
 	// Slack is how long after a lease's TTL + margin has passed (counted
 	// from just after the grant returned) the backend may still report the
 	// lease live: rounding, a revoke loop, timer resolution. The suite waits
-	// this much more before it requires a lease to have expired.
+	// this much more before it requires a lease to have expired, and allows
+	// it again at the end of a lock delay and in a refused grant's
+	// HeldError.Remaining during one.
 	Slack time.Duration
 	// DenseTokens says tokens on a key go 1, 2, 3... and a failed grant uses
 	// none up. When false the suite checks only that tokens strictly increase.

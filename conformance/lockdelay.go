@@ -588,6 +588,7 @@ func (s suite) testLockWaitsOutLockDelay(t *testing.T) {
 		if r.at.Before(w.earliest.Add(-clockRate)) {
 			t.Fatalf("Lock got the key %v before the lock delay could have ended", w.earliest.Sub(r.at))
 		}
+		t.Logf("Lock got the key %v after the %v lock delay's earliest end (its latest is %v later)", r.at.Sub(w.earliest), delay, w.latest.Sub(w.earliest))
 		// A waiter that sleeps the time left wakes right after the end;
 		// the machine is busy, so allow a quarter of a second.
 		if late := r.at.Sub(w.latest); late > 250*time.Millisecond {

@@ -27,9 +27,10 @@ type Backend struct {
 	leases  pb.LeaseClient   // the client's Lease service, for keepAliveOnce
 	watcher clientv3.Watcher // the backend's own watch stream, closed by Close
 	closed  atomic.Bool
-	pool    pool      // unused etcd leases, see pool.go
-	keeper  keeper    // the keep-alives that reuse them
-	known   knownKeys // keys seen with an ID record, see known.go
+	pool    pool        // unused etcd leases, see pool.go
+	keeper  keeper      // the keep-alives that reuse them
+	known   knownKeys   // keys seen with an ID record, see known.go
+	entries entryLeases // the etcd leases of the line entries it made, see queue.go
 
 	// Subscriptions: their goroutines run under ctx, which Close cancels.
 	mu     sync.Mutex // guards closed against new subscriptions

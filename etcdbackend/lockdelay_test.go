@@ -130,3 +130,55 @@ func TestLockDelayAcrossRestart(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestLockDelayLeaderStopped: a delay begun by a forced release holds after
+// the leader is stopped and another elected (the new leader gives every
+// etcd lease its full TTL again, so the delay may last that much longer),
+// and ends.
+func TestLockDelayLeaderStopped(t *testing.T) {
+	cl := etcdtest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader, err := cl.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on *etcdtest.Member
+	for _, m := range cl.Members {
+		if m != leader {
+			on = m
+		}
+	}
+	b, _ := newBackend(t, etcdtest.NewClient(t, on.Endpoints()))
+	const delay = 2 * time.Second
+	mustGrant(t, b, backend.Request{Key: "k", LeaseID: "A", Timeout: time.Minute, LockDelay: delay})
+	if ended, err := b.ForceRelease(ctx, "k"); err != nil || !ended {
+		t.Fatalf("ForceRelease = %v, %v", ended, err)
+	}
+	leader.Stop()
+	if _, err := cl.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	elected := time.Now()
+	for {
+		_, err := b.Grant(ctx, req("k", "B", time.Minute))
+		var held *backend.HeldError
+		if errors.As(err, &held) && held.Delayed {
+			break // the delay is on under the new leader
+		}
+		if err == nil || !errors.Is(err, backend.ErrOutcomeUnknown) && !errors.Is(err, backend.ErrLeaseHeld) {
+			t.Fatalf("Grant during the delay, under the new leader: %v, want a refusal as delayed", err)
+		}
+		time.Sleep(50 * time.Millisecond) // no answer yet
+	}
+	for {
+		_, err := b.Grant(ctx, req("k", "C", time.Minute))
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, backend.ErrLeaseHeld) || time.Since(elected) > delay+5*time.Second {
+			t.Fatalf("Grant %v after the new leader: %v", time.Since(elected), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

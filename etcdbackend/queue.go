@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -56,6 +57,41 @@ func decodeEntry(v []byte) (entry, error) {
 	return e, nil
 }
 
+// entryLeases remembers the etcd lease of each entry this backend made (or
+// moved), so that Enqueue can send a renewal's keep-alive together with its
+// read of the line: one round trip instead of two. It is a hint only: the
+// read tells whether the entry is still on that etcd lease, and Enqueue
+// goes the long way when it is not. It holds at most entriesMax entries,
+// and forgets them all when full.
+type entryLeases struct {
+	mu sync.Mutex
+	m  map[string]clientv3.LeaseID
+}
+
+// entriesMax bounds the entries a backend remembers.
+const entriesMax = 4096
+
+func (e *entryLeases) get(entry string) clientv3.LeaseID {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.m[entry]
+}
+
+func (e *entryLeases) set(entry string, id clientv3.LeaseID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil || len(e.m) >= entriesMax {
+		e.m = make(map[string]clientv3.LeaseID)
+	}
+	e.m[entry] = id
+}
+
+func (e *entryLeases) remove(entry string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, entry)
+}
+
 // entryKey returns the etcd key of waiterID's entry in k's line.
 func entryKey(k keys, waiterID string) string {
 	return k.line + encoding.EncodeToString([]byte(waiterID))
@@ -70,10 +106,12 @@ func checkQueue(key, waiterID string) error {
 }
 
 // Enqueue implements backend.Queuer. It reads the whole line (one range
-// read of the entries' keys and values, sorted by CreateRevision), then,
+// read of the entries' keys and values, sorted by CreateRevision), and,
 // when waiterID's entry is in it, renews the entry's etcd lease with one
 // keep-alive: Ahead is the entries before it in that read, which the
-// keep-alive proves was made while the entry was live. Otherwise it takes an
+// keep-alive proves was made while the entry was live. When this backend
+// made the entry, it knows the etcd lease and sends the keep-alive at the
+// same time as the read (one round trip); otherwise after it. Otherwise it takes an
 // etcd lease (from the pool, or LeaseGrant) and creates the entry in one Txn
 // that also counts the line. A renewal asking for other seconds than the
 // entry has moves it to a new etcd lease, keeping its CreateRevision (its
@@ -96,9 +134,21 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	me := entryKey(k, waiterID)
 	asked := seconds(ttl, 0)
 	const attempts = 3
-	for range attempts {
+	for attempt := range attempts {
+		// The entry's etcd lease, when this backend made the entry: its
+		// keep-alive goes out with the read of the line.
+		var hint clientv3.LeaseID
+		if attempt == 0 {
+			hint = b.entries.get(me)
+		}
+		var renewed keepResult
+		var wg sync.WaitGroup
+		if hint != 0 {
+			wg.Go(func() { renewed = b.renewLease(ctx, hint) })
+		}
 		resp, err := b.kv.Get(ctx, k.line, clientv3.WithPrefix(),
 			clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
+		wg.Wait()
 		if err != nil {
 			return backend.Place{}, fmt.Errorf("etcdbackend: read line: %w", err)
 		}
@@ -107,6 +157,20 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 			if string(kv.Key) == me {
 				ahead = i
 				break
+			}
+		}
+		if hint != 0 {
+			if ahead >= 0 && resp.Kvs[ahead].Lease == int64(hint) {
+				place, err := b.renewed(ctx, me, resp.Kvs[ahead], asked, renewed)
+				if errors.Is(err, errJoinAgain) {
+					continue
+				}
+				if !errors.Is(err, errMoved) {
+					place.Ahead = ahead
+					return place, err
+				}
+			} else {
+				b.entries.remove(me) // the entry is not the one made here
 			}
 		}
 		if ahead < 0 {
@@ -124,6 +188,47 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 		return place, err
 	}
 	return backend.Place{}, fmt.Errorf("%w: etcdbackend: enqueue: the entry kept changing", backend.ErrOutcomeUnknown)
+}
+
+// keepResult is the outcome of a keep-alive.
+type keepResult struct {
+	ttl  int64
+	sent bool
+	err  error
+}
+
+// renewLease renews etcd lease id once, on the backend's shared keep-alive
+// stream when it can (see keepalive.go), else on a stream of its own.
+func (b *Backend) renewLease(ctx context.Context, id clientv3.LeaseID) keepResult {
+	ttl, err := b.keeper.renew(ctx, id)
+	if !errors.Is(err, errNoStream) {
+		return keepResult{ttl: ttl, sent: true, err: err}
+	}
+	ttl, sent, err := b.keepAliveOnce(ctx, id)
+	return keepResult{ttl: ttl, sent: sent, err: err}
+}
+
+// renewed answers an Enqueue whose keep-alive of the entry kv's etcd lease
+// went out with its read of the line: the read found the entry on that etcd
+// lease, and a successful keep-alive proves it live then (it cannot expire
+// between the two: the keep-alive gave it a full TTL, and etcd never renews
+// an expired lease). errMoved means the entry asks for other seconds: Enqueue
+// goes on as without the hint.
+func (b *Backend) renewed(ctx context.Context, me string, kv *mvccpb.KeyValue, asked int64, r keepResult) (backend.Place, error) {
+	e, err := decodeEntry(kv.Value)
+	if err != nil {
+		return backend.Place{}, err
+	}
+	if e.asked != asked {
+		return backend.Place{}, errMoved
+	}
+	switch {
+	case r.err == nil:
+		return backend.Place{TTL: time.Duration(r.ttl) * time.Second}, nil
+	case errors.Is(r.err, rpctypes.ErrLeaseNotFound):
+		return backend.Place{}, b.leave(ctx, me, kv)
+	}
+	return backend.Place{}, mutationError("keep-alive", r.err, r.sent)
 }
 
 // errJoinAgain means Enqueue should read the line again: the entry it read
@@ -156,6 +261,7 @@ func (b *Backend) join(ctx context.Context, me string, k keys, asked int64) (bac
 		b.recycle(ctx, el.id, asked, el.ttl) // a concurrent Enqueue of the same waiter made it
 		return backend.Place{}, errJoinAgain
 	}
+	b.entries.set(me, el.id)
 	// The count includes the entry just put, the line's newest.
 	n := resp.Responses[1].GetResponseRange().Count
 	return backend.Place{Ahead: int(n - 1), TTL: time.Duration(el.ttl) * time.Second}, nil
@@ -172,12 +278,12 @@ func (b *Backend) stay(ctx context.Context, me string, kv *mvccpb.KeyValue, aske
 	if e.asked != asked {
 		return b.move(ctx, me, kv, asked)
 	}
-	ttl, sent, err := b.keepAliveOnce(ctx, id)
-	if err == nil {
-		return backend.Place{TTL: time.Duration(ttl) * time.Second}, nil
+	r := b.renewLease(ctx, id)
+	if r.err == nil {
+		return backend.Place{TTL: time.Duration(r.ttl) * time.Second}, nil
 	}
-	if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return backend.Place{}, mutationError("keep-alive", err, sent)
+	if !errors.Is(r.err, rpctypes.ErrLeaseNotFound) {
+		return backend.Place{}, mutationError("keep-alive", r.err, r.sent)
 	}
 	return backend.Place{}, b.leave(ctx, me, kv)
 }
@@ -185,6 +291,7 @@ func (b *Backend) stay(ctx context.Context, me string, kv *mvccpb.KeyValue, aske
 // leave deletes the entry kv, whose etcd lease ran out but which etcd has
 // not deleted yet, unless it changed since, and returns errJoinAgain.
 func (b *Backend) leave(ctx context.Context, me string, kv *mvccpb.KeyValue) error {
+	b.entries.remove(me)
 	_, err := b.kv.Txn(ctx).
 		If(clientv3.Compare(clientv3.CreateRevision(me), "=", kv.CreateRevision)).
 		Then(clientv3.OpDelete(me)).
@@ -233,6 +340,7 @@ func (b *Backend) move(ctx context.Context, me string, kv *mvccpb.KeyValue, aske
 		return backend.Place{}, errJoinAgain
 	}
 	b.revoke(ctx, old)
+	b.entries.set(me, lg.ID)
 	return backend.Place{TTL: time.Duration(lg.TTL) * time.Second}, nil
 }
 
@@ -246,8 +354,10 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 		return err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
+	me := entryKey(b.keys(key), waiterID)
+	b.entries.remove(me)
 	tctx, p := track(ctx)
-	resp, err := b.kv.Txn(tctx).Then(clientv3.OpDelete(entryKey(b.keys(key), waiterID), clientv3.WithPrevKV())).Commit()
+	resp, err := b.kv.Txn(tctx).Then(clientv3.OpDelete(me, clientv3.WithPrevKV())).Commit()
 	if err != nil {
 		return mutationError("dequeue txn", err, reached(p))
 	}

@@ -2,6 +2,7 @@ package etcdbackend_test
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -130,5 +131,75 @@ func TestCountOnlyCountsTheWholeRange(t *testing.T) {
 	}
 	if counted.Count != 3 || len(listed.Kvs) != 1 {
 		t.Fatalf("count-only with a create-revision filter counted %d, the filtered range has %d keys; want 3 and 1 (etcd's behaviour changed: Enqueue could count the entries ahead in one step)", counted.Count, len(listed.Kvs))
+	}
+}
+
+// TestNotifyTurnLeaderStopped: a waiter on a follower keeps its place and
+// its subscription while the leader is stopped, and is woken by the Dequeue
+// of the entry ahead once a new leader is elected.
+func TestNotifyTurnLeaderStopped(t *testing.T) {
+	cl := etcdtest.StartCluster(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	leader, err := cl.WaitLeader(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on []*etcdtest.Member
+	for _, m := range cl.Members {
+		if m != leader {
+			on = append(on, m)
+		}
+	}
+	prefix := newPrefix("leader")
+	first := backendOn(t, etcdtest.NewClient(t, on[0].Endpoints()), prefix).(*etcdbackend.Backend)
+	second := backendOn(t, etcdtest.NewClient(t, on[1].Endpoints()), prefix).(*etcdbackend.Backend)
+	mustEnqueue(t, first, "k", "first", time.Minute)
+	s := notifyTurn(t, second, "k", "second")
+	if p := mustEnqueue(t, second, "k", "second", time.Minute); p.Ahead != 1 {
+		t.Fatalf("Enqueue = %+v, want Ahead 1", p)
+	}
+	leader.Stop()
+	if _, err := cl.WaitLeader(ctx); err != nil {
+		t.Fatal(err)
+	}
+	drain(s) // a wake-up of the broken watch
+	for {
+		err := first.Dequeue(ctx, "k", "first")
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, backend.ErrOutcomeUnknown) || ctx.Err() != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for {
+		wantWake(t, s, 10*time.Second, "the Dequeue ahead, under the new leader")
+		if p := mustEnqueue(t, second, "k", "second", time.Minute); p.Ahead == 0 {
+			return
+		}
+	}
+}
+
+// TestEnqueueAfterAnotherDequeued: a backend remembers the etcd lease of
+// the entries it made, to renew them in one round trip; an entry removed
+// through another backend (another process) meanwhile is not renewed by
+// that memory: the waiter joins at the end.
+func TestEnqueueAfterAnotherDequeued(t *testing.T) {
+	cli := etcdtest.Client(t)
+	a, prefix := newBackend(t, cli)
+	other := backendOn(t, cli, prefix).(*etcdbackend.Backend)
+	mustEnqueue(t, a, "k", "x", time.Minute)
+	mustEnqueue(t, a, "k", "w", time.Minute)
+	if err := other.Dequeue(context.Background(), "k", "w"); err != nil {
+		t.Fatal(err)
+	}
+	mustEnqueue(t, other, "k", "y", time.Minute) // perhaps on w's etcd lease, from other's pool
+	if p := mustEnqueue(t, a, "k", "w", time.Minute); p.Ahead != 2 {
+		t.Fatalf("Enqueue of an entry dequeued elsewhere = %+v, want Ahead 2: at the end, behind x and y", p)
+	}
+	if p := mustEnqueue(t, a, "k", "w", time.Minute); p.Ahead != 2 {
+		t.Fatalf("Enqueue renewing it = %+v, want Ahead 2", p)
 	}
 }

@@ -40,7 +40,8 @@ type connFlags struct {
 	requestTimeout time.Duration
 	jsonOut        bool
 	verbose        bool
-	owner          string // the leases' owner (see addOwnerFlag); "" for none
+	owner          string        // the leases' owner (see addOwnerFlag); "" for none
+	lockDelay      time.Duration // the leases' lock delay (see addLockDelayFlag)
 
 	etcdEndpoints []string
 	etcdCACert    string
@@ -200,6 +201,9 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 	}
 	if f.owner != "" {
 		opts = append(opts, fencing.WithDefaultOwner(f.owner))
+	}
+	if f.lockDelay != 0 {
+		opts = append(opts, fencing.WithDefaultLockDelay(f.lockDelay))
 	}
 	kind := f.backend
 	if kind == "" {

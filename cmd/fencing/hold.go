@@ -52,6 +52,11 @@ sends the command SIGTERM, then SIGKILL after --grace, and exits with status 4.
 With --max-hold D, the lease is held for D in all, counted from its grant: the
 last renewal asks only for the time left, and at D hold says "maximum hold
 reached", releases the lease and stops the command the same way (status 4).
+With --lock-delay D, should the lease end without hold's release (hold killed,
+the machine stalled or cut off from the server, release --force), no grant on KEY
+succeeds for D more: time for a command that is still running to stop. Hold's
+own release, when the command exits, leaves no delay; with --wait, hold sleeps
+out the delay of the key's last lease.
 The command runs in a process group of its own (unless its stdin is a terminal),
 and the signal goes to the whole group. SIGINT, SIGTERM and SIGHUP sent to hold
 are passed on to the command.
@@ -61,7 +66,8 @@ after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
 flags; 127 the command could not be started.`,
 		Example: `  fencing hold jobs/nightly --ttl 30s -- ./nightly.sh
   fencing hold jobs/nightly --ttl 30s --wait --wait-timeout 10m -- sh -c 'run --token "$FENCING_TOKEN"'
-  fencing hold jobs/nightly --ttl 30s --max-hold 2h -- ./nightly.sh`,
+  fencing hold jobs/nightly --ttl 30s --max-hold 2h -- ./nightly.sh
+  fencing hold mail/digest --ttl 30s --lock-delay 15s -- ./send-digest.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
 			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
 				return errors.New("want KEY -- COMMAND [ARG...]: the key, then \"--\", then the command")
@@ -80,6 +86,7 @@ flags; 127 the command could not be started.`,
 	cmd.Flags().DurationVar(&hf.maxHold, "max-hold", 0, "hold the lease for at most this long in all, from its grant, then stop the command as on a loss (0: no limit)")
 	conn = addBackendFlags(cmd)
 	addOwnerFlag(cmd, conn)
+	addLockDelayFlag(cmd, conn)
 	return cmd
 }
 

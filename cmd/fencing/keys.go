@@ -15,7 +15,10 @@ func getCommand() *cobra.Command {
 		Short: "Show a key's state: live or not, token, highest token, expiry",
 		Long: `Get shows a key's state in one linearizable read: whether a lease is live, its
 token, the highest token the key ever had, and when the lease expires on the
-coordinator's clock with the time it has left. It never shows the lease ID.`,
+coordinator's clock with the time it has left, and its lock delay (grant
+--lock-delay). A key whose lease ended without a release, in its lock delay, is
+"delayed until <time> (<d> left)": no grant succeeds before then. It never shows
+the lease ID.`,
 		Example: `  fencing get orders/42 --etcd-endpoints http://127.0.0.1:2379
   FENCING_REDIS_ADDR=localhost:6379 fencing get orders/42 --json`,
 		Args: cobra.ExactArgs(1),
@@ -42,6 +45,8 @@ coordinator's clock with the time it has left. It never shows the lease ID.`,
 				if st.Owner != "" {
 					fmt.Fprintf(tw, "owner:\t%s\n", st.Owner)
 				}
+			case delayed(st):
+				fmt.Fprintf(tw, "state:\t%s\n", delayText(st))
 			case st.MaxToken == 0:
 				fmt.Fprintf(tw, "state:\tnever leased\n")
 			default:
@@ -50,6 +55,9 @@ coordinator's clock with the time it has left. It never shows the lease ID.`,
 			fmt.Fprintf(tw, "highest token:\t%d\n", st.MaxToken)
 			if st.Live {
 				fmt.Fprintf(tw, "expires:\t%s (in %s)\n", st.ExpiresAt.UTC().Format(time.RFC3339Nano), short(st.Remaining))
+				if st.LockDelay > 0 {
+					fmt.Fprintf(tw, "lock delay:\t%s (should the lease end without a release)\n", short(st.LockDelay))
+				}
 			}
 			return tw.Flush()
 		}),
@@ -78,7 +86,8 @@ func listCommand() *cobra.Command {
 state, --limit keys at a time. When more keys follow, it prints the cursor of the
 next page: pass it back with --cursor, or give --all to list every page. Keys
 whose lease ended stay listed (with their highest token) as long as the backend
-keeps their records.`,
+keeps their records. A key in a lock delay is "delayed until <time>", with the
+delay's time left; DELAY is a live lease's lock delay.`,
 		Example: `  fencing list orders/ --etcd-endpoints http://127.0.0.1:2379
   fencing list --all --json --redis-addr localhost:6379`,
 		Args: cobra.MaximumNArgs(1),
@@ -122,18 +131,24 @@ keeps their records.`,
 				return printJSON(w, out)
 			}
 			tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "KEY\tSTATE\tTOKEN\tHIGHEST\tLEFT\tOWNER")
+			fmt.Fprintln(tw, "KEY\tSTATE\tTOKEN\tHIGHEST\tLEFT\tDELAY\tOWNER")
 			for _, k := range out.Keys {
-				state, token, left, owner := "free", "-", "-", "-"
-				if k.Live {
-					state, token, left = "live", fmt.Sprint(k.Token), short(time.Duration(k.RemainingSeconds*float64(time.Second)))
+				state, token, left, delay, owner := "free", "-", "-", "-", "-"
+				switch {
+				case k.Live:
+					state, token, left = "live", fmt.Sprint(k.Token), short(seconds(k.RemainingSeconds))
+					if k.LockDelaySeconds > 0 {
+						delay = short(seconds(k.LockDelaySeconds))
+					}
 					if k.Owner != "" {
 						owner = k.Owner
 					}
-				} else if k.MaxToken == 0 {
+				case k.DelayedUntil != nil:
+					state, left = "delayed until "+k.DelayedUntil.Format(time.RFC3339), short(seconds(k.DelayRemainingSeconds))
+				case k.MaxToken == 0:
 					state = "never leased"
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", quote(k.Key), state, token, k.MaxToken, left, owner)
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\t%s\n", quote(k.Key), state, token, k.MaxToken, left, delay, owner)
 			}
 			if err := tw.Flush(); err != nil {
 				return err
@@ -150,3 +165,6 @@ keeps their records.`,
 	conn = addConnFlags(cmd)
 	return cmd
 }
+
+// seconds turns a JSON field's seconds back into a duration.
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

@@ -24,17 +24,25 @@ type leaseJSON struct {
 	TTLSeconds    float64   `json:"ttl_seconds"`
 	MarginSeconds float64   `json:"margin_seconds"`
 	ExpiresAt     time.Time `json:"expires_at"`
+	// LockDelaySeconds is the grant's --lock-delay (renew keeps it and
+	// does not print it).
+	LockDelaySeconds float64 `json:"lock_delay_seconds,omitempty"`
 }
 
-func printLease(w io.Writer, jsonOut bool, l fencing.Lease) error {
+// printLease prints a granted or renewed lease; lockDelay is the grant's
+// (zero for a renewal, which keeps the grant's).
+func printLease(w io.Writer, jsonOut bool, l fencing.Lease, lockDelay time.Duration) error {
 	if jsonOut {
-		return printJSON(w, leaseJSON{Key: l.Key, LeaseID: l.ID, Token: l.Token, TTLSeconds: l.TTL.Seconds(), MarginSeconds: l.Margin.Seconds(), ExpiresAt: l.ExpiresAt.UTC()})
+		return printJSON(w, leaseJSON{Key: l.Key, LeaseID: l.ID, Token: l.Token, TTLSeconds: l.TTL.Seconds(), MarginSeconds: l.Margin.Seconds(), ExpiresAt: l.ExpiresAt.UTC(), LockDelaySeconds: lockDelay.Seconds()})
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	fmt.Fprintf(tw, "key:\t%s\n", quote(l.Key))
 	fmt.Fprintf(tw, "token:\t%d\n", l.Token)
 	fmt.Fprintf(tw, "lease id:\t%s\n", l.ID)
 	fmt.Fprintf(tw, "ttl:\t%v (+%v margin)\n", l.TTL, l.Margin)
+	if lockDelay > 0 {
+		fmt.Fprintf(tw, "lock delay:\t%v (should the lease end without a release)\n", lockDelay)
+	}
 	fmt.Fprintf(tw, "deadline:\t%s (stop relying on the lease by then)\n", l.Deadline.UTC().Format(time.RFC3339Nano))
 	return tw.Flush()
 }
@@ -70,8 +78,13 @@ func grantCommand() *cobra.Command {
 		Short: "Take a lease on KEY and print its token and lease ID",
 		Long: `Grant takes a lease on KEY for --ttl and prints its fencing token and its lease
 ID, the credential that renews and releases it. It does not renew the lease: for
-a command that runs under a lease, use hold. A key held by a live lease exits
-with status 3.`,
+a command that runs under a lease, use hold. A key held by a live lease, or in
+the lock delay of one that ended without a release, exits with status 3.
+
+With --lock-delay D, should the lease end without a release (it expires, or
+release --force ends it), no grant on KEY succeeds for D more, so that a holder
+that is still running has time to stop what no token guards. A release ends it
+with no delay.`,
 		Example: `  lease=$(fencing grant jobs/nightly --ttl 30s --json --etcd-endpoints http://127.0.0.1:2379)
   id=$(echo "$lease" | jq -r .lease_id)`,
 		Args: cobra.ExactArgs(1),
@@ -85,12 +98,13 @@ with status 3.`,
 			if err != nil {
 				return outcomeHint(s.wrap(ctx, err))
 			}
-			return printLease(cmd.OutOrStdout(), conn.jsonOut, l)
+			return printLease(cmd.OutOrStdout(), conn.jsonOut, l, conn.lockDelay)
 		}),
 	}
 	lf.add(cmd)
 	conn = addConnFlags(cmd)
 	addOwnerFlag(cmd, conn)
+	addLockDelayFlag(cmd, conn)
 	return cmd
 }
 
@@ -122,7 +136,7 @@ release --force exits with status 4: stop using its token.`,
 			if err != nil {
 				return s.wrap(ctx, err)
 			}
-			return printLease(cmd.OutOrStdout(), conn.jsonOut, l)
+			return printLease(cmd.OutOrStdout(), conn.jsonOut, l, 0)
 		}),
 	}
 	lf.add(cmd)
@@ -164,7 +178,8 @@ error; a lease that already expired or is not the key's exits with status 4.
 With --force instead of --lease-id it ends the key's live lease whoever holds it:
 the break-glass release for a holder that is stuck but still renewing. It shows
 the lease and asks for confirmation on the terminal unless --yes is given. The
-key is free at once; the old holder's renewals then fail (hold stops its command),
+key is free at once, or, when the lease has a lock delay (grant --lock-delay),
+once that delay has passed from now; the old holder's renewals then fail (hold stops its command),
 its token stops checking true, and the next grant gets a larger token. Tokens
 the old holder already sent are stopped only by resources that check tokens.`,
 		Example: `  fencing release jobs/nightly --lease-id "$id"
@@ -274,10 +289,15 @@ func forceResult(w io.Writer, jsonOut bool, key string, ended bool, before fenci
 	if jsonOut {
 		return printJSON(w, releaseJSON{Key: key, Forced: true, Ended: ended, Token: token})
 	}
-	if !ended {
+	switch {
+	case !ended && delayed(before):
+		fmt.Fprintf(w, "%s had no live lease (%s); nothing changed\n", quote(key), delayText(before))
+	case !ended:
 		fmt.Fprintf(w, "%s had no live lease; nothing changed\n", quote(key))
-		return nil
+	case before.LockDelay > 0:
+		fmt.Fprintf(w, "ended the lease on %s (token %d); the key stays closed for its lock delay of %s, then the next grant gets a larger token\n", quote(key), token, short(before.LockDelay))
+	default:
+		fmt.Fprintf(w, "ended the lease on %s (token %d); the next grant gets a larger token\n", quote(key), token)
 	}
-	fmt.Fprintf(w, "ended the lease on %s (token %d); the next grant gets a larger token\n", quote(key), token)
 	return nil
 }

@@ -25,6 +25,12 @@ type stateJSON struct {
 	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
 	RemainingSeconds float64    `json:"remaining_seconds,omitempty"`
 	Owner            string     `json:"owner,omitempty"`
+	// LockDelaySeconds is the live lease's lock delay.
+	LockDelaySeconds float64 `json:"lock_delay_seconds,omitempty"`
+	// DelayedUntil and DelayRemainingSeconds are set while no lease is
+	// live and the key is in a lock delay: no grant succeeds until then.
+	DelayedUntil          *time.Time `json:"delayed_until,omitempty"`
+	DelayRemainingSeconds float64    `json:"delay_remaining_seconds,omitempty"`
 }
 
 func toStateJSON(key string, st fencing.KeyState) stateJSON {
@@ -32,16 +38,40 @@ func toStateJSON(key string, st fencing.KeyState) stateJSON {
 	if st.Live {
 		at := st.ExpiresAt.UTC()
 		j.ExpiresAt, j.RemainingSeconds = &at, st.Remaining.Seconds()
-		j.Owner = st.Owner
+		j.Owner, j.LockDelaySeconds = st.Owner, st.LockDelay.Seconds()
+	}
+	if delayed(st) {
+		until := st.DelayedUntil.UTC()
+		j.DelayedUntil, j.DelayRemainingSeconds = &until, st.DelayRemaining.Seconds()
 	}
 	return j
+}
+
+// delayed reports whether key is in a lock delay: no lease live, and no
+// grant before st.DelayedUntil.
+func delayed(st fencing.KeyState) bool { return !st.Live && st.DelayRemaining > 0 }
+
+// delayText is a delayed key's state: "delayed until <time> (<d> left)".
+func delayText(st fencing.KeyState) string {
+	return fmt.Sprintf("delayed until %s (%s left)", st.DelayedUntil.UTC().Format(time.RFC3339Nano), short(st.DelayRemaining))
+}
+
+// lockDelaySuffix is ", lock delay <d>" for a live lease with one, or
+// nothing.
+func lockDelaySuffix(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return ", lock delay " + short(d)
 }
 
 // describe is a key's state in one phrase.
 func describe(st fencing.KeyState) string {
 	switch {
 	case st.Live:
-		return fmt.Sprintf("live, token %d, %s left", st.Token, short(st.Remaining)) + ownerSuffix(st.Owner)
+		return fmt.Sprintf("live, token %d, %s left", st.Token, short(st.Remaining)) + lockDelaySuffix(st.LockDelay) + ownerSuffix(st.Owner)
+	case delayed(st):
+		return fmt.Sprintf("%s, last token %d", delayText(st), st.MaxToken)
 	case st.MaxToken == 0:
 		return "never leased"
 	}

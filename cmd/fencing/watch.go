@@ -20,11 +20,15 @@ import (
 type eventJSON struct {
 	Time             time.Time  `json:"time"`
 	Key              string     `json:"key"`
-	Event            string     `json:"event"` // live, free, granted, renewed, released, expired, ended
+	Event            string     `json:"event"` // live, free, granted, renewed, released, expired, ended, delayed
 	Token            uint64     `json:"token,omitempty"`
 	ExpiresAt        *time.Time `json:"expires_at,omitempty"`
 	RemainingSeconds float64    `json:"remaining_seconds,omitempty"`
 	Owner            string     `json:"owner,omitempty"`
+	LockDelaySeconds float64    `json:"lock_delay_seconds,omitempty"`
+	// DelayedUntil and DelayRemainingSeconds go with a "delayed" event.
+	DelayedUntil          *time.Time `json:"delayed_until,omitempty"`
+	DelayRemainingSeconds float64    `json:"delay_remaining_seconds,omitempty"`
 }
 
 // observed is a key's state as one read saw it, with the lease's expiry
@@ -56,8 +60,10 @@ func watchCommand() *cobra.Command {
 		Long: `Watch prints a line for each change of a key (or of every key that begins with
 PREFIX, with --prefix): granted with token N, renewed (the expiry moved later),
 released (the lease ended before its expiry: by its holder or by release --force)
-and expired (it ended at its expiry); "ended" when it cannot tell which. It first
-prints the current state, and runs until interrupted.
+and expired (it ended at its expiry); "ended" when it cannot tell which; delayed
+(the key is in the lock delay of a lease that ended without a release: no grant
+before the time it prints) and, once that delay is over, free. It first prints
+the current state, and runs until interrupted.
 
 The backends have no event stream, so watch reads the key's state every
 --interval (a prefix: lists it, every page) and reports the difference between
@@ -194,8 +200,11 @@ func (wt *watcher) update(cur map[string]observed, first, prefix bool) {
 				wt.emit(key, "ended", observed{st: fencing.KeyState{Token: now.st.MaxToken}, readAt: now.readAt})
 			case first && now.st.Live:
 				wt.emit(key, "live", now)
-			case first && !prefix:
+			case first && !delayed(now.st) && !prefix:
 				wt.emit(key, "free", now)
+			}
+			if delayed(now.st) {
+				wt.emit(key, "delayed", now)
 			}
 			continue
 		}
@@ -233,6 +242,12 @@ func (wt *watcher) transition(key string, prev *observed, now observed) {
 		// A lease came and went between two reads.
 		wt.emit(key, "ended", observed{st: fencing.KeyState{Token: now.st.MaxToken}, readAt: now.readAt})
 	}
+	switch {
+	case delayed(now.st) && (!delayed(prev.st) || now.st.MaxToken != prev.st.MaxToken):
+		wt.emit(key, "delayed", now) // the delay of a lease that just ended
+	case delayed(prev.st) && !delayed(now.st) && !now.st.Live && now.st.MaxToken == prev.st.MaxToken:
+		wt.emit(key, "free", now) // its delay is over
+	}
 	*prev = now
 	prev.base = base
 }
@@ -258,20 +273,24 @@ func (wt *watcher) emit(key, event string, o observed) {
 		if o.st.Live {
 			at := o.st.ExpiresAt.UTC()
 			e.ExpiresAt, e.RemainingSeconds = &at, o.st.Remaining.Seconds()
-			e.Owner = o.st.Owner
+			e.Owner, e.LockDelaySeconds = o.st.Owner, o.st.LockDelay.Seconds()
 		}
-		if event == "free" {
+		if event == "free" || event == "delayed" {
 			e.Token = o.st.MaxToken
+		}
+		if event == "delayed" {
+			until := o.st.DelayedUntil.UTC()
+			e.DelayedUntil, e.DelayRemainingSeconds = &until, o.st.DelayRemaining.Seconds()
 		}
 		printJSON(wt.w, e)
 		return
 	}
 	line := o.readAt.Format("15:04:05.000") + " " + quote(key) + " " + event
 	switch event {
-	case "free":
+	case "free", "delayed":
 		line = o.readAt.Format("15:04:05.000") + " " + quote(key) + " " + describe(o.st)
 	case "live", "granted", "renewed":
-		line += fmt.Sprintf(" token %d (expires in %s)", o.st.Token, short(o.st.Remaining)) + ownerSuffix(o.st.Owner)
+		line += fmt.Sprintf(" token %d (expires in %s)", o.st.Token, short(o.st.Remaining)) + lockDelaySuffix(o.st.LockDelay) + ownerSuffix(o.st.Owner)
 	default:
 		line += fmt.Sprintf(" token %d", o.st.Token)
 	}

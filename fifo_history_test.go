@@ -1,0 +1,295 @@
+package fencing_test
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/recipetest"
+)
+
+// A randomized history of one key's line: waiters join (each with a
+// connection of its own), some give up (context canceled), some die (their
+// connection cut), and each one that gets the key holds it a moment and
+// releases it. The checker then holds the history to the line's promises:
+//
+//   - at most one holder at a time: in token order, each grant comes after
+//     the previous holder's release began;
+//   - grants follow the join order among the waiters granted;
+//   - no lost wake-up: once the key is free (the previous holder's release
+//     began, or the waiter joined after it), the waiter granted next gets
+//     it within wakeBound, unless a dead waiter's entry could still stand
+//     ahead of it: then within that entry's TTL (and the lease's, should
+//     the dead waiter have been granted as it was cut) and the store's
+//     slack, from the kill;
+//   - every waiter that neither gave up nor died is granted.
+//
+// Lock polls only every 30s here, so a lost NotifyTurn is not covered up
+// by a poll: only AheadRemaining (at most the entry TTL, which is longer
+// than wakeBound) would wake such a waiter.
+
+// historyTTL is the lease and entry TTL of the history's waiters; it is
+// longer than wakeBound, so a lost wake-up is seen.
+const historyTTL = 2 * time.Second
+
+// wakeBound is how soon the next waiter must get a free key, on a busy
+// machine.
+const wakeBound = time.Second
+
+type histWaiter struct {
+	n      int
+	b      *watched
+	joins  chan join
+	cancel context.CancelFunc
+
+	// guarded by history.mu
+	joinedAt   time.Time
+	state      string // "waiting", "granted", "done", "canceled", "killed"
+	killedAt   time.Time
+	canceledAt time.Time
+	grant      *histGrant
+	err        error
+}
+
+type histGrant struct {
+	w            *histWaiter
+	token        uint64
+	at           time.Time // Lock returned
+	releaseStart time.Time // zero: the holder died with the key
+}
+
+type history struct {
+	t   *testing.T
+	w   recipetest.World
+	key string
+
+	mu      sync.Mutex
+	waiters []*histWaiter // in join order
+	grants  []*histGrant  // as recorded; check sorts them by token
+	wg      sync.WaitGroup
+}
+
+// join starts a waiter and returns once it is in line.
+func (h *history) join(ctx context.Context) {
+	t := h.t
+	inner := h.w.NewBackend(t)
+	wt := &histWaiter{n: len(h.waiters), joins: make(chan join, 1), state: "waiting"}
+	var grants atomic.Int64
+	wt.b = &watched{Backend: inner, q: inner.(backend.Queuer), grants: &grants, joins: wt.joins, seen: map[string]bool{}}
+	c := fencing.New(wt.b, fencing.WithDefaultMargin(h.w.Margin))
+	wctx, cancel := context.WithCancel(ctx)
+	wt.cancel = cancel
+	h.wg.Go(func() {
+		held, err := c.Lock(wctx, h.key, historyTTL, fencing.WithFIFO(), fencing.WithPollInterval(30*time.Second))
+		now := time.Now()
+		h.mu.Lock()
+		if err != nil {
+			wt.err = err
+			h.mu.Unlock()
+			return
+		}
+		g := &histGrant{w: wt, token: held.Token(), at: now}
+		wt.grant = g
+		h.grants = append(h.grants, g)
+		switch wt.state {
+		case "killed": // cut as it was granted: it dies holding the key
+			h.mu.Unlock()
+			held.Release(context.Background()) // its connection is cut: the lease expires
+			return
+		case "canceled": // granted as it gave up: its Held ended with its context
+			g.releaseStart = wt.canceledAt
+			h.mu.Unlock()
+			held.Release(context.Background())
+			return
+		}
+		wt.state = "granted"
+		h.mu.Unlock()
+		time.Sleep(time.Duration(rand.N(5)) * time.Millisecond)
+		h.mu.Lock()
+		g.releaseStart = time.Now()
+		wt.state = "done"
+		h.mu.Unlock()
+		if err := held.Release(context.Background()); err != nil {
+			t.Errorf("waiter %d: Release: %v", wt.n, err)
+		}
+	})
+	select {
+	case <-wt.joins:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("waiter %d did not join within 30s", wt.n)
+	}
+	h.mu.Lock()
+	wt.joinedAt = time.Now()
+	h.waiters = append(h.waiters, wt)
+	h.mu.Unlock()
+}
+
+// pick returns a random waiter still waiting, or nil. The caller holds
+// h.mu, so that the waiter's state cannot change before it acts on it.
+func (h *history) pick() *histWaiter {
+	var waiting []*histWaiter
+	for _, wt := range h.waiters {
+		if wt.state == "waiting" && wt.err == nil {
+			waiting = append(waiting, wt)
+		}
+	}
+	if len(waiting) == 0 {
+		return nil
+	}
+	return waiting[rand.N(len(waiting))]
+}
+
+func (h *history) cancelOne() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if wt := h.pick(); wt != nil {
+		wt.canceledAt = time.Now()
+		wt.state = "canceled"
+		wt.cancel()
+	}
+}
+
+func (h *history) killOne() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if wt := h.pick(); wt != nil {
+		wt.b.cut.Store(true)
+		wt.killedAt = time.Now()
+		wt.state = "killed"
+	}
+}
+
+// check holds the finished history to the line's promises.
+func (h *history) check() {
+	t := h.t
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	joinIndex := map[*histWaiter]int{}
+	for i, wt := range h.waiters {
+		joinIndex[wt] = i
+	}
+	// The store's grant order is the tokens' (the conformance suite holds
+	// every backend to that); a holder that gave up as it was granted
+	// records its grant late, so the order of recording proves nothing.
+	slices.SortFunc(h.grants, func(a, b *histGrant) int { return cmp.Compare(a.token, b.token) })
+	var order []int
+	for i, g := range h.grants {
+		order = append(order, g.w.n)
+		if i == 0 {
+			continue
+		}
+		prev := h.grants[i-1]
+		if g.token == prev.token {
+			t.Errorf("waiters %d and %d were both granted token %d", prev.w.n, g.w.n, g.token)
+		}
+		if joinIndex[g.w] < joinIndex[prev.w] {
+			t.Errorf("waiter %d (token %d) was granted before waiter %d (token %d), which joined before it", prev.w.n, prev.token, g.w.n, g.token)
+		}
+		// At most one holder: the next grant came after the previous
+		// holder's release began (or, for one that died holding the key,
+		// after its grant).
+		if end := later(prev.at, prev.releaseStart); !g.at.After(end) {
+			t.Errorf("waiter %d was granted (token %d) while waiter %d still held the key (token %d)", g.w.n, g.token, prev.w.n, prev.token)
+		}
+		// When the key became free for g.
+		free := g.w.joinedAt
+		if i > 0 {
+			prev := h.grants[i-1]
+			if prev.releaseStart.IsZero() { // died holding it: the lease expires
+				free = later(free, prev.w.killedAt.Add(historyTTL+h.w.Margin+expirySlack(h.w)))
+			} else {
+				free = later(free, prev.releaseStart)
+			}
+		}
+		// A dead waiter that joined before g may have stood ahead of it
+		// until its entry expired.
+		for _, wt := range h.waiters[:joinIndex[g.w]] {
+			if !wt.killedAt.IsZero() && wt.killedAt.Before(g.at) {
+				free = later(free, wt.killedAt.Add(historyTTL+expirySlack(h.w)))
+			}
+			// One that gave up leaves before its Lock returns: from then.
+			if wt.grant == nil && !wt.canceledAt.IsZero() && wt.canceledAt.Before(g.at) {
+				free = later(free, wt.canceledAt)
+			}
+		}
+		if late := g.at.Sub(free); late > wakeBound {
+			t.Errorf("waiter %d got the key %v after it was free to it (bound %v): a lost wake-up", g.w.n, late, wakeBound)
+		}
+	}
+	granted := 0
+	for _, wt := range h.waiters {
+		switch {
+		case wt.grant != nil:
+			granted++
+		case wt.state == "waiting":
+			t.Errorf("waiter %d neither gave up nor died, and was never granted (Lock: %v)", wt.n, wt.err)
+		case wt.state == "canceled" && !errors.Is(wt.err, context.Canceled):
+			t.Errorf("canceled waiter %d: Lock returned %v, want context.Canceled", wt.n, wt.err)
+		}
+	}
+	t.Logf("%s: %d waiters, %d granted in the order %v", h.w.Name, len(h.waiters), granted, order)
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+// TestLockFIFOHistory runs random histories of joins, cancels, kills and
+// releases on every store, and checks each (see history).
+func TestLockFIFOHistory(t *testing.T) {
+	fifoWorlds(t, func(t *testing.T, w recipetest.World) {
+		seed := rand.Uint64()
+		t.Logf("seed %d", seed)
+		r := rand.New(rand.NewPCG(seed, seed))
+		h := &history{t: t, w: w, key: fmt.Sprintf("fifo-history-%d", seed%1000)}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		kills := 0
+		for range 40 {
+			switch x := r.IntN(100); {
+			case x < 45:
+				h.join(ctx)
+			case x < 60:
+				h.cancelOne()
+			case x < 65 && kills < 2:
+				h.killOne()
+				kills++
+			default:
+				time.Sleep(time.Duration(r.IntN(20)) * time.Millisecond)
+			}
+		}
+		// Let the line drain: every live waiter is granted in turn, and releases.
+		deadline := time.Now().Add(time.Minute)
+		for {
+			h.mu.Lock()
+			pending := 0
+			for _, wt := range h.waiters {
+				if (wt.state == "waiting" && wt.err == nil) || wt.state == "granted" {
+					pending++
+				}
+			}
+			h.mu.Unlock()
+			if pending == 0 || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		for _, wt := range h.waiters {
+			wt.cancel() // the dead ones' Locks end
+		}
+		h.wg.Wait()
+		h.check()
+	})
+}

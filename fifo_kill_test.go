@@ -1,0 +1,166 @@
+package fencing_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/sqlbackend"
+)
+
+// A waiter killed with SIGKILL in the middle of the line: the test binary
+// runs again as the waiter (TestFIFOHelperWaiter), joins, and is killed; the
+// waiter behind it gets the key within the entry's TTL and the store's
+// slack.
+
+const (
+	helperStore = "FENCING_FIFO_HELPER_STORE" // "sqlite|dsn", "redis|addr|prefix", "etcd|endpoint|prefix"
+	helperKey   = "FENCING_FIFO_HELPER_KEY"
+	helperTTL   = "FENCING_FIFO_HELPER_TTL"
+)
+
+// storeBackend opens the store that spec names, as a new process would.
+func storeBackend(t *testing.T, spec string) backend.Backend {
+	f := strings.Split(spec, "|")
+	switch f[0] {
+	case "sqlite":
+		return recipetest.SQLBackend(t, "sqlite", f[1], sqlbackend.SQLite, "", false)
+	case "redis":
+		return recipetest.RedisBackend(t, f[1], f[2])
+	case "etcd":
+		return recipetest.EtcdBackend(t, []string{f[1]}, f[2])
+	}
+	t.Fatalf("unknown store %q", spec)
+	return nil
+}
+
+// TestFIFOHelperWaiter is the killed waiter's process: it joins the line,
+// says so on stdout, and waits to be killed.
+func TestFIFOHelperWaiter(t *testing.T) {
+	spec := os.Getenv(helperStore)
+	if spec == "" {
+		t.Skip("the helper process of TestLockFIFOKilledWaiter")
+	}
+	ttl, err := time.ParseDuration(os.Getenv(helperTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &procs{joins: make(chan join, 1)}
+	inner := storeBackend(t, spec)
+	b := &watched{Backend: inner, q: inner.(backend.Queuer), grants: &p.grants, joins: p.joins, seen: map[string]bool{}}
+	c := fencing.New(b)
+	go func() {
+		j := <-p.joins
+		fmt.Printf("joined %d\n", j.place.Ahead)
+	}()
+	h, err := c.Lock(context.Background(), os.Getenv(helperKey), ttl, fencing.WithFIFO())
+	if err != nil {
+		fmt.Printf("error %v\n", err)
+		return
+	}
+	fmt.Printf("granted %d\n", h.Token())
+	select {} // until killed
+}
+
+// sqliteFile is a SQLite world whose file the helper process can open.
+func sqliteFile(t *testing.T) (recipetest.World, string) {
+	dsn := "file:" + filepath.Join(t.TempDir(), "fifo.db") + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
+	recipetest.SQLBackend(t, "sqlite", dsn, sqlbackend.SQLite, "", true)
+	return recipetest.World{Name: "sqlite", TTL: time.Second, Margin: 500 * time.Millisecond,
+		NewBackend: func(t *testing.T) backend.Backend {
+			return recipetest.SQLBackend(t, "sqlite", dsn, sqlbackend.SQLite, "", false)
+		}}, "sqlite|" + dsn
+}
+
+// TestLockFIFOKilledWaiter: the waiter behind one killed with SIGKILL gets
+// the key within the killed one's entry TTL and the store's slack.
+func TestLockFIFOKilledWaiter(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts servers and processes")
+	}
+	stores := []struct {
+		name string
+		open func(t *testing.T) (recipetest.World, string)
+	}{
+		{"sqlite", sqliteFile},
+		{"redis", func(t *testing.T) (recipetest.World, string) {
+			w := recipetest.Redis(t)
+			return w, "redis|" + w.Redis.Addr() + "|" + w.Prefix
+		}},
+		{"etcd", func(t *testing.T) (recipetest.World, string) {
+			w := recipetest.Etcd(t)
+			return w, "etcd|" + w.Etcd.Endpoints()[0] + "|" + w.Prefix
+		}},
+	}
+	for _, s := range stores {
+		t.Run(s.name, func(t *testing.T) {
+			w, spec := s.open(t)
+			if _, ok := w.NewBackend(t).(backend.Queuer); !ok {
+				t.Skipf("the %s backend does not implement backend.Queuer on this branch; branch %s does", w.Name, lineBranch[w.Name])
+			}
+			p := newProcs(t, w, 4)
+			const key = "fifo-killed"
+			after, afterKill := deadWaiter(t, p, key, func(context.Context) func() {
+				child, said := startWaiter(t, spec, key, w.TTL)
+				if said != "joined 2" {
+					t.Fatalf("the helper waiter said %q, want \"joined 2\"", said)
+				}
+				return func() {
+					child.Process.Signal(syscall.SIGKILL)
+					child.Wait()
+				}
+			})
+			t.Logf("%s: a waiter killed with SIGKILL delayed the next by %v after the release before it (%v after the kill; entry TTL %v)",
+				w.Name, after, afterKill, w.TTL)
+			if bound := w.TTL + expirySlack(w); afterKill > bound {
+				t.Fatalf("the next waiter got the key %v after the kill, want at most the entry's TTL and slack, %v", afterKill, bound)
+			}
+		})
+	}
+}
+
+// startWaiter runs the helper waiter on spec's store and returns once it
+// has said something: "joined <Ahead>" once it is in key's line.
+func startWaiter(t *testing.T, spec, key string, ttl time.Duration) (*exec.Cmd, string) {
+	child := exec.Command(os.Args[0], "-test.run=^TestFIFOHelperWaiter$", "-test.count=1")
+	child.Env = append(os.Environ(), helperStore+"="+spec, helperKey+"="+key, helperTTL+"="+ttl.String())
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		child.Process.Kill()
+		child.Wait()
+	})
+	lines := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		if sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case l := <-lines:
+		return child, l
+	case <-time.After(60 * time.Second):
+		t.Fatalf("the helper waiter said nothing within 60s")
+		return nil, ""
+	}
+}
