@@ -76,8 +76,8 @@ func contentionSection(t *testing.T, r *report) {
 		"%v between a waiter's joining and the next release. µs until the next holder's lock returned; ratio = contender / Mutex "+
 		"(median of the per-round ratios of the batches' medians, from the release's call; above 1: the Mutex is faster):\n\n",
 		r.rounds, contentionHandoffs, contentionSettle)
-	fmt.Fprintln(&out, "| waiters | contender | handoffs | from the release's call: median | p90 | from its return: median | p90 | / Mutex | grant attempts woken by a release | grant attempts per handoff | etcd Txns per handoff | etcd requests per handoff |")
-	fmt.Fprintln(&out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+	fmt.Fprintln(&out, "| waiters | contender | handoffs | from the release's call: median | p90 | from its return: median | p90 | / Mutex | grant attempts woken by a release | grant attempts per handoff | etcd Txns per handoff | etcd requests per handoff | to the longest waiter |")
+	fmt.Fprintln(&out, "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
 	var roundLines []string
 	var methods strings.Builder
 	fmt.Fprint(&methods, "| waiters | contender |")
@@ -114,10 +114,10 @@ func contentionSection(t *testing.T, r *report) {
 				fmt.Fprintf(&methods, " %.2f |", float64(v)/h)
 			}
 			fmt.Fprintln(&methods)
-			fmt.Fprintf(&out, "| %d | %s | %d | %.0f | %.0f | %.0f | %.0f | %s | %.2f | %.2f | %.2f | %.2f |\n",
+			fmt.Fprintf(&out, "| %d | %s | %d | %.0f | %.0f | %.0f | %.0f | %s | %.2f | %.2f | %.2f | %.2f | %.0f%% |\n",
 				n, k.name, len(s.fromCall), median(s.fromCall), percentile(s.fromCall, 0.9),
 				median(s.fromReturn), percentile(s.fromReturn, 0.9), ratio,
-				float64(s.woken)/h, float64(s.grants)/h, float64(s.rpcs.txns())/h, float64(s.rpcs.requests())/h)
+				float64(s.woken)/h, float64(s.grants)/h, float64(s.rpcs.txns())/h, float64(s.rpcs.requests())/h, 100*float64(s.inOrder)/h)
 		}
 	}
 	fmt.Fprintf(&out, "\nPer-round ratios, from the release's call:\n\n%s\n", strings.Join(roundLines, "\n"))
@@ -127,7 +127,8 @@ func contentionSection(t *testing.T, r *report) {
 		"the waiter that released, which in the same cycle joins again (one attempt without FIFO). The Mutex's attempt is its Txn: it makes "+
 		"one when it joins and none when it is woken (it then reads its key with a Get), so its columns count Txns. Txns and requests are "+
 		"every unary etcd RPC of every participant in the cycle, the release's and the rejoin's included (counted by a gRPC interceptor on "+
-		"each client; watch and keep-alive streams are not counted).")
+		"each client; watch and keep-alive streams are not counted). \"To the longest waiter\" is the share of handoffs that went to the "+
+		"waiter that had joined first of those waiting.")
 	r.notes = append(r.notes, out.String())
 }
 
@@ -143,8 +144,10 @@ type contentionKind struct {
 type participant struct {
 	// lock waits for key, holds it, and returns how to release it.
 	lock func(ctx context.Context, key string) (unlock func(context.Context) error, err error)
-	// grants counts the backend's Grant calls (fencing only).
+	// grants counts the backend's Grant calls (fencing's participants).
 	grants atomic.Int64
+	// txnAttempts says a grant attempt is a Txn (the Mutex's).
+	txnAttempts bool
 	// rpcs counts the client's unary RPCs.
 	rpcs rpcCount
 }
@@ -154,6 +157,9 @@ func (p *participant) counts() contentionCounts {
 	c := contentionCounts{grants: p.grants.Load()}
 	for i := range c.rpcs {
 		c.rpcs[i] = p.rpcs.n[i].Load()
+	}
+	if p.txnAttempts {
+		c.grants = c.txns()
 	}
 	return c
 }
@@ -268,7 +274,7 @@ func fencingParticipant(option fencing.HoldOption) func(t *testing.T, endpoint, 
 // (a new one for each lock) on a Session of its own.
 func mutexParticipant(t *testing.T, endpoint, prefix string) *participant {
 	t.Helper()
-	p := new(participant)
+	p := &participant{txnAttempts: true}
 	s, err := concurrency.NewSession(countedClient(t, endpoint, &p.rpcs), concurrency.WithTTL(int(etcdTTL/time.Second)))
 	if err != nil {
 		t.Fatal(err)
@@ -329,6 +335,8 @@ type contentionSample struct {
 	// woken counts the grant attempts in each cycle of every participant
 	// but the one that released; all counts every participant's.
 	woken, all contentionCounts
+	// inOrder counts the handoffs to the waiter that had waited longest.
+	inOrder int
 }
 
 // contentionStats gathers a contender's batches at one number of waiters.
@@ -336,6 +344,7 @@ type contentionStats struct {
 	fromCall, fromReturn []float64
 	batchCall            []float64 // each batch's median from the call
 	woken, grants        int64
+	inOrder              int
 	rpcs                 contentionCounts // every participant's, in the cycles
 }
 
@@ -344,6 +353,7 @@ func (s *contentionStats) add(b contentionSample) {
 	s.fromReturn = append(s.fromReturn, b.fromReturn...)
 	s.batchCall = append(s.batchCall, median(b.fromCall))
 	s.woken += b.woken.grants
+	s.inOrder += b.inOrder
 	s.grants += b.all.grants
 	s.rpcs = s.rpcs.plus(b.all)
 }
@@ -430,6 +440,7 @@ func contentionBatch(parts []*participant, key string, handoffs int) (contention
 	}
 
 	var s contentionSample
+	var waiting []int // the waiters in the order they joined
 	holder := 0
 	var unlock func(context.Context) error
 	if err := join(0); err != nil {
@@ -444,6 +455,7 @@ func contentionBatch(parts []*participant, key string, handoffs int) (contention
 		if err := join(i); err != nil {
 			return s, errors.Join(err, end(holder, unlock))
 		}
+		waiting = append(waiting, i)
 	}
 	time.Sleep(contentionSettle)
 	for range handoffs {
@@ -468,10 +480,15 @@ func contentionBatch(parts []*participant, key string, handoffs int) (contention
 		s.fromReturn = append(s.fromReturn, float64(g.at.Sub(returned))/float64(time.Microsecond))
 		released := holder
 		cancels[released]()
+		if g.who == waiting[0] {
+			s.inOrder++
+		}
+		waiting = slices.DeleteFunc(waiting, func(i int) bool { return i == g.who })
 		holder, unlock = g.who, g.unlock
 		if err := join(released); err != nil {
 			return s, errors.Join(err, end(holder, unlock))
 		}
+		waiting = append(waiting, released)
 		time.Sleep(contentionSettle)
 		select {
 		case g := <-granted:
