@@ -221,8 +221,9 @@ func (c *rpcCount) intercept(ctx context.Context, method string, req, reply any,
 	for i < len(rpcMethods) && rpcMethods[i].method != method {
 		i++
 	}
-	c.n[i].Add(1)
-	return invoker(ctx, method, req, reply, cc, opts...)
+	err := invoker(ctx, method, req, reply, cc, opts...)
+	c.n[i].Add(1) // once answered: a join has its place once its Txn is
+	return err
 }
 
 // countedClient returns a new etcd client of endpoint whose unary RPCs c
@@ -392,8 +393,9 @@ func contentionBatch(parts []*participant, key string, handoffs int) (contention
 	granted := make(chan grant, len(parts))
 	cancels := make([]context.CancelFunc, len(parts))
 	var running sync.WaitGroup
-	// join starts parts[i]'s lock and returns once it has sent its first
-	// Txn (its grant, its place in the line).
+	// join starts parts[i]'s lock and returns once its first Txn (its
+	// grant, its place in the line) has been answered, so that the waiters
+	// take their places in the order they join.
 	join := func(i int) error {
 		ctx, cancel := context.WithCancel(base)
 		cancels[i] = cancel
