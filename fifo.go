@@ -21,9 +21,10 @@ import (
 // WithFIFO) can still take a free key, and the waiter at the head then
 // waits for that lease as Lock always does. A waiter joins the line with
 // an entry that lives for Lock's ttl, renewed every third of it while it
-// waits and while its Held lives; it leaves after the Held's Release (or
-// loss, or the end of its context), and before Lock returns when the wait
-// fails. A waiter that dies in line (its process killed, its connection
+// waits and while its Held lives; it leaves after the Held's Release (and
+// within Release's context), after its loss or the end of its context, and
+// before Lock returns when the wait fails (within the request timeout; see
+// WithRequestTimeout). A waiter that dies in line (its process killed, its connection
 // cut) delays the waiters behind it by at most ttl, rounded up as the store
 // rounds an entry's TTL (etcd: to whole seconds), plus the time its store
 // takes to see the expiry.
@@ -56,10 +57,11 @@ type line struct {
 	turnCh <-chan struct{}
 	ahead  int // the latest Place's Ahead that waitTurn saw
 
-	held  chan *Held    // hands the Held to the keeper
-	stop  chan struct{} // closed by leave
-	done  chan struct{} // closed when the keeper has returned
-	leave func()        // stops the keeper, which dequeues; safe to call again
+	held     chan *Held    // hands the Held to the keeper
+	stop     chan struct{} // closed by leave
+	stopOnce sync.Once
+	leaveCtx context.Context // set by leave before it closes stop; nil: ctx
+	done     chan struct{}   // closed when the keeper has returned
 }
 
 // errNoQueuer is Lock's error with WithFIFO on a backend without a line.
@@ -88,16 +90,22 @@ func (c *Coordinator) joinLine(ctx context.Context, key string, ttl, poll time.D
 	if _, err := l.enqueue(ctx); err != nil {
 		sub.Close()
 		// The join may have taken effect: remove it, as leave would.
-		l.dequeue()
+		l.dequeue(nil)
 		return nil, err
-	}
-	var once sync.Once
-	l.leave = func() {
-		once.Do(func() { close(l.stop) })
-		<-l.done
 	}
 	go l.keep()
 	return l, nil
+}
+
+// leave stops the keeper, which dequeues the entry, and waits for it. ctx,
+// when not nil, bounds the Dequeue too (Held.Release's); Lock's failed wait
+// passes nil, its own context being done. Later calls only wait.
+func (l *line) leave(ctx context.Context) {
+	l.stopOnce.Do(func() {
+		l.leaveCtx = ctx
+		close(l.stop)
+	})
+	<-l.done
 }
 
 // enqueue joins or renews the entry and returns its place.
@@ -106,13 +114,17 @@ func (l *line) enqueue(ctx context.Context) (backend.Place, error) {
 }
 
 // dequeue removes the entry, bounded by the request timeout, or by the
-// entry's TTL (after which it has left anyway) when there is none.
-func (l *line) dequeue() {
+// entry's TTL (after which it has left anyway) when there is none, and by
+// ctx when not nil.
+func (l *line) dequeue(ctx context.Context) {
+	if ctx == nil {
+		ctx = l.ctx
+	}
 	bound := l.ttl
 	if l.c.reqTimeout > 0 {
 		bound = min(bound, l.c.reqTimeout)
 	}
-	ctx, cancel := context.WithTimeout(l.ctx, bound)
+	ctx, cancel := context.WithTimeout(ctx, bound)
 	defer cancel()
 	_, _ = attempt(l.c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.q.Dequeue(ctx, l.key, l.id) })
 }
@@ -174,7 +186,8 @@ func (l *line) handTo(h *Held) {
 // the next waiter wakes to a free key.
 func (l *line) keep() {
 	defer close(l.done)
-	defer l.dequeue()
+	var leaveCtx context.Context
+	defer func() { l.dequeue(leaveCtx) }()
 	interval := max(l.ttl/3, time.Millisecond)
 	t := time.NewTimer(interval)
 	defer t.Stop()
@@ -183,6 +196,7 @@ func (l *line) keep() {
 	for {
 		select {
 		case <-l.stop:
+			leaveCtx = l.leaveCtx
 			return
 		case h = <-l.held:
 			ended = h.Done()
@@ -207,7 +221,11 @@ func (l *line) keep() {
 type lineError struct{ ahead int }
 
 func (e *lineError) Error() string {
-	return ErrLeaseHeld.Error() + " (" + strconv.Itoa(e.ahead) + " waiters ahead in line)"
+	waiters := " waiters"
+	if e.ahead == 1 {
+		waiters = " waiter"
+	}
+	return ErrLeaseHeld.Error() + " (" + strconv.Itoa(e.ahead) + waiters + " ahead in line)"
 }
 
 func (e *lineError) Unwrap() error { return ErrLeaseHeld }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -75,6 +76,9 @@ type watched struct {
 	grants *atomic.Int64
 	joins  chan<- join
 	cut    atomic.Bool
+	// stall makes Dequeue wait for its context, as a server that does
+	// not answer would.
+	stall atomic.Bool
 	// rtt delays each Release, as a server's round trip would: on memory,
 	// it lets a waiter woken before the release finished try too soon.
 	rtt time.Duration
@@ -132,6 +136,10 @@ func (b *watched) Enqueue(ctx context.Context, key, waiter string, ttl time.Dura
 func (b *watched) Dequeue(ctx context.Context, key, waiter string) error {
 	if b.cut.Load() {
 		return errCut
+	}
+	if b.stall.Load() {
+		<-ctx.Done()
+		return ctx.Err()
 	}
 	return b.q.Dequeue(ctx, key, waiter)
 }
@@ -488,4 +496,51 @@ func TestLockFIFODeadWaiter(t *testing.T) {
 			})
 		}
 	})
+}
+
+// TestLockFIFOWaitTimeout: WithWaitTimeout ends a wait in the line with an
+// error wrapping ErrLeaseHeld that says how many waited ahead, and the
+// waiter has left the line when Lock returns.
+func TestLockFIFOWaitTimeout(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	p := newProcs(t, recipetest.World{Name: "memory", TTL: time.Minute, NewBackend: func(*testing.T) backend.Backend { return mem }}, 2)
+	ctx := context.Background()
+	holder, err := p.c[0].Lock(ctx, "k", time.Minute, fencing.WithFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Release(ctx)
+	p.joined(t)
+	_, err = p.c[1].Lock(ctx, "k", time.Minute, fencing.WithFIFO(), fencing.WithWaitTimeout(50*time.Millisecond))
+	if !errors.Is(err, fencing.ErrLeaseHeld) || !strings.Contains(err.Error(), "gave up after waiting 50ms: key held by a live lease (1 waiter ahead in line)") {
+		t.Fatalf("Lock past its wait timeout: %v, want ErrLeaseHeld with the waiters ahead", err)
+	}
+	p.joined(t)
+	if place, err := mem.Enqueue(ctx, "k", "probe", time.Minute); err != nil || place.Ahead != 1 {
+		t.Fatalf("a waiter joining after the timed-out one: %+v, %v; want Ahead 1 (behind the holder alone)", place, err)
+	}
+}
+
+// TestLockFIFOReleaseBounded: Release's context bounds the Dequeue after
+// the release, so a store that stops answering does not hold up Release
+// for the request timeout.
+func TestLockFIFOReleaseBounded(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	p := newProcs(t, recipetest.World{Name: "memory", TTL: time.Minute, NewBackend: func(*testing.T) backend.Backend { return mem }}, 1)
+	h, err := p.c[0].Lock(context.Background(), "k", time.Minute, fencing.WithFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.b[0].stall.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if took := time.Since(start); took > 5*time.Second {
+		t.Fatalf("Release took %v with a 100ms context: the Dequeue was not bounded by it", took)
+	}
 }

@@ -292,7 +292,7 @@ func (h *Held) Release(ctx context.Context) error {
 		err := h.c.Release(ctx, h.key, lease.ID)
 		<-h.done
 		if h.line != nil {
-			h.line.leave() // after the release: the next waiter wakes to a free key
+			h.line.leave(ctx) // after the release: the next waiter wakes to a free key
 		}
 		if lost != nil {
 			err = lost

@@ -86,7 +86,7 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 		}
 		defer func() {
 			if ln != nil { // not handed to a Held
-				ln.leave()
+				ln.leave(nil)
 			}
 		}()
 		if err := ln.waitTurn(wctx); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -180,5 +181,69 @@ func TestLockDelayLeaderStopped(t *testing.T) {
 			t.Fatalf("Grant %v after the new leader: %v", time.Since(elected), err)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// TestRenewChangesTTLMovesDelay: a renewal to other seconds moves the delay
+// record with the lease key, to an etcd lease that outlives the new one by
+// the delay, and leaves no old etcd lease behind.
+func TestRenewChangesTTLMovesDelay(t *testing.T) {
+	cli := etcdtest.NewClient(t, etcdtest.Start(t).Endpoints()) // counts leases: a server of its own
+	b, prefix := newBackend(t, cli)
+	ctx := context.Background()
+	base := leaseCount(t, cli)
+	const delay = 1500 * time.Millisecond // 2 whole seconds
+	r := backend.Request{Key: "k", LeaseID: "A", Timeout: 2 * time.Second, Margin: time.Second, LockDelay: delay}
+	mustGrant(t, b, r)
+	for _, timeout := range []time.Duration{time.Minute, 2 * time.Second, 10 * time.Second} {
+		r.Timeout = timeout
+		l, err := b.Renew(ctx, r)
+		if err != nil {
+			t.Fatalf("Renew(%v): %v", timeout, err)
+		}
+		ttl, err := cli.TimeToLive(ctx, clientv3.LeaseID(record(t, cli, prefix, "k", "d").Kvs[0].Lease))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := time.Duration(ttl.GrantedTTL)*time.Second, l.TTL+l.Margin+2*time.Second; got != want {
+			t.Fatalf("after Renew(%v) the delay record's etcd lease is of %v, want the lease's %v + 2s", timeout, got, l.TTL+l.Margin)
+		}
+		if n := leaseCount(t, cli) - base; n != 2 {
+			t.Fatalf("%d etcd leases after a renewal, want 2 (the lease key's, the delay record's)", n)
+		}
+	}
+}
+
+// TestLateReletKeepsDelay: a renewal to other seconds just after the TTL
+// ran out (before or after etcd's revoke deleted the lease key) gets
+// ErrLeaseExpired, and the delay runs from the expiry, not from the
+// renewal's new seconds (its undo puts the delay record back on its old
+// etcd lease).
+func TestLateReletKeepsDelay(t *testing.T) {
+	cli := etcdtest.Client(t)
+	b, _ := newBackend(t, cli)
+	ctx := context.Background()
+	const delay = 2 * time.Second
+	for i := range 3 {
+		key := fmt.Sprint("window", i)
+		r := backend.Request{Key: key, LeaseID: "L", Timeout: 500 * time.Millisecond, Margin: 500 * time.Millisecond, LockDelay: delay}
+		l := mustGrant(t, b, r)
+		time.Sleep(time.Until(l.ExpiresAt) + time.Duration(i)*150*time.Millisecond + 100*time.Millisecond)
+		r.Timeout = time.Minute
+		if _, err := b.Renew(ctx, r); !errors.Is(err, backend.ErrLeaseExpired) {
+			t.Fatalf("renewal %d to other seconds after TTL: %v, want ErrLeaseExpired", i, err)
+		}
+		wantHeldDelayed(t, b, key, "B", delay+time.Second)
+		deadline := l.ExpiresAt.Add(delay + 3*time.Second)
+		for {
+			_, err := b.Grant(ctx, req(key, "C", time.Minute))
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, backend.ErrLeaseHeld) || time.Now().After(deadline) {
+				t.Fatalf("Grant %v after the lease's expiry: %v", time.Since(l.ExpiresAt), err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
 	}
 }

@@ -106,19 +106,20 @@ func checkQueue(key, waiterID string) error {
 }
 
 // Enqueue implements backend.Queuer. It reads the whole line (one range
-// read of the entries' keys and values, sorted by CreateRevision), and,
-// when waiterID's entry is in it, renews the entry's etcd lease with one
-// keep-alive: Ahead is the entries before it in that read, which the
-// keep-alive proves was made while the entry was live. When this backend
-// made the entry, it knows the etcd lease and sends the keep-alive at the
-// same time as the read (one round trip); otherwise after it. Otherwise it takes an
-// etcd lease (from the pool, or LeaseGrant) and creates the entry in one Txn
-// that also counts the line. A renewal asking for other seconds than the
-// entry has moves it to a new etcd lease, keeping its CreateRevision (its
-// place), as Renew moves a lease key. An entry whose etcd lease has run out
-// but which etcd has not yet deleted is deleted, and the waiter joins at the
-// end. Place.TTL is whole seconds; AheadRemaining is zero: the watch of
-// NotifyTurn sees an entry's expiry, so a waiter need not look again.
+// read of the entries' keys and values, sorted by CreateRevision). When
+// waiterID's entry is in it, one keep-alive of the entry's etcd lease renews
+// it, and Ahead is the number of entries before it in that read (the
+// keep-alive proves the entry was live then); when this backend made the
+// entry, it knows that etcd lease and sends the keep-alive at the same time
+// as the read: one round trip. When the entry is not in the line, Enqueue
+// takes an etcd lease (from the pool, or LeaseGrant) and creates the entry
+// in one Txn that also counts the line. A renewal asking for other seconds
+// than the entry has moves it to a new etcd lease, keeping its
+// CreateRevision (its place), as Renew moves a lease key. An entry whose
+// etcd lease has run out but which etcd has not yet deleted is deleted, and
+// the waiter joins at the end. Place.TTL is whole seconds; AheadRemaining
+// is zero: the watch of NotifyTurn sees an entry's expiry, so a waiter need
+// not look again.
 func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
 	if err := b.ready(ctx); err != nil {
 		return backend.Place{}, err

@@ -3,10 +3,12 @@ package etcdbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/goleak"
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/etcdbackend"
@@ -201,5 +203,51 @@ func TestEnqueueAfterAnotherDequeued(t *testing.T) {
 	}
 	if p := mustEnqueue(t, a, "k", "w", time.Minute); p.Ahead != 2 {
 		t.Fatalf("Enqueue renewing it = %+v, want Ahead 2", p)
+	}
+}
+
+// TestNotifyTurnClose: Close of the backend closes every turn's channel and
+// leaves no goroutine behind (the turns' and Enqueue's keep-alives).
+func TestNotifyTurnClose(t *testing.T) {
+	cli := etcdtest.Client(t)
+	if _, err := cli.Get(context.Background(), "warm-up"); err != nil {
+		t.Fatal(err)
+	}
+	ignore := goleak.IgnoreCurrent()
+	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(newPrefix("turn-close")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var subs []backend.Subscription
+	for i := range 3 {
+		w := fmt.Sprint("w", i)
+		s, err := b.NotifyTurn(context.Background(), "k", w)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subs = append(subs, s)
+		mustEnqueue(t, b, "k", w, time.Minute)
+		mustEnqueue(t, b, "k", w, time.Minute) // a renewal through the remembered etcd lease
+	}
+	subs[0].Close()
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for i, s := range subs {
+		timeout := time.After(5 * time.Second)
+	drain:
+		for {
+			select {
+			case _, ok := <-s.Freed():
+				if !ok {
+					break drain
+				}
+			case <-timeout:
+				t.Fatalf("turn %d: Freed still open after the backend closed", i)
+			}
+		}
+	}
+	if err := goleak.Find(ignore); err != nil {
+		t.Fatalf("goroutines left after Close: %v", err)
 	}
 }

@@ -3,9 +3,9 @@
 //
 // The Redis server's clock is the coordinator's clock. Grant, Renew,
 // Release, Inspect, ForceRelease, Enqueue and Dequeue are each one Lua
-// script in one round trip (EVALSHA, falling back to EVAL when the server's script cache lacks
-// it); the script reads the server's TIME and decides expiry against it, so
-// no time the client sends ever matters. Token on a *redis.Client is HMGET
+// script in one round trip (EVALSHA, falling back to EVAL when the
+// server's script cache lacks it); the script reads the server's TIME and
+// decides expiry against it, so no time the client sends ever matters. Token on a *redis.Client is HMGET
 // of the record then TIME, pipelined in one round trip, and asks the
 // read-only token script only when that reply cannot decide (see Token); on
 // other clients it is the script alone. List is SCAN, then the inspect

@@ -24,3 +24,6 @@ const MaxBatch = maxBatch
 // InFlight returns how many of b's requests are sent or queued and not yet
 // answered.
 func InFlight(b *Backend) int64 { return b.batch.inFlight.Load() }
+
+// TurnChannel is turnChannel, for the tests of the line's wake-ups.
+func (b *Backend) TurnChannel(key, waiterID string) string { return b.turnChannel(key, waiterID) }

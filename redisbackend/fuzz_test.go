@@ -6,10 +6,10 @@ import (
 )
 
 // FuzzRedisKey: a user key's hash name (RedisKey) decodes back to it, two
-// distinct user keys share no Redis key (hash or channel), a channel never
-// decodes as a record, and, for every prefix New accepts, a key's hash and
-// channel share one hash tag (one Cluster slot, so the scripts may touch
-// both). The seed corpus is in
+// distinct user keys share no Redis key (hash, line keys or channel), no
+// other name decodes as a record, and, for every prefix New accepts, a
+// key's hash, line keys and channels share one hash tag (one Cluster slot,
+// so the scripts may touch them all). The seed corpus is in
 // testdata/fuzz/FuzzRedisKey.
 func FuzzRedisKey(f *testing.F) {
 	f.Add("fencing:", "a", "b")
@@ -33,13 +33,24 @@ func FuzzRedisKey(f *testing.F) {
 		if got, ok := b.decodeKey(c1); ok {
 			t.Fatalf("the channel %q decodes as the record of %q", c1, got)
 		}
-		if hashTag(h1) != hashTag(c1) {
-			t.Fatalf("hash tags of %q (%q) and %q (%q) differ", h1, hashTag(h1), c1, hashTag(c1))
+		// The line's keys and a waiter's turn channel (k2 as its ID) too.
+		names := append([]string{h1, c1, b.turnChannel(k1, k2)}, b.lineKeys(k1)...)
+		for _, n := range names[1:] {
+			if hashTag(n) != hashTag(h1) {
+				t.Fatalf("hash tags of %q (%q) and %q (%q) differ", h1, hashTag(h1), n, hashTag(n))
+			}
+			if got, ok := b.decodeKey(n); ok {
+				t.Fatalf("%q decodes as the record of %q", n, got)
+			}
 		}
 		if k1 != k2 {
-			h2, c2 := b.RedisKey(k2), b.channel(k2)
-			if h1 == h2 || c1 == c2 || h1 == c2 || c1 == h2 {
-				t.Fatalf("keys %q and %q share a Redis key: %q %q / %q %q", k1, k2, h1, c1, h2, c2)
+			others := append([]string{b.RedisKey(k2), b.channel(k2), b.turnChannel(k2, k2)}, b.lineKeys(k2)...)
+			for _, n := range names {
+				for _, o := range others {
+					if n == o {
+						t.Fatalf("keys %q and %q share a Redis key or channel: %q", k1, k2, n)
+					}
+				}
 			}
 		}
 	})

@@ -17,7 +17,9 @@ import (
 
 // Inspect implements backend.Inspector: one read-only script reads the
 // record against the server's clock. MaxToken is the record's token field,
-// so it also shows a counter that was set without a lease.
+// so it also shows a counter that was set without a lease. A live lease's
+// LockDelay is the record's; during a lock delay DelayedUntil is its end
+// on the server's clock, computed as the grant script computes it.
 func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
 	if err := b.ready(ctx); err != nil {
 		return backend.KeyState{}, err

@@ -3,7 +3,10 @@ package redisbackend_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math/rand/v2"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -291,5 +294,197 @@ func TestTurnChannelHidesWaiterID(t *testing.T) {
 	}
 	if len(chans) != 1 || strings.Contains(chans[0], id) || !strings.Contains(chans[0], ":turn:") {
 		t.Fatalf("channels %q: want one turn channel without the waiter's ID", chans)
+	}
+}
+
+// TestLineTurnAfterReconnect: a waiter's turn channel rides the shared
+// pub/sub connection, so when that connection breaks (a message may be
+// lost) the waiter is woken to look again, and once the backend has
+// subscribed again the next Dequeue reaches it.
+func TestLineTurnAfterReconnect(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	sub := mustTurn(t, b, "k", "b")
+	mustEnqueue(t, b, "k", "a", time.Minute)
+	mustEnqueue(t, b, "k", "b", time.Minute)
+	if err := client.ClientKillByFilter(context.Background(), "TYPE", "pubsub").Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantWake(t, sub, "for b after its pub/sub connection broke")
+	waitNumSub(t, client, false, b.TurnChannel("k", "b"), 1)
+	drain(sub)
+	mustDequeue(t, b, "k", "a")
+	wantWake(t, sub, "for b after a left, on the new connection")
+}
+
+// TestLineRandomHistory: waiters on three clients follow the protocol of
+// fencing's WithFIFO (subscribe, join, look again on a wake-up, at
+// AheadRemaining or to renew), and at random some die at the head without
+// leaving, some die right after joining, the rest leave with Dequeue. A
+// dedicated checker holds the history to the line's promises: the live
+// waiters reach the head exactly in join order; after a clean leave the
+// next is at the head within a pub/sub hop (far less than the renewal
+// interval, at which a lost wake-up would show); after a death, by the
+// dead entry's end (its last renewal + TTL) plus that hop.
+func TestLineRandomHistory(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	var bs []*redisbackend.Backend
+	for range 3 {
+		bs = append(bs, newBackend(t, srv.Client()))
+	}
+	const (
+		n     = 12
+		ttl   = 2500 * time.Millisecond
+		renew = 2 * time.Second
+		// A wake-up is a pub/sub hop and an Enqueue (a few milliseconds);
+		// a lost one would wait for the renewal, two seconds. The bound
+		// allows for a machine shared with other test runs.
+		hop = 700 * time.Millisecond
+	)
+	seed := time.Now().UnixNano()
+	t.Logf("seed %d", seed)
+	rnd := rand.New(rand.NewPCG(uint64(seed), 0))
+	const (
+		leaves = iota
+		diesAtHead
+		diesWaiting
+	)
+	fate := make([]int, n)
+	hold := make([]time.Duration, n)
+	for i := range fate {
+		switch r := rnd.IntN(10); {
+		case r < 2:
+			fate[i] = diesAtHead
+		case r < 3:
+			fate[i] = diesWaiting
+		}
+		hold[i] = time.Duration(rnd.IntN(20)) * time.Millisecond
+	}
+	fate[n-1] = leaves // so the last one's end is seen
+	t.Logf("fates %v (0 leaves, 1 dies at the head, 2 dies waiting)", fate)
+	// head: when the waiter saw itself at the head; end: its Dequeue or
+	// death at the head; due: when its entry ends at the latest.
+	head, end, due := make([]time.Time, n), make([]time.Time, n), make([]time.Time, n)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	ctx := context.Background()
+	start := make(chan struct{})
+	for i := range n {
+		b := bs[i%len(bs)]
+		id := fmt.Sprintf("w%02d", i)
+		sub := mustTurn(t, b, "k", id)
+		wantAhead(t, mustEnqueue(t, b, "k", id, ttl), i, id) // joins in order i
+		due[i] = time.Now().Add(ttl)
+		if fate[i] == diesWaiting {
+			continue // never looks, renews or leaves again
+		}
+		wg.Go(func() {
+			<-start
+			for {
+				p, err := b.Enqueue(ctx, "k", id, ttl)
+				if err != nil {
+					errs <- err
+					return
+				}
+				due[i] = time.Now().Add(ttl)
+				if p.Ahead == 0 {
+					head[i] = time.Now()
+					time.Sleep(hold[i])
+					end[i] = time.Now()
+					if fate[i] == diesAtHead {
+						return // no Dequeue, no more renewals
+					}
+					errs <- b.Dequeue(ctx, "k", id)
+					return
+				}
+				wait := renew
+				if p.AheadRemaining > 0 && p.AheadRemaining < wait {
+					wait = p.AheadRemaining + time.Millisecond
+				}
+				select {
+				case <-sub.Freed():
+				case <-time.After(wait):
+				}
+			}
+		})
+	}
+	close(start)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// free is when the entries ahead of the next live waiter were gone at
+	// the latest: the last live one's end, or a dead one's due time.
+	var free time.Time
+	prev := -1 // the last live waiter
+	for i := range n {
+		if fate[i] == diesWaiting {
+			free = later(free, due[i])
+			continue
+		}
+		if head[i].IsZero() {
+			t.Fatalf("w%02d never reached the head", i)
+		}
+		if prev >= 0 {
+			if head[i].Before(end[prev]) {
+				t.Fatalf("w%02d reached the head before w%02d, ahead of it, ended", i, prev)
+			}
+			if took := head[i].Sub(free); took > hop {
+				t.Fatalf("w%02d reached the head %v after the entries ahead of it were gone, want at most %v", i, took, hop)
+			} else {
+				t.Logf("w%02d at the head %v after the entries ahead were gone", i, took.Round(time.Millisecond))
+			}
+		}
+		// The next waiter may go once this one left: at its Dequeue, or
+		// when its entry ran out after its death.
+		if fate[i] == diesAtHead {
+			free = due[i]
+		} else {
+			free = end[i]
+		}
+		prev = i
+	}
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// TestLineManyDeadEntries: a script drops every entry whose time ran out,
+// however many (it removes them a thousand at a time), so Ahead counts
+// live entries only.
+func TestLineManyDeadEntries(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := srv.Client()
+	b := newBackend(t, client)
+	ctx := context.Background()
+	const dead = 2500
+	// Joined straight into the two sorted sets, ended a second ago on the
+	// server's clock.
+	base := strings.TrimSuffix(b.RedisKey("k"), ":token")
+	now, err := client.Time(ctx).Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	past := float64(now.Add(-time.Second).UnixMicro())
+	pipe := client.Pipeline()
+	for i := range dead {
+		id := fmt.Sprintf("dead-%d", i)
+		pipe.ZAdd(ctx, base+":line", redis.Z{Score: float64(i + 1), Member: id})
+		pipe.ZAdd(ctx, base+":due", redis.Z{Score: past, Member: id})
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	wantAhead(t, mustEnqueue(t, b, "k", "live", time.Minute), 0, "a waiter behind 2500 dead entries")
+	if n := client.ZCard(ctx, base+":line").Val(); n != 1 {
+		t.Fatalf("the line holds %d entries after one script, want 1", n)
 	}
 }

@@ -39,8 +39,10 @@ import (
 // so nothing expires it before its delay ends.
 //
 // Released is a value of exp rather than a field of its own so that every
-// script but a resent grant reads at most three fields: each field an
-// HMGET returns adds to the server's time (docs/benchmarks.md, Redis).
+// script but a resent grant and Inspect reads at most three fields (the
+// grant script a fourth, delay, only when a lease is live or expired,
+// where the delay counts): each field an HMGET returns adds to the server's time
+// (docs/benchmarks.md, Redis).
 // A record written before this layout (a field rel, "1" once released)
 // reads correctly except that a lease released then reads as live until
 // its exp passes: never two live leases, a later grant only waits longer.

@@ -73,6 +73,7 @@ type Backend struct {
 	listenDSN string
 	closed    atomic.Bool
 	hub       hub
+	writer    chan struct{} // SQLite: held by the transaction that runs (sqliteTx)
 }
 
 // Option configures a Backend.
@@ -115,7 +116,7 @@ func WithListener(connString string) Option { return func(b *Backend) { b.listen
 // WithoutSafetyChecks turns that off. It does not create the tables: call
 // CreateTables once, or run DDL in a migration.
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
-	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, checks: true, checkTime: 10 * time.Second}
+	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, checks: true, checkTime: 10 * time.Second, writer: make(chan struct{}, 1)}
 	b.hub.b = b
 	for _, o := range opts {
 		o(b)

@@ -106,7 +106,7 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 // earlier release (ErrOldSchema, naming what they lack). When the catalog
 // cannot be read, or shows nothing missing, err is reported as it is.
 func (b *Backend) schemaError(ctx context.Context, what string, err error) error {
-	missing, tables, cerr := b.missingSchema(context.WithoutCancel(ctx))
+	missing, tables, cerr := b.schemaGaps(ctx)
 	switch {
 	case cerr != nil || tables && len(missing) == 0:
 		return fmt.Errorf("sqlbackend: %s: %w", what, err)
@@ -116,9 +116,9 @@ func (b *Backend) schemaError(ctx context.Context, what string, err error) error
 	return fmt.Errorf("sqlbackend: %s: %w: %s missing: %w", what, ErrOldSchema, strings.Join(missing, ", "), err)
 }
 
-// missingSchema lists what the backend's tables lack; tables is false when
+// schemaGaps lists what the backend's tables lack; tables is false when
 // the leases table does not exist. It is bounded by the check timeout.
-func (b *Backend) missingSchema(ctx context.Context) (missing []string, tables bool, err error) {
+func (b *Backend) schemaGaps(ctx context.Context) (missing []string, tables bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, b.checkTime)
 	defer cancel()
 	if b.dialect == Postgres {

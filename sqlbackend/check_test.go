@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/pgtest"
@@ -137,6 +138,42 @@ func TestMissingTables(t *testing.T) {
 		}
 		if _, _, err := b.Token(ctx, "k"); !errors.Is(err, sqlbackend.ErrNoTables) {
 			t.Fatalf("Token without tables: %v, want ErrNoTables", err)
+		}
+		if _, err := b.Enqueue(ctx, "k", "w", time.Minute); !errors.Is(err, sqlbackend.ErrNoTables) || errors.Is(err, sqlbackend.ErrOldSchema) {
+			t.Fatalf("Enqueue without tables: %v, want ErrNoTables", err)
+		}
+	})
+}
+
+// A schema-qualified prefix names every table, index and function the
+// backend makes: CreateTables (twice) and the lease and line operations
+// work with one. (SQLite puts an index's schema on its name, not on its
+// table's.)
+func TestSchemaQualifiedPrefix(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		prefix := "main.app_"
+		if h.dialect == sqlbackend.Postgres {
+			prefix = "public.app_"
+		}
+		b, err := sqlbackend.New(h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix(prefix))...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer b.Close()
+		ctx := context.Background()
+		for i := range 2 {
+			if err := b.CreateTables(ctx); err != nil {
+				t.Fatalf("CreateTables #%d: %v", i+1, err)
+			}
+		}
+		if _, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "a", Timeout: time.Minute, LockDelay: time.Second}); err != nil {
+			t.Fatal(err)
+		}
+		if p, err := b.Enqueue(ctx, "k", "w", time.Minute); err != nil || p.Ahead != 0 {
+			t.Fatalf("Enqueue: %+v, %v", p, err)
+		}
+		if err := b.Dequeue(ctx, "k", "w"); err != nil {
+			t.Fatal(err)
 		}
 	})
 }

@@ -11,6 +11,9 @@
 //	if err := b.CreateTables(ctx); err != nil { ... } // or DDL() in a migration
 //	c := fencing.New(b)
 //
+// CreateTables also brings the tables of an earlier release up to date (see
+// Upgrading below).
+//
 // # Storage and tokens
 //
 // One table, <prefix>leases (DefaultPrefix "fencing_", WithTablePrefix for
@@ -26,12 +29,14 @@
 // # PostgreSQL
 //
 // Every operation is one statement and one round trip: Grant, Renew,
-// Release and ForceRelease call PL/pgSQL functions that CreateTables
-// installs, which lock the key's row (SELECT ... FOR UPDATE) and decide
+// Release, ForceRelease, Enqueue and Dequeue call PL/pgSQL functions that
+// CreateTables installs, which lock the key's row (SELECT ... FOR UPDATE) and decide
 // with clock_timestamp(), the server's clock at that moment (not now(),
 // which is when the transaction began); Token and Inspect are one SELECT
 // each. Lease.ExpiresAt is on the server's clock. Nothing keeps session
-// state (no advisory locks, no SET), so the backend works behind PgBouncer
+// state (no session advisory locks, no SET; the line's functions take a
+// transaction-scoped advisory lock, which ends with their statement), so
+// the backend works behind PgBouncer
 // in transaction pooling mode; with pgx before PgBouncer 1.21, use a
 // connection string with default_query_exec_mode=exec (or simple_protocol),
 // as pgx's default caches named prepared statements per connection.
@@ -58,7 +63,7 @@
 //
 // # Waiting
 //
-// The backend implements backend.Notifier. On PostgreSQL with WithListener
+// The backend implements backend.Notifier (and backend.Queuer, above). On PostgreSQL with WithListener
 // one session LISTENs and the release functions NOTIFY in their own
 // transaction, so a waiter wakes when the release commits; without a
 // listener, one goroutine per Backend asks every 100 ms, in one statement
@@ -66,6 +71,53 @@
 // reads the rows of the keys waited on every 10 ms: polling, outside any
 // transaction, with a connection of the pool taken only for each read. Either way,
 // fencing.Coordinator.Lock also sleeps until a held lease's end.
+//
+// # Lock delay
+//
+// A lease granted with backend.Request.LockDelay (fencing.WithLockDelay)
+// keeps its delay in its row (lock_delay_ns), and the row says until when
+// the key stays closed after an unclean end (delay_until: the lease's end
+// plus the delay, kept by every renewal; after a forced release, that
+// moment plus the delay; after a release by the holder, none). The grant
+// judges it in the same statement (PostgreSQL, on the server's clock) or
+// transaction (SQLite, on the host's boot clock) as the live lease, and
+// refuses with a *backend.HeldError whose Delayed is set and whose
+// Remaining is the delay's time left. Inspect and List report it
+// (KeyState.DelayedUntil, DelayRemaining); Token, AdmitTx and the guards see
+// no live lease during a delay, as after any end. NotifyFree treats a
+// delayed key as not free and, when it polls, wakes its waiters when the
+// delay ends.
+//
+// # Waiting in line
+//
+// The backend implements backend.Queuer over a second table,
+// <prefix>waiters: an entry per waiter with its place (a sequence number
+// per key) and its end on the same clock as a lease's. Enqueue drops the
+// key's expired entries, renews the waiter's entry in place or adds it at
+// the end, and reads the place, in one statement or transaction; on
+// PostgreSQL a transaction-scoped advisory lock on the key orders joins and
+// leaves. NotifyTurn wakes only the waiter directly behind an entry that
+// left: on PostgreSQL with WithListener the dequeue function NOTIFYs that
+// waiter (by a hash of its ID, which is a credential); otherwise the
+// polling goroutine reads, for each subscribed waiter, which entry is
+// directly ahead of it, and wakes it when that entry changed (a Dequeue or,
+// since the poll judges expiry by the coordinator's clock, an expiry).
+//
+// # Upgrading
+//
+// The tables of the release before lock delay and the line lack two
+// columns and the waiters table. CreateTables (or DDL in a migration) adds
+// them: on PostgreSQL with ADD COLUMN IF NOT EXISTS, after a look in the
+// catalog so that an up-to-date table is not locked; on SQLite with ALTER
+// TABLE in one transaction, skipping the columns a table has. A live lease
+// survives the upgrade. Until then, an operation that needs what is
+// missing returns an error wrapping ErrOldSchema that names it and
+// CreateTables (New does not fail, so that CreateTables can run). On
+// PostgreSQL the earlier release's five-argument grant function is
+// replaced by a grant without a delay that honours running delays, so that
+// processes of that release can keep running during the upgrade; on SQLite
+// they read and write rows themselves and do not know lock delays: upgrade
+// them all before any process uses WithLockDelay.
 //
 // # Safety checks
 //

@@ -199,6 +199,9 @@ func runChild(role, path string) {
 	}
 	defer db.Close()
 	ctx := context.Background()
+	if runQueueChild(ctx, db, role) {
+		return
+	}
 	if role == "victim" {
 		tx, err := db.BeginTx(ctx, nil)
 		if err == nil {

@@ -67,9 +67,9 @@ func checkWaiter(key, waiterID string) error {
 	return backend.CheckLeaseID(waiterID)
 }
 
-// Enqueue implements backend.Queuer: it drops the key's expired entries,
-// renews waiterID's live entry or puts a new one at the end, and reads the
-// place, in one statement (PostgreSQL) or one transaction (SQLite).
+// Enqueue implements backend.Queuer: it renews waiterID's live entry, or
+// drops the key's expired entries and puts a new one at the end, and reads
+// the place, in one statement (PostgreSQL) or one transaction (SQLite).
 func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
 	if err := b.ready(ctx); err != nil {
 		return backend.Place{}, err
@@ -95,32 +95,23 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	}
 	var aheadSeq int64
 	err := b.sqliteTx(ctx, "enqueue", func(c *sql.Conn, now hostNow) error {
-		k := []byte(key)
-		if _, err := c.ExecContext(ctx, b.sql.dropExpired, k, waiterID, now.boot, now.since); err != nil {
+		k, expires := []byte(key), now.since+int64(ttl)
+		// A live entry is renewed in place; otherwise the key's expired
+		// entries go (the waiter's own included) and it joins at the end.
+		res, err := c.ExecContext(ctx, b.sql.renewEntry, k, waiterID, now.boot, now.since, expires)
+		if err != nil {
 			return err
 		}
-		expires := now.since + int64(ttl)
-		var seq int64
-		err := c.QueryRowContext(ctx, b.sql.entry, k, waiterID, now.boot, now.since).Scan(&seq)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			if err := c.QueryRowContext(ctx, b.sql.lastSeq, k).Scan(&seq); err != nil {
+		if n, err := res.RowsAffected(); err != nil || n == 0 {
+			if _, err := c.ExecContext(ctx, b.sql.dropExpired, k, waiterID, now.boot, now.since); err != nil {
 				return err
 			}
-			seq++
-			_, err = c.ExecContext(ctx, b.sql.insertEntry, k, waiterID, seq, now.boot, expires)
-			if err != nil {
-				return err
-			}
-		case err != nil:
-			return err
-		default:
-			if _, err := c.ExecContext(ctx, b.sql.renewEntry, k, waiterID, expires); err != nil {
+			if _, err := c.ExecContext(ctx, b.sql.upsertEntry, k, waiterID, now.boot, now.since, expires); err != nil {
 				return err
 			}
 		}
 		var aheadExpires int64
-		if err := c.QueryRowContext(ctx, b.sql.ahead, k, waiterID, now.boot, now.since, seq).Scan(&place.Ahead, &aheadSeq, &aheadExpires); err != nil {
+		if err := c.QueryRowContext(ctx, b.sql.ahead, k, waiterID, now.boot, now.since).Scan(&place.Ahead, &aheadSeq, &aheadExpires); err != nil {
 			return err
 		}
 		if place.Ahead > 0 {
@@ -135,8 +126,9 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	return place, nil
 }
 
-// Dequeue implements backend.Queuer: it removes waiterID's entry and wakes
-// the waiter now directly behind it (see the top of this file).
+// Dequeue implements backend.Queuer: it drops the key's expired entries,
+// removes waiterID's and wakes the waiter now directly behind it (see the
+// top of this file).
 func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
@@ -160,6 +152,11 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 		k := []byte(key)
 		var seq int64
 		err := c.QueryRowContext(ctx, b.sql.anyEntry, k, waiterID).Scan(&seq)
+		if err == nil || errors.Is(err, sql.ErrNoRows) {
+			if _, err := c.ExecContext(ctx, b.sql.dropExpired, k, waiterID, now.boot, now.since); err != nil {
+				return err
+			}
+		}
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil // not in the line
 		}
@@ -252,17 +249,56 @@ func (b *Backend) turnPlaces(ctx context.Context, subs []*subscription) ([]int64
 		}
 		return out, nil
 	}
+	// SQLite: one read of each key's line, however many of its waiters
+	// are subscribed.
+	byKey := map[string][]int{}
 	for i, s := range subs {
-		now := b.hostNow()
-		err := b.db.QueryRowContext(ctx, b.sql.turn, []byte(s.key), s.waiterID, now.boot, now.since).Scan(&out[i])
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			out[i] = seenAbsent
-		case err != nil:
+		byKey[s.key] = append(byKey[s.key], i)
+	}
+	for key, idx := range byKey {
+		line, err := b.sqliteLine(ctx, key)
+		if err != nil {
 			return nil, err
+		}
+		for _, i := range idx {
+			for j, e := range line {
+				if e.id == subs[i].waiterID {
+					out[i] = 0
+					if j > 0 {
+						out[i] = line[j-1].seq
+					}
+					break
+				}
+			}
 		}
 	}
 	return out, nil
+}
+
+// lineEntry is an entry of a line, as the poll reads it.
+type lineEntry struct {
+	id  string
+	seq int64
+}
+
+// sqliteLine reads key's live entries in their order, outside any
+// transaction (a hint: the waiter's Enqueue decides).
+func (b *Backend) sqliteLine(ctx context.Context, key string) ([]lineEntry, error) {
+	now := b.hostNow()
+	rows, err := b.db.QueryContext(ctx, b.sql.turn, []byte(key), now.boot, now.since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var line []lineEntry
+	for rows.Next() {
+		var e lineEntry
+		if err := rows.Scan(&e.id, &e.seq); err != nil {
+			return nil, err
+		}
+		line = append(line, e)
+	}
+	return line, rows.Err()
 }
 
 // pollTurns reads the places of the subscribed waiters and wakes those

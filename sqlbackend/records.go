@@ -39,7 +39,10 @@ import (
 //	expires_at     when the entry leaves the line unless renewed, on the
 //	               same clock as a lease's (boot_id with it on SQLite)
 //
-// Expired entries of a key are deleted by the next Enqueue on that key.
+// Expired entries of a key are deleted by the next join (an Enqueue that
+// adds an entry) or Dequeue on that key; a key nobody waits on again keeps
+// its dead entries (a few rows). On SQLite the table is WITHOUT ROWID, with
+// an index on (key, seq, expires_at, boot_id) that the place reads use.
 //
 // On PostgreSQL the operations are PL/pgSQL functions (<prefix>grant,
 // <prefix>renew, <prefix>release, <prefix>force_release, <prefix>enqueue,
@@ -75,7 +78,7 @@ type statements struct {
 	// SQLite: the rows the Go code reads and writes inside BEGIN IMMEDIATE.
 	read, insert, update, touch string
 	// SQLite's queue statements, inside BEGIN IMMEDIATE.
-	dropExpired, entry, anyEntry, renewEntry, lastSeq, insertEntry, ahead, removeEntry, behind string
+	renewEntry, dropExpired, upsertEntry, ahead, anyEntry, removeEntry, behind string
 
 	notifyChannel string // PostgreSQL's NOTIFY channel for releases
 	turnChannel   string // and for a line's entries leaving
@@ -120,7 +123,9 @@ func newStatements(d Dialect, prefix string) statements {
 			`JOIN {w} AS e ON e.key = s.k AND e.waiter_id = s.id AND e.expires_at > c.n`)
 		return s
 	}
-	s.ddl = []string{r.Replace(sqliteTable), r.Replace(sqliteWaiters)}
+	bare := channelName(prefix, "waiters") // the table's name without its schema, as CREATE INDEX ... ON takes it
+	s.ddl = []string{r.Replace(sqliteTable), r.Replace(sqliteWaiters),
+		r.Replace(`CREATE INDEX IF NOT EXISTS {w}_line ON ` + bare + ` (key, seq, expires_at, boot_id)`)}
 	s.upgrade = []string{
 		r.Replace(`ALTER TABLE {t} ADD COLUMN lock_delay_ns INTEGER NOT NULL DEFAULT 0`),
 		r.Replace(`ALTER TABLE {t} ADD COLUMN delay_until INTEGER NOT NULL DEFAULT 0`),
@@ -136,18 +141,25 @@ func newStatements(d Dialect, prefix string) statements {
 	s.touch = r.Replace(`UPDATE {t} SET token = token WHERE key = ?`)
 	// The queue: ?1 key, ?2 waiter, ?3 boot, ?4 now (since boot).
 	const liveEntry = `boot_id = ?3 AND expires_at > ?4`
+	s.renewEntry = r.Replace(`UPDATE {w} SET expires_at = ?5 WHERE key = ?1 AND waiter_id = ?2 AND ` + liveEntry)
 	s.dropExpired = r.Replace(`DELETE FROM {w} WHERE key = ?1 AND NOT (` + liveEntry + `)`)
-	s.entry = r.Replace(`SELECT seq FROM {w} WHERE key = ?1 AND waiter_id = ?2 AND ` + liveEntry)
-	s.renewEntry = r.Replace(`UPDATE {w} SET expires_at = ?3 WHERE key = ?1 AND waiter_id = ?2`)
-	s.lastSeq = r.Replace(`SELECT coalesce(max(seq), 0) FROM {w} WHERE key = ?1`)
-	s.insertEntry = r.Replace(`INSERT INTO {w} (key, waiter_id, seq, boot_id, expires_at) VALUES (?1, ?2, ?3, ?4, ?5)`)
-	s.ahead = r.Replace(`SELECT count(*), coalesce(max(seq), 0), coalesce((SELECT a.expires_at FROM {w} AS a WHERE a.key = ?1 AND a.seq < ?5 AND ` +
-		`a.boot_id = ?3 AND a.expires_at > ?4 ORDER BY a.seq DESC LIMIT 1), 0) FROM {w} WHERE key = ?1 AND seq < ?5 AND ` + liveEntry)
+	// After dropExpired, every entry of the key is live: a new entry gets
+	// the key's largest seq + 1.
+	s.upsertEntry = r.Replace(`INSERT INTO {w} (key, waiter_id, seq, boot_id, expires_at) ` +
+		`VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) + 1 FROM {w} WHERE key = ?1), ?3, ?5) ` +
+		`ON CONFLICT (key, waiter_id) DO UPDATE SET expires_at = excluded.expires_at`)
+	// The place: how many live entries are ahead, the seq and end of the
+	// live one directly ahead.
+	s.ahead = r.Replace(`SELECT (SELECT count(*) FROM {w} AS a WHERE a.key = ?1 AND a.seq < m.seq AND a.boot_id = ?3 AND a.expires_at > ?4), ` +
+		`coalesce(d.seq, 0), coalesce(d.expires_at, 0) ` +
+		`FROM (SELECT seq FROM {w} WHERE key = ?1 AND waiter_id = ?2) AS m ` +
+		`LEFT JOIN {w} AS d ON d.key = ?1 AND d.seq = ` +
+		`(SELECT max(x.seq) FROM {w} AS x WHERE x.key = ?1 AND x.seq < m.seq AND x.boot_id = ?3 AND x.expires_at > ?4)`)
 	s.anyEntry = r.Replace(`SELECT seq FROM {w} WHERE key = ?1 AND waiter_id = ?2`)
 	s.removeEntry = r.Replace(`DELETE FROM {w} WHERE key = ?1 AND waiter_id = ?2`)
 	s.behind = r.Replace(`SELECT waiter_id FROM {w} WHERE key = ?1 AND seq > ?5 AND ` + liveEntry + ` ORDER BY seq LIMIT 1`)
-	s.turn = r.Replace(`SELECT coalesce((SELECT max(a.seq) FROM {w} AS a WHERE a.key = e.key AND a.seq < e.seq AND a.boot_id = ?3 AND a.expires_at > ?4), 0) ` +
-		`FROM {w} AS e WHERE e.key = ?1 AND e.waiter_id = ?2 AND e.boot_id = ?3 AND e.expires_at > ?4`)
+	// A key's live entries in order, for the poll.
+	s.turn = r.Replace(`SELECT waiter_id, seq FROM {w} WHERE key = ?1 AND boot_id = ?2 AND expires_at > ?3 ORDER BY seq`)
 	return s
 }
 
@@ -381,8 +393,9 @@ BEGIN
 END
 $fn$`
 
-// pgDequeue returns the tag (turnTag) of the live entry now directly behind
-// the removed one, and notifies it; NULL when there is none.
+// pgDequeue drops the key's expired entries, removes the waiter's and
+// returns the tag (turnTag) of the live entry now directly behind it, which
+// it notifies; NULL when there is none.
 const pgDequeue = `CREATE OR REPLACE FUNCTION {p}dequeue(p_key BYTEA, p_id TEXT) RETURNS TEXT
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
@@ -391,6 +404,7 @@ DECLARE
 	nxt TEXT;
 BEGIN
 	PERFORM pg_advisory_xact_lock(hashtextextended('{w}:' || encode(p_key, 'hex'), 0));
+	DELETE FROM {w} AS w WHERE w.key = p_key AND w.expires_at <= clock_timestamp() AND w.waiter_id <> p_id;
 	DELETE FROM {w} AS w WHERE w.key = p_key AND w.waiter_id = p_id RETURNING w.seq INTO s;
 	IF NOT FOUND THEN
 		RETURN NULL;
@@ -427,4 +441,4 @@ const sqliteWaiters = `CREATE TABLE IF NOT EXISTS {w} (
 	boot_id    TEXT NOT NULL,
 	expires_at INTEGER NOT NULL,
 	PRIMARY KEY (key, waiter_id)
-)`
+) WITHOUT ROWID`

@@ -131,7 +131,20 @@ func retryBusy(ctx context.Context, fn func() error) error {
 // request is dated when it is processed. fn's error rolls the transaction
 // back; nothing of it is applied. A COMMIT that fails leaves the outcome
 // unknown. what names the operation for errors.
+//
+// The transactions of one Backend run one at a time, in the order they
+// came (SQLite has one writer at a time anyway): they wait for each other
+// on a channel rather than in SQLite's busy handler, which sleeps between
+// tries and lets a newcomer pass a waiter, so that under load no
+// operation (a renewal) is passed over for long. Other processes (and
+// other Backends on the file) still meet in the busy handler.
 func (b *Backend) sqliteTx(ctx context.Context, what string, fn func(c *sql.Conn, now hostNow) error) (err error) {
+	select {
+	case b.writer <- struct{}{}:
+		defer func() { <-b.writer }()
+	case <-ctx.Done():
+		return fmt.Errorf("sqlbackend: %s: %w (waiting for this backend's other transactions)", what, ctx.Err())
+	}
 	var conn *sql.Conn
 	// Opening a connection can find the database busy too (a pragma of
 	// the connection string, such as journal_mode, needing a lock).

@@ -24,6 +24,7 @@ const releaseTimeout = 500 * time.Millisecond
 type holdFlags struct {
 	leaseFlags
 	wait          bool
+	fifo          bool
 	waitTimeout   time.Duration
 	grace         time.Duration
 	renewInterval time.Duration
@@ -49,6 +50,9 @@ so hold exits within a second of the command.
 If the lease is lost while the command runs (a renewal is refused, for instance
 after "release --force", or none is confirmed before the lease's deadline), hold
 sends the command SIGTERM, then SIGKILL after --grace, and exits with status 4.
+With --wait --fifo, hold waits in the key's line: holds started this way, from
+any host, get the key in the order their waits began, and a release wakes only
+the next of them. A waiter that dies in line delays the others by at most --ttl.
 With --max-hold D, the lease is held for D in all, counted from its grant: the
 last renewal asks only for the time left, and at D hold says "maximum hold
 reached", releases the lease and stops the command the same way (status 4).
@@ -66,6 +70,7 @@ after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
 flags; 127 the command could not be started.`,
 		Example: `  fencing hold jobs/nightly --ttl 30s -- ./nightly.sh
   fencing hold jobs/nightly --ttl 30s --wait --wait-timeout 10m -- sh -c 'run --token "$FENCING_TOKEN"'
+  fencing hold jobs/deploy --ttl 30s --wait --fifo -- ./deploy.sh
   fencing hold jobs/nightly --ttl 30s --max-hold 2h -- ./nightly.sh
   fencing hold mail/digest --ttl 30s --lock-delay 15s -- ./send-digest.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -80,6 +85,7 @@ flags; 127 the command could not be started.`,
 	}
 	hf.add(cmd)
 	cmd.Flags().BoolVar(&hf.wait, "wait", false, "wait for the key while another holder has it")
+	cmd.Flags().BoolVar(&hf.fifo, "fifo", false, "with --wait: wait in the key's line, so waiters get the key in the order they began to wait and each release wakes only the next")
 	cmd.Flags().DurationVar(&hf.waitTimeout, "wait-timeout", 0, "with --wait: give up after this long (0: wait until interrupted)")
 	cmd.Flags().DurationVar(&hf.grace, "grace", 10*time.Second, "after the lease is lost: how long the command has between SIGTERM and SIGKILL")
 	cmd.Flags().DurationVar(&hf.renewInterval, "renew-interval", 0, "renew this long after each confirmed renewal (default a third of --ttl)")
@@ -100,6 +106,8 @@ func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, key string, argv []
 		return fmt.Errorf("%w: --max-hold %v is negative", errUsage, hf.maxHold)
 	case hf.waitTimeout > 0 && !hf.wait:
 		return fmt.Errorf("%w: --wait-timeout goes with --wait", errUsage)
+	case hf.fifo && !hf.wait:
+		return fmt.Errorf("%w: --fifo goes with --wait", errUsage)
 	}
 	s, err := conn.open(cmd.Context(), cmd.ErrOrStderr())
 	if err != nil {
@@ -171,6 +179,9 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fenci
 	}
 	if hf.maxHold > 0 {
 		opts = append(opts, fencing.WithMaxHold(hf.maxHold))
+	}
+	if hf.fifo {
+		opts = append(opts, fencing.WithFIFO())
 	}
 	stop = func() { cancel(nil) }
 	if hf.wait {

@@ -27,7 +27,10 @@ local function remove(ids)
   end
 end
 
--- First, entries whose time ran out on this clock leave (at most 1000 a
--- script, so that unpack stays within Lua's stack; the next script goes on).
-local gone = redis.call('ZRANGEBYSCORE', due, '-inf', string.format('%.0f', now), 'LIMIT', 0, 1000)
-if #gone > 0 then remove(gone) end
+-- First, every entry whose time ran out on this clock leaves (a thousand
+-- at a time, so that unpack stays within Lua's stack).
+local gone
+repeat
+  gone = redis.call('ZRANGEBYSCORE', due, '-inf', string.format('%.0f', now), 'LIMIT', 0, 1000)
+  if #gone > 0 then remove(gone) end
+until #gone < 1000
