@@ -21,13 +21,13 @@ import (
 // WithFIFO) can still take a free key, and the waiter at the head then
 // waits for that lease as Lock always does. A waiter joins the line with
 // an entry that lives for Lock's ttl, renewed every third of it while it
-// waits and while its Held lives; it leaves after the Held's Release (and
-// within Release's context), after its loss or the end of its context, and
-// before Lock returns when the wait fails (within the request timeout; see
-// WithRequestTimeout). A waiter that dies in line (its process killed, its connection
-// cut) delays the waiters behind it by at most ttl, rounded up as the store
-// rounds an entry's TTL (etcd: to whole seconds), plus the time its store
-// takes to see the expiry.
+// waits and while its Held lives; it leaves after the Held's Release
+// (within Release's context), after its loss or the end of its context, and
+// before Lock returns when the wait fails (within the request timeout, see
+// WithRequestTimeout). A waiter that dies in line (its process killed, its
+// connection cut) delays the waiters behind it by at most ttl, rounded up
+// as the store rounds an entry's TTL (etcd: to whole seconds), plus the
+// time its store takes to see the expiry.
 //
 // The lease's Deadline counts, as for every Lock, from the send of the
 // grant request that the waiter makes at the head of the line: that send

@@ -37,13 +37,15 @@ import (
 // by a poll: only AheadRemaining (at most the entry TTL, which is longer
 // than wakeBound) would wake such a waiter.
 
-// historyTTL is the lease and entry TTL of the history's waiters; it is
-// longer than wakeBound, so a lost wake-up is seen.
-const historyTTL = 2 * time.Second
+// historyTTL is the lease and entry TTL of the history's waiters. An
+// entry renewed every third of it has at least two thirds left, longer
+// than wakeBound: a waiter whose wake-up was lost, woken only by
+// AheadRemaining, is late by more than wakeBound.
+const historyTTL = 3 * time.Second
 
 // wakeBound is how soon the next waiter must get a free key, on a busy
-// machine.
-const wakeBound = time.Second
+// machine (a SQLite write can wait a second there for the file's lock).
+const wakeBound = 1500 * time.Millisecond
 
 type histWaiter struct {
 	n      int
@@ -182,6 +184,7 @@ func (h *history) check() {
 	// records its grant late, so the order of recording proves nothing.
 	slices.SortFunc(h.grants, func(a, b *histGrant) int { return cmp.Compare(a.token, b.token) })
 	var order []int
+	var worst time.Duration // the latest grant after its key was free to it
 	for i, g := range h.grants {
 		order = append(order, g.w.n)
 		if i == 0 {
@@ -221,8 +224,17 @@ func (h *history) check() {
 				free = later(free, wt.canceledAt)
 			}
 		}
-		if late := g.at.Sub(free); late > wakeBound {
+		late := g.at.Sub(free)
+		worst = max(worst, late)
+		if late > wakeBound {
 			t.Errorf("waiter %d got the key %v after it was free to it (bound %v): a lost wake-up", g.w.n, late, wakeBound)
+			for _, wt := range h.waiters[:joinIndex[g.w]+1] {
+				t.Logf("  waiter %d: %s, joined %v, canceled %v, killed %v, err %v, granted %v", wt.n, wt.state,
+					wt.joinedAt.Sub(g.at), since(wt.canceledAt, g.at), since(wt.killedAt, g.at), wt.err, wt.grant != nil)
+			}
+			if i > 0 {
+				t.Logf("  previous grant: waiter %d at %v, release began %v", h.grants[i-1].w.n, h.grants[i-1].at.Sub(g.at), since(h.grants[i-1].releaseStart, g.at))
+			}
 		}
 	}
 	granted := 0
@@ -236,7 +248,15 @@ func (h *history) check() {
 			t.Errorf("canceled waiter %d: Lock returned %v, want context.Canceled", wt.n, wt.err)
 		}
 	}
-	t.Logf("%s: %d waiters, %d granted in the order %v", h.w.Name, len(h.waiters), granted, order)
+	t.Logf("%s: %d waiters, %d granted in the order %v; the latest got a free key %v after it was free to it", h.w.Name, len(h.waiters), granted, order, worst)
+}
+
+// since is t relative to ref, or "-" when t is zero.
+func since(t, ref time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.Sub(ref).String()
 }
 
 func later(a, b time.Time) time.Time {

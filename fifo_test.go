@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
+
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/recipetest"
@@ -543,4 +545,125 @@ func TestLockFIFOReleaseBounded(t *testing.T) {
 	if took := time.Since(start); took > 5*time.Second {
 		t.Fatalf("Release took %v with a 100ms context: the Dequeue was not bounded by it", took)
 	}
+}
+
+// TestLockFIFOAdvisoryLine: the line is advisory. A Hold, which does not
+// wait in it, takes the key while it is free; the waiter at the head is
+// refused, subscribes to the release, and gets the key when the Hold
+// releases it, ahead of the waiter behind.
+func TestLockFIFOAdvisoryLine(t *testing.T) {
+	fifoWorlds(t, func(t *testing.T, w recipetest.World) {
+		p := newProcs(t, w, 3)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		outside, err := p.c[0].Hold(ctx, "advisory", w.TTL) // ignores the line
+		if err != nil {
+			t.Fatal(err)
+		}
+		head := lockAsync(ctx, p.c[1], "advisory", w.TTL)
+		if j := p.joined(t); j.place.Ahead != 0 {
+			t.Fatalf("the first waiter joined at %+v, want the head", j.place)
+		}
+		behind := lockAsync(ctx, p.c[2], "advisory", w.TTL)
+		p.joined(t)
+		time.Sleep(100 * time.Millisecond) // the head has been refused and waits
+		if err := outside.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rh := result(t, head, "the head")
+		if rh.err != nil {
+			t.Fatalf("the head's Lock: %v", rh.err)
+		}
+		select {
+		case r := <-behind:
+			t.Fatalf("the waiter behind got %v before the head released", r)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if err := rh.h.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+		rb := result(t, behind, "the waiter behind")
+		if rb.err != nil {
+			t.Fatalf("the waiter behind: %v", rb.err)
+		}
+		if !(outside.Token() < rh.h.Token() && rh.h.Token() < rb.h.Token()) {
+			t.Fatalf("tokens %d, %d, %d, want increasing", outside.Token(), rh.h.Token(), rb.h.Token())
+		}
+		rb.h.Release(ctx)
+		// The Hold's grant, the head's refused one, its second after it
+		// subscribed, its grant, the one of the waiter behind; on a store
+		// that cannot notify, a poll or two more.
+		n := p.grants.Load()
+		t.Logf("%s: %d grant attempts in all", w.Name, n)
+		if n > 8 {
+			t.Fatalf("%d grant attempts: the head did not wait for the release", n)
+		}
+	})
+}
+
+// TestLockFIFOHeldEnds: a Held that ends without Release (its parent
+// context canceled, its lease lost) leaves the line by itself, so the
+// waiter behind it gets the key well before the holder's entry would have
+// expired.
+func TestLockFIFOHeldEnds(t *testing.T) {
+	const ttl = 3 * time.Second
+	for _, how := range []string{"canceled", "lost"} {
+		t.Run(how, func(t *testing.T) {
+			mem := memorybackend.New()
+			defer mem.Close()
+			p := newProcs(t, recipetest.World{Name: "memory", TTL: ttl, NewBackend: func(*testing.T) backend.Backend { return mem }}, 2)
+			hctx, hcancel := context.WithCancel(context.Background())
+			defer hcancel()
+			holder, err := p.c[0].Lock(hctx, "k", ttl, fencing.WithFIFO())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer holder.Release(context.Background())
+			p.joined(t)
+			next := lockAsync(context.Background(), p.c[1], "k", ttl)
+			p.joined(t)
+			ended := time.Now()
+			if how == "canceled" {
+				hcancel()
+			} else if _, err := mem.ForceRelease(context.Background(), "k"); err != nil {
+				t.Fatal(err) // the holder learns it at its next renewal, within ttl/3
+			}
+			r := result(t, next, "the next waiter")
+			if r.err != nil {
+				t.Fatalf("the next waiter: %v", r.err)
+			}
+			defer r.h.Release(context.Background())
+			took := r.at.Sub(ended)
+			t.Logf("the next waiter got the key %v after the holder's Held ended (%s)", took, how)
+			if took > ttl/3+time.Second {
+				t.Fatalf("the next waiter got the key %v after the Held ended: the holder's entry was not dequeued (entry TTL %v)", took, ttl)
+			}
+			if !errors.Is(holder.Err(), context.Canceled) && !errors.Is(holder.Err(), fencing.ErrLeaseLost) {
+				t.Fatalf("holder.Err() = %v", holder.Err())
+			}
+		})
+	}
+}
+
+// TestLockFIFOLeavesNoGoroutine: neither a Lock that gave up in the line
+// nor a Held's Release leaves a goroutine of the line behind.
+func TestLockFIFOLeavesNoGoroutine(t *testing.T) {
+	before := goleak.IgnoreCurrent()
+	mem := memorybackend.New()
+	defer mem.Close()
+	c := fencing.New(mem)
+	ctx := context.Background()
+	holder, err := c.Lock(ctx, "k", time.Minute, fencing.WithFIFO())
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := c.Lock(wctx, "k", time.Minute, fencing.WithFIFO()); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("Lock behind a holder, with a 50ms context: %v, want DeadlineExceeded", err)
+	}
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before)
 }

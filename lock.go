@@ -44,8 +44,9 @@ const (
 // it sleeps the delay's time left exactly, and tries once. Many waiters on
 // one key each get it in turn; tokens increase in grant order.
 //
-// With WithFIFO, Lock first waits in the key's line, and only at its head
-// tries to grant, as above.
+// With WithFIFO, Lock first waits in the key's line, woken when the waiter
+// ahead leaves it, and tries to grant only at its head, as above: waiters
+// get the key in the order their waits began (see WithFIFO).
 //
 // A grant whose outcome is unknown is resent with the same lease ID, so the
 // lease it may have taken is adopted; if the wait ends first, or the
