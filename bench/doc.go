@@ -15,7 +15,9 @@
 //
 // TestReport is the one-command report of every store against its peers
 // (memory against the original single-mutex design, Redis against redislock,
-// redsync and PING, etcd against concurrency.Mutex); see
+// redsync and PING, etcd against concurrency.Mutex, and the Lock handoff
+// under contention on etcd, with and without FIFO, against
+// concurrency.Mutex); see
 // report_test.go and docs/benchmarks.md:
 //
 //	cd bench && BENCH_REPORT=all go test -run '^TestReport$' -v -count=1 .

@@ -88,6 +88,13 @@ func TestReadReport(t *testing.T) {
 		samples:    [][]sample{{{wall: 3200}}, {{wall: 6400}}}}
 	r.comps = append(r.comps, c)
 	r.notes = append(r.notes, "\n| round | µs | in PINGs |\n|---|---:|---:|\n| fencing | 46.6 | 2.21 |\n| ping | 21.1 | 1.00 |\n")
+	r.notes = append(r.notes, "| waiters | contender | handoffs | from the release's call: median | p90 | from its return: median | p90 | / Mutex | grant attempts woken by a release | grant attempts per handoff | etcd Txns per handoff | etcd requests per handoff | to the longest waiter |\n"+
+		"|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"+
+		"| 32 | Lock | 16 | 4630 | 15586 | 1039 | 5024 | **3.63x** | 32.00 | 33.00 | 34.00 | 98.00 | 0% |\n"+
+		"| 32 | Mutex | 16 | 1249 | 1818 | 351 | 729 |  | 0.00 | 1.00 | 1.00 | 5.00 | 100% |\n\n"+
+		"| waiters | contender | Txn | Range | Put | DeleteRange | LeaseGrant | LeaseRevoke | LeaseTimeToLive | other |\n"+
+		"|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"+
+		"| 32 | Mutex | 1.00 | 3.00 | 0.00 | 1.00 | 0.00 | 0.00 | 0.00 | 0.00 |\n")
 	var b bytes.Buffer
 	r.print(&b, machine{}, machine{})
 	stores, err := readReport(b.String())
@@ -99,6 +106,9 @@ func TestReadReport(t *testing.T) {
 	}
 	if got := stores["redis"]; got == nil || !slices.Equal(got.handoff, []handoff{{"fencing", 46.6}, {"ping", 21.1}}) {
 		t.Errorf("redis handoff = %+v", got)
+	}
+	if got := stores["contention"]; got == nil || !slices.Equal(got.contention, []contentionRow{{32, "Lock", 4630, 15586, 32}, {32, "Mutex", 1249, 1818, 0}}) {
+		t.Errorf("contention = %+v", got)
 	}
 }
 
@@ -135,8 +145,9 @@ type handoff struct {
 
 // storeResults is what the plots show of one store.
 type storeResults struct {
-	results []result
-	handoff []handoff
+	results    []result
+	handoff    []handoff
+	contention []contentionRow // the contention handoff's (store "contention")
 }
 
 // readReport reads the tables of a report as print writes them (the main
@@ -189,6 +200,14 @@ func readReport(md string) (map[string]*storeResults, error) {
 				}
 				name, _, _ := strings.Cut(row[0], ":")
 				get("etcd").handoff = append(get("etcd").handoff, handoff{name, us})
+			}
+		case len(h) >= 3 && h[0] == "waiters" && h[1] == "contender" && h[2] == "handoffs":
+			for _, row := range tb.rows {
+				c, err := readContentionRow(row)
+				if err != nil {
+					return nil, fmt.Errorf("contention row %q: %w", strings.Join(row, " | "), err)
+				}
+				get("contention").contention = append(get("contention").contention, c)
 			}
 		}
 	}
@@ -288,7 +307,11 @@ func writePlots(dir string, stores map[string]*storeResults, run string) ([]stri
 	var files []string
 	for _, name := range slices.Sorted(maps.Keys(stores)) {
 		f := filepath.Join(dir, "bench-"+name+".png")
-		if err := plotStore(f, name, stores[name], run); err != nil {
+		draw := plotStore
+		if c := stores[name].contention; len(c) > 0 {
+			draw = func(file, _ string, _ *storeResults, run string) error { return plotContention(file, c, run) }
+		}
+		if err := draw(f, name, stores[name], run); err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}
 		files = append(files, f)
@@ -297,9 +320,10 @@ func writePlots(dir string, stores map[string]*storeResults, run string) ([]stri
 }
 
 var storeTitles = map[string]string{
-	"memory": "memorybackend vs the original single-mutex design",
-	"redis":  "redisbackend vs bsm/redislock, redsync and PING",
-	"etcd":   "etcdbackend vs concurrency.Mutex, Txn and Get (embedded etcd)",
+	"memory":     "memorybackend vs the original single-mutex design",
+	"redis":      "redisbackend vs bsm/redislock, redsync and PING",
+	"etcd":       "etcdbackend vs concurrency.Mutex, Txn and Get (embedded etcd)",
+	"contention": "one etcd key, N waiters: Lock with and without FIFO vs concurrency.Mutex",
 }
 
 // plotStore draws one store's figure: latency at 1 goroutine and the
@@ -489,6 +513,9 @@ func (rateTicks) Ticks(min, max float64) []plot.Tick {
 type logTicks struct{}
 
 func (logTicks) Ticks(min, max float64) []plot.Tick {
+	if !(min > 0) { // no log scale: the loop below would never end
+		return plot.DefaultTicks{}.Ticks(min, max)
+	}
 	wide := max/min > 300
 	var ticks []plot.Tick
 	for p := math.Pow10(int(math.Floor(math.Log10(min)))); p <= max; p *= 10 {

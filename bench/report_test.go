@@ -46,10 +46,11 @@ var reportSections = []struct {
 	name string
 	run  func(t *testing.T, r *report)
 }{
-	{"memory", memorySection}, // vs the original single-mutex design; the Lock handoff
-	{"redis", redisSection},   // vs redislock, redsync and PING; server CPU from INFO commandstats
-	{"etcd", etcdSection},     // vs concurrency.Mutex (fresh and shared Session), Txn and Get floors
-	{"sql", sqlSection},       // PostgreSQL vs pglock's table lease, advisory locks, SELECT 1; SQLite vs flock, the handoff too
+	{"memory", memorySection},         // vs the original single-mutex design; the Lock handoff
+	{"redis", redisSection},           // vs redislock, redsync and PING; server CPU from INFO commandstats
+	{"etcd", etcdSection},             // vs concurrency.Mutex (fresh and shared Session), Txn and Get floors
+	{"sql", sqlSection},               // PostgreSQL vs pglock's table lease, advisory locks, SELECT 1; SQLite vs flock, the handoff too
+	{"contention", contentionSection}, // etcd: the Lock handoff with 1, 8 and 32 waiters, FIFO on and off, vs concurrency.Mutex
 }
 
 func TestReport(t *testing.T) {
