@@ -163,6 +163,7 @@ func (s suite) testQueueExpiry(t *testing.T) {
 	s.wait(t, p.TTL/2)
 	renewed := time.Now()
 	p = wantAhead(t, q, key, "short", ttl, 0)
+	renewalReturned := time.Now()
 	if s.traits.Now != nil {
 		s.wait(t, p.TTL-1) // the renewal's TTL, to the nanosecond
 		wantAhead(t, q, key, "behind", long, 1)
@@ -177,7 +178,7 @@ func (s suite) testQueueExpiry(t *testing.T) {
 				asked.Sub(renewed), p.TTL, asked.Sub(joined), got)
 		}
 		if got.Ahead == 1 {
-			s.waitForLeave(t, q, key, "behind", got, renewed, p.TTL)
+			s.waitForLeave(t, q, key, "behind", got, renewalReturned, p.TTL)
 		}
 	}
 
@@ -188,10 +189,10 @@ func (s suite) testQueueExpiry(t *testing.T) {
 	wantAhead(t, q, key, "third", long, 2)
 }
 
-// waitForLeave waits until the entry ahead of waiter (which renewed at
-// renewed for ttl) has certainly expired, as a waiter would: for
-// AheadRemaining when the backend gives it, which must then cover the
-// entry's time left, else for the TTL; then the backend's Slack.
+// waitForLeave waits until the entry ahead of waiter (whose last renewal,
+// for ttl, returned at renewed) has certainly expired, as a waiter would:
+// for AheadRemaining when the backend gives it, which must then cover the
+// entry's time left, else for the rest of the TTL; then the backend's Slack.
 func (s suite) waitForLeave(t *testing.T, q backend.Queuer, key, waiter string, p backend.Place, renewed time.Time, ttl time.Duration) {
 	t.Helper()
 	left := ttl - time.Since(renewed)

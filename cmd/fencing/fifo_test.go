@@ -19,8 +19,12 @@ func TestHoldWaitFIFO(t *testing.T) {
 		// appears.
 		hold := func(name string) *proc {
 			f := filepath.Join(dir, name)
-			return start(t, s.args("hold", "fifo", "--ttl", "2s", "--wait", "--fifo", "--",
+			p := start(t, s.args("hold", "fifo", "--ttl", "2s", "--wait", "--fifo", "--",
 				"sh", "-c", `echo "$FENCING_TOKEN"; while [ ! -e `+f+` ]; do sleep 0.02; done`)...)
+			// Should the test fail first, the command ends before the
+			// process is killed and waited for (cleanups run last first).
+			t.Cleanup(func() { os.WriteFile(f, nil, 0o600) })
+			return p
 		}
 		release := func(name string) {
 			if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
