@@ -21,13 +21,15 @@ import (
 // WithFIFO) can still take a free key, and the waiter at the head then
 // waits for that lease as Lock always does. A waiter joins the line with
 // an entry that lives for Lock's ttl, renewed every third of it while it
-// waits and while its Held lives; it leaves after the Held's Release
-// (within Release's context), after its loss or the end of its context, and
-// before Lock returns when the wait fails (within the request timeout, see
-// WithRequestTimeout). A waiter that dies in line (its process killed, its
-// connection cut) delays the waiters behind it by at most ttl, rounded up
-// as the store rounds an entry's TTL (etcd: to whole seconds), plus the
-// time its store takes to see the expiry.
+// waits. It leaves the line as soon as it gets the key, so that the next
+// waiter takes the head while the lease is held: that waiter inspects the
+// key (backend.Inspector), waits for the release to be announced (or the
+// lease's time and lock delay to pass), and then makes its one grant
+// attempt. A waiter whose wait fails leaves before Lock returns (within the
+// request timeout, see WithRequestTimeout). A waiter that dies in line (its
+// process killed, its connection cut) delays the waiters behind it by at
+// most ttl, rounded up as the store rounds an entry's TTL (etcd: to whole
+// seconds), plus the time its store takes to see the expiry.
 //
 // The lease's Deadline counts, as for every Lock, from the send of the
 // grant request that the waiter makes at the head of the line: that send
@@ -44,11 +46,12 @@ func WithFIFO() HoldOption {
 
 // line is one Lock call's entry in its key's line. A keeper goroutine
 // renews the entry from the join until the waiter leaves: when the wait
-// fails, or once the Held it was handed to has ended.
+// fails, or as soon as the waiter got the key.
 type line struct {
 	c      *Coordinator
 	q      backend.Queuer
-	ctx    context.Context // Lock's, without its cancellation: for values
+	ctx    context.Context // Lock's values, without its cancellation; canceled by cancel
+	cancel context.CancelFunc
 	key    string
 	id     string // the waiter ID, a credential drawn like a lease ID
 	ttl    time.Duration
@@ -57,11 +60,10 @@ type line struct {
 	turnCh <-chan struct{}
 	ahead  int // the latest Place's Ahead that waitTurn saw
 
-	held     chan *Held    // hands the Held to the keeper
+	got      chan struct{} // closed by handTo: the waiter holds the key
 	stop     chan struct{} // closed by leave
 	stopOnce sync.Once
-	leaveCtx context.Context // set by leave before it closes stop; nil: ctx
-	done     chan struct{}   // closed when the keeper has returned
+	done     chan struct{} // closed when the keeper has returned
 }
 
 // errNoQueuer is Lock's error with WithFIFO on a backend without a line.
@@ -76,9 +78,10 @@ func (c *Coordinator) joinLine(ctx context.Context, key string, ttl, poll time.D
 		return nil, errNoQueuer
 	}
 	l := &line{
-		c: c, q: q, ctx: context.WithoutCancel(ctx), key: key, id: c.newLeaseID(), ttl: ttl, poll: poll,
-		held: make(chan *Held, 1), stop: make(chan struct{}), done: make(chan struct{}),
+		c: c, q: q, key: key, id: c.newLeaseID(), ttl: ttl, poll: poll,
+		got: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{}),
 	}
+	l.ctx, l.cancel = context.WithCancel(context.WithoutCancel(ctx))
 	if l.poll == 0 {
 		l.poll = DefaultPollInterval
 	}
@@ -90,7 +93,8 @@ func (c *Coordinator) joinLine(ctx context.Context, key string, ttl, poll time.D
 	if _, err := l.enqueue(ctx); err != nil {
 		sub.Close()
 		// The join may have taken effect: remove it, as leave would.
-		l.dequeue(nil)
+		l.dequeue()
+		l.cancel()
 		return nil, err
 	}
 	go l.keep()
@@ -101,11 +105,12 @@ func (c *Coordinator) joinLine(ctx context.Context, key string, ttl, poll time.D
 // when not nil, bounds the Dequeue too (Held.Release's); Lock's failed wait
 // passes nil, its own context being done. Later calls only wait.
 func (l *line) leave(ctx context.Context) {
-	l.stopOnce.Do(func() {
-		l.leaveCtx = ctx
-		close(l.stop)
-	})
+	if ctx != nil {
+		defer context.AfterFunc(ctx, l.cancel)()
+	}
+	l.stopOnce.Do(func() { close(l.stop) })
 	<-l.done
+	l.cancel()
 }
 
 // enqueue joins or renews the entry and returns its place.
@@ -115,16 +120,13 @@ func (l *line) enqueue(ctx context.Context) (backend.Place, error) {
 
 // dequeue removes the entry, bounded by the request timeout, or by the
 // entry's TTL (after which it has left anyway) when there is none, and by
-// ctx when not nil.
-func (l *line) dequeue(ctx context.Context) {
-	if ctx == nil {
-		ctx = l.ctx
-	}
+// the line's context (see leave).
+func (l *line) dequeue() {
 	bound := l.ttl
 	if l.c.reqTimeout > 0 {
 		bound = min(bound, l.c.reqTimeout)
 	}
-	ctx, cancel := context.WithTimeout(ctx, bound)
+	ctx, cancel := context.WithTimeout(l.ctx, bound)
 	defer cancel()
 	_, _ = attempt(l.c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.q.Dequeue(ctx, l.key, l.id) })
 }
@@ -172,46 +174,89 @@ func (l *line) waitTurn(ctx context.Context) error {
 	}
 }
 
-// handTo gives the entry to h, which keeps it at the head while it holds the
-// key; the keeper leaves the line once h has ended.
+// handTo tells the keeper that the waiter got the key, so that it leaves
+// the line at once (the next waiter takes the head and waits for this
+// lease's release); h's Release waits for the keeper.
 func (l *line) handTo(h *Held) {
 	h.line = l
-	l.held <- h
+	close(l.got)
 }
 
 // keep is the keeper goroutine: it renews the entry every third of its TTL
-// until leave is called, or until the Held it was handed to ends other than
-// by Release (a loss, the parent context), and then dequeues. After
-// Release, Release itself calls leave once the lease is released, so that
-// the next waiter wakes to a free key.
+// until the waiter gets the key (handTo) or leave is called, and then
+// dequeues.
 func (l *line) keep() {
 	defer close(l.done)
-	var leaveCtx context.Context
-	defer func() { l.dequeue(leaveCtx) }()
+	defer l.dequeue()
 	interval := max(l.ttl/3, time.Millisecond)
 	t := time.NewTimer(interval)
 	defer t.Stop()
-	var h *Held
-	var ended <-chan struct{} // the Held's Done, once handed
 	for {
 		select {
 		case <-l.stop:
-			leaveCtx = l.leaveCtx
 			return
-		case h = <-l.held:
-			ended = h.Done()
-		case <-ended:
-			if context.Cause(h.ctx) == errReleased {
-				ended = nil // Release calls leave after its release
-				continue
-			}
-			<-h.done // the renewer has released the lease, when it does
+		case <-l.got:
 			return
 		case <-t.C:
 			ctx, cancel := context.WithTimeout(l.ctx, interval)
 			_, _ = l.enqueue(ctx) // a failure is retried at the next tick
 			cancel()
 			t.Reset(interval)
+		}
+	}
+}
+
+// awaitFree waits, at the head of the line, until key's lease looks free
+// (backend.Inspector): while a lease is live it sleeps until its release is
+// announced (backend.Notifier) or its time and lock delay have passed,
+// looking again at each fallback poll; during a lock delay, until the delay
+// is over. A grant attempt then finds the key free, so a handoff costs one
+// attempt. Without an Inspector, or when the inspection fails, it returns at
+// once and the grant is the probe.
+func (w *waiter) awaitFree(ctx context.Context) error {
+	insp, ok := w.c.backend.(backend.Inspector)
+	if !ok {
+		return nil
+	}
+	for {
+		st, err := attempt(w.c, ctx, func(ctx context.Context) (KeyState, error) { return insp.Inspect(ctx, w.key) })
+		if err != nil {
+			return ctx.Err() // nil: the grant will tell
+		}
+		var left time.Duration // until a grant can succeed without a release; 0: unknown
+		switch {
+		case st.Live && st.Remaining > 0:
+			left = st.Remaining + st.LockDelay
+		case st.Live:
+		case st.DelayRemaining > 0:
+			left = st.DelayRemaining
+		default:
+			return nil
+		}
+		w.seen = &backend.HeldError{Remaining: left, Delayed: !st.Live}
+		d := w.poll/2 + rand.N(w.poll/2+1)
+		if left > 0 && left < d {
+			d = left + rand.N(min(left/10, 10*time.Millisecond)+1)
+		}
+		t := time.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case _, ok := <-w.freed:
+			t.Stop()
+			if !ok { // the watch broke: poll from now on
+				w.freed = nil
+				w.poll = min(w.poll, DefaultPollIntervalNoNotify)
+			} else if st.Live {
+				w.last = time.Now()
+				return nil // a release, or an expiry the store saw: try now
+			}
+		case <-t.C:
+			if left > 0 && d >= left {
+				w.last = time.Now()
+				return nil
+			}
 		}
 	}
 }

@@ -175,7 +175,8 @@ func (h *history) killOne() {
 }
 
 // killHolder cuts the connection of the waiter holding the key, if one
-// does: its lease and its entry at the head expire.
+// does: its lease expires (and its entry, when its removal after the
+// grant had not gone out yet).
 func (h *history) killHolder() bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()

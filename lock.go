@@ -70,6 +70,9 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	var lastHeld error // the latest refusal for a live lease
 	// giveUp is Lock's error once the wait ended (or failed) with err.
 	giveUp := func(err error) error {
+		if lastHeld == nil && w.seen != nil {
+			lastHeld = w.seen // a head of a line that saw the key held
+		}
 		if ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout && lastHeld != nil {
 			return opError("lock", key, &waitError{waited: cfg.waitTimeout, err: lastHeld})
 		}
@@ -96,12 +99,19 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 			}
 			return nil, giveUp(opError("lock", key, err))
 		}
-		// At the head the key is free unless a grant outside the line
-		// took it: the waiter subscribes to its release only if refused.
-	} else if err := w.subscribe(wctx); err != nil {
+	}
+	if err := w.subscribe(wctx); err != nil {
 		return nil, giveUp(opError("lock", key, err))
 	}
 	defer w.close()
+	if cfg.fifo {
+		// At the head, the waiter that went before may still hold the
+		// key (it left the line when it got it): look, and wait for its
+		// release, so that the one grant attempt finds the key free.
+		if err := w.awaitFree(wctx); err != nil {
+			return nil, giveUp(opError("lock", key, err))
+		}
+	}
 
 	var unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
 	for {
@@ -123,17 +133,11 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 			// the key (its ID would have been answered with its lease).
 			lastHeld = held
 			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			if !w.subscribed {
-				// The head of a line, refused: watch for the release,
-				// then try again at once, so none is missed.
-				if err := w.subscribe(wctx); err != nil {
-					return nil, giveUp(opError("lock", key, err))
-				}
-				if w.sub != nil && !held.Delayed {
-					continue
-				}
+			wait := w.waitHeld
+			if _, ok := c.backend.(backend.Inspector); ok && cfg.fifo {
+				wait = func(ctx context.Context, _ *backend.HeldError) error { return w.awaitFree(ctx) }
 			}
-			if err := w.waitHeld(wctx, held); err != nil {
+			if err := wait(wctx, held); err != nil {
 				return nil, giveUp(opError("lock", key, err))
 			}
 		case errors.As(err, &oe) && wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
@@ -199,9 +203,8 @@ type waiter struct {
 	poll  time.Duration
 	sub   backend.Subscription
 	freed <-chan struct{}
-	last  time.Time // when the previous grant attempt was let through
-
-	subscribed bool // subscribe has run
+	last  time.Time          // when the previous grant attempt was let through
+	seen  *backend.HeldError // what awaitFree last saw of a live lease or a lock delay (fifo.go)
 }
 
 // subscribe sets up the notification, when the backend has one.
@@ -221,7 +224,6 @@ func (w *waiter) subscribe(ctx context.Context) error {
 		}
 	}
 	w.last = time.Now()
-	w.subscribed = true
 	return nil
 }
 

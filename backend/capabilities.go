@@ -187,9 +187,9 @@ type InProcess interface {
 // waits in it, and only the waiter at the head tries to grant. The line is
 // advisory: Grant does not read it, so a grant made outside the line
 // (Grant, Hold, Lock without WithFIFO) can still take a free key; the line
-// orders the waiters that join it. A waiter that gets the key keeps its
-// entry at the head while it holds the lease and removes it after its
-// release, so that the next waiter wakes once, to a free key.
+// orders the waiters that join it. A waiter that gets the key removes its
+// entry at once; the waiter then at the head waits for that lease's release
+// (Notifier, Inspector) and grants once, to a free key.
 //
 // An entry is leased like a lease: it lives for a TTL on the coordinator's
 // clock and its waiter renews it. An entry whose waiter died, gave up

@@ -293,30 +293,15 @@ func mutexParticipant(t *testing.T, endpoint, prefix string) *participant {
 
 // countGrants returns b with its Grant calls counted in n, keeping the
 // optional capabilities that Lock looks for (backend.Notifier,
-// backend.Queuer) where b has them.
+// backend.Queuer, backend.Inspector): the etcd backend has them all, and a
+// wrapper without one would measure another Lock.
 func countGrants(b backend.Backend, n *atomic.Int64) backend.Backend {
-	c := grantCounter{b, n}
-	notifier, notifies := b.(backend.Notifier)
-	queuer, queues := b.(backend.Queuer)
-	switch {
-	case notifies && queues:
-		return struct {
-			grantCounter
-			backend.Notifier
-			backend.Queuer
-		}{c, notifier, queuer}
-	case notifies:
-		return struct {
-			grantCounter
-			backend.Notifier
-		}{c, notifier}
-	case queues:
-		return struct {
-			grantCounter
-			backend.Queuer
-		}{c, queuer}
-	}
-	return c
+	return struct {
+		grantCounter
+		backend.Notifier
+		backend.Queuer
+		backend.Inspector
+	}{grantCounter{b, n}, b.(backend.Notifier), b.(backend.Queuer), b.(backend.Inspector)}
 }
 
 // grantCounter is a backend.Backend that counts its Grant calls.
