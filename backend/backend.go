@@ -211,6 +211,24 @@ func CheckLockDelay(d time.Duration) error {
 	return nil
 }
 
+// CheckWaiter applies CheckKey and CheckLeaseID to the key and waiter ID of
+// a Queuer call: a waiter ID is a credential, drawn as a lease ID is.
+func CheckWaiter(key, waiterID string) error {
+	if err := CheckKey(key); err != nil {
+		return err
+	}
+	return CheckLeaseID(waiterID)
+}
+
+// CheckEnqueue applies CheckWaiter and CheckDurations(ttl, 0) to the
+// arguments of Queuer.Enqueue.
+func CheckEnqueue(key, waiterID string, ttl time.Duration) error {
+	if err := CheckWaiter(key, waiterID); err != nil {
+		return err
+	}
+	return CheckDurations(ttl, 0)
+}
+
 // CheckRequest applies CheckKey, CheckDurations, CheckLeaseID,
 // CheckLockDelay and CheckOwner to req.
 func CheckRequest(req Request) error {

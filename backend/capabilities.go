@@ -201,9 +201,8 @@ type Queuer interface {
 	// waiterID's entry is in the line and live, renews it for ttl from now
 	// and keeps its place. An entry that expired has left the line, and
 	// Enqueue puts it at the end again. The Place is read in the same
-	// atomic step. key follows CheckKey, waiterID CheckLeaseID (it is a
-	// credential, like a lease ID: package fencing draws it the same way),
-	// ttl CheckDurations(ttl, 0).
+	// atomic step. Its arguments follow CheckEnqueue (the waiter ID is a
+	// credential, like a lease ID: package fencing draws it the same way).
 	Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (Place, error)
 	// Dequeue removes waiterID's entry from key's line at once, so that
 	// the waiter behind it goes next. Removing an entry that is not in the

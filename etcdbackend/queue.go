@@ -97,14 +97,6 @@ func entryKey(k keys, waiterID string) string {
 	return k.line + encoding.EncodeToString([]byte(waiterID))
 }
 
-// checkQueue checks the arguments of Enqueue, Dequeue and NotifyTurn.
-func checkQueue(key, waiterID string) error {
-	if err := backend.CheckKey(key); err != nil {
-		return err
-	}
-	return backend.CheckLeaseID(waiterID)
-}
-
 // Enqueue implements backend.Queuer. It reads the whole line (one range
 // read of the entries' keys and values, sorted by CreateRevision). When
 // waiterID's entry is in it, one keep-alive of the entry's etcd lease renews
@@ -124,10 +116,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	if err := b.ready(ctx); err != nil {
 		return backend.Place{}, err
 	}
-	if err := checkQueue(key, waiterID); err != nil {
-		return backend.Place{}, err
-	}
-	if err := backend.CheckDurations(ttl, 0); err != nil {
+	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
 		return backend.Place{}, err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
@@ -351,7 +340,7 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
-	if err := checkQueue(key, waiterID); err != nil {
+	if err := backend.CheckWaiter(key, waiterID); err != nil {
 		return err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
@@ -384,7 +373,7 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkQueue(key, waiterID); err != nil {
+	if err := backend.CheckWaiter(key, waiterID); err != nil {
 		return nil, err
 	}
 	b.mu.Lock()

@@ -86,13 +86,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	if err := b.ready(ctx); err != nil {
 		return backend.Place{}, err
 	}
-	if err := backend.CheckKey(key); err != nil {
-		return backend.Place{}, err
-	}
-	if err := backend.CheckLeaseID(waiterID); err != nil {
-		return backend.Place{}, err
-	}
-	if err := backend.CheckDurations(ttl, 0); err != nil {
+	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
 		return backend.Place{}, err
 	}
 	b.lines.mu.Lock()
@@ -179,10 +173,7 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
-	if err := backend.CheckKey(key); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckLeaseID(waiterID); err != nil {
+	if err := backend.CheckWaiter(key, waiterID); err != nil {
 		return nil, err
 	}
 	sub := &turnSub{b: b, key: key, waiter: waiterID, turn: make(chan struct{}, 1)}

@@ -37,10 +37,10 @@ import (
 // entry. A resend after an unknown outcome is safe: it renews the entry
 // the first attempt made.
 func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
-	if err := b.checkLine(ctx, key, waiterID); err != nil {
+	if err := b.ready(ctx); err != nil {
 		return backend.Place{}, err
 	}
-	if err := backend.CheckDurations(ttl, 0); err != nil {
+	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
 		return backend.Place{}, err
 	}
 	ttl = ceil(ttl, time.Microsecond)
@@ -93,10 +93,7 @@ func (b *Backend) checkLine(ctx context.Context, key, waiterID string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
-	if err := backend.CheckKey(key); err != nil {
-		return err
-	}
-	return backend.CheckLeaseID(waiterID)
+	return backend.CheckWaiter(key, waiterID)
 }
 
 // lineKeys returns the names of key's line and due times.

@@ -59,14 +59,6 @@ func turnTag(waiterID string) string {
 	return hex.EncodeToString(sum[:16])
 }
 
-// checkWaiter checks a Queuer call's key and waiter ID.
-func checkWaiter(key, waiterID string) error {
-	if err := backend.CheckKey(key); err != nil {
-		return err
-	}
-	return backend.CheckLeaseID(waiterID)
-}
-
 // Enqueue implements backend.Queuer: it renews waiterID's live entry, or
 // drops the key's expired entries and puts a new one at the end, and reads
 // the place, in one statement (PostgreSQL) or one transaction (SQLite).
@@ -74,10 +66,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	if err := b.ready(ctx); err != nil {
 		return backend.Place{}, err
 	}
-	if err := checkWaiter(key, waiterID); err != nil {
-		return backend.Place{}, err
-	}
-	if err := backend.CheckDurations(ttl, 0); err != nil {
+	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
 		return backend.Place{}, err
 	}
 	place := backend.Place{TTL: ttl}
@@ -133,7 +122,7 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
-	if err := checkWaiter(key, waiterID); err != nil {
+	if err := backend.CheckWaiter(key, waiterID); err != nil {
 		return err
 	}
 	if b.dialect == Postgres {
@@ -189,7 +178,7 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 	if err := b.ready(ctx); err != nil {
 		return nil, err
 	}
-	if err := checkWaiter(key, waiterID); err != nil {
+	if err := backend.CheckWaiter(key, waiterID); err != nil {
 		return nil, err
 	}
 	sub := &subscription{h: &b.hub, key: key, freed: make(chan struct{}, 1), turn: true, waiterID: waiterID, tag: turnTag(waiterID), seen: seenUnknown}
