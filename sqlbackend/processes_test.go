@@ -177,8 +177,14 @@ func TestSQLiteLockDelayAcrossProcesses(t *testing.T) {
 		if held.Delayed {
 			delayed++
 			st, err := b.Inspect(ctx, "delayed")
-			if err != nil || st.Live || st.DelayRemaining <= 0 || st.DelayRemaining > delayLock || st.DelayedUntil.IsZero() {
-				t.Fatalf("Inspect during the lock delay: %+v, %v", st, err)
+			switch {
+			case err != nil:
+				t.Fatalf("Inspect during the lock delay: %v", err)
+			case st == (backend.KeyState{MaxToken: st.MaxToken}) && time.Since(sent)+5*time.Millisecond >= held.Remaining:
+				// The delay ended between the refusal and this look (a busy
+				// machine): the key is free, as it should be by now.
+			case st.Live || st.DelayRemaining <= 0 || st.DelayRemaining > delayLock || st.DelayedUntil.IsZero():
+				t.Fatalf("Inspect during the lock delay (refused %v ago with %v left): %+v", time.Since(sent), held.Remaining, st)
 			}
 		} else {
 			if delayed > 0 {
