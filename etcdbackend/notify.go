@@ -35,13 +35,9 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 	if err := backend.CheckKey(key); err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	if b.closed.Load() {
-		b.mu.Unlock()
-		return nil, backend.ErrClosed
+	if err := b.addSub(); err != nil {
+		return nil, err
 	}
-	b.subs.Add(1)
-	b.mu.Unlock()
 
 	k := b.keys(key)
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))
@@ -189,4 +185,16 @@ func (s *subscription) wake() {
 	case s.freed <- struct{}{}:
 	default:
 	}
+}
+
+// addSub counts a new watch (a NotifyFree or NotifyTurn subscription) that
+// Close waits for, unless the backend is closed.
+func (b *Backend) addSub() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed.Load() {
+		return backend.ErrClosed
+	}
+	b.subs.Add(1)
+	return nil
 }

@@ -376,13 +376,9 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 	if err := backend.CheckWaiter(key, waiterID); err != nil {
 		return nil, err
 	}
-	b.mu.Lock()
-	if b.closed.Load() {
-		b.mu.Unlock()
-		return nil, backend.ErrClosed
+	if err := b.addSub(); err != nil {
+		return nil, err
 	}
-	b.subs.Add(1)
-	b.mu.Unlock()
 
 	k := b.keys(key)
 	rctx, cancel := context.WithCancel(clientv3.WithRequireLeader(b.ctx))

@@ -3,13 +3,12 @@ package redisbackend_test
 import (
 	"context"
 	"fmt"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/heldtest"
 	"github.com/fencing-go/fencing/internal/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
@@ -53,33 +52,7 @@ func BenchmarkLockHandoff(b *testing.B) {
 				if fifo {
 					opts = append(opts, fencing.WithFIFO())
 				}
-				ctx := context.Background()
-				var left atomic.Int64
-				left.Store(int64(b.N))
-				var wg sync.WaitGroup
-				errs := make(chan error, n)
-				b.ResetTimer()
-				for range n {
-					wg.Go(func() {
-						for left.Add(-1) >= 0 {
-							h, err := c.Lock(ctx, "k", 10*time.Second, opts...)
-							if err != nil {
-								errs <- err
-								return
-							}
-							if err := h.Release(ctx); err != nil {
-								errs <- err
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				b.StopTimer()
-				close(errs)
-				for err := range errs {
-					b.Fatal(err)
-				}
+				heldtest.LockHandoffs(b, []*fencing.Coordinator{c}, "k", n, opts...)
 				b.ReportMetric(float64(g.grants.Load())/float64(b.N), "grants/handoff")
 			})
 		}

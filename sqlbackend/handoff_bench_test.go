@@ -4,13 +4,12 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
-	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/heldtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -94,33 +93,7 @@ func benchHandoff(b *testing.B, h *harness, extra []sqlbackend.Option, backends,
 	if fifo {
 		opts = append(opts, fencing.WithFIFO())
 	}
-	var left atomic.Int64
-	left.Store(int64(b.N))
-	var wg sync.WaitGroup
-	errs := make(chan error, n)
-	b.ResetTimer()
-	for i := range n {
-		c := cs[i%backends]
-		wg.Go(func() {
-			for left.Add(-1) >= 0 {
-				held, err := c.Lock(ctx, "k", 10*time.Second, opts...)
-				if err != nil {
-					errs <- err
-					return
-				}
-				if err := held.Release(ctx); err != nil {
-					errs <- err
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	b.StopTimer()
-	close(errs)
-	for err := range errs {
-		b.Fatal(err)
-	}
+	heldtest.LockHandoffs(b, cs, "k", n, opts...)
 	b.ReportMetric(float64(grants.Load())/float64(b.N), "grants/handoff")
 }
 
