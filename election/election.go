@@ -285,10 +285,11 @@ func (e *Election) Run(ctx context.Context, identity string, lead func(ctx conte
 	}
 }
 
-// permanent reports whether a Campaign error would come back on a retry.
+// permanent reports whether a Campaign error would come back on a retry. A
+// bad identity is one: fencing.WithOwner's error wraps ErrInvalidOption.
 func permanent(err error) bool {
 	for _, target := range []error{fencing.ErrInvalidKey, fencing.ErrInvalidTimeout, fencing.ErrInvalidMargin,
-		fencing.ErrInvalidOption, fencing.ErrInvalidOwner, fencing.ErrTokenSpaceExhausted, errors.ErrUnsupported} {
+		fencing.ErrInvalidOption, fencing.ErrTokenSpaceExhausted, errors.ErrUnsupported} {
 		if errors.Is(err, target) {
 			return true
 		}

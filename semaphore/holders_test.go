@@ -1,0 +1,38 @@
+package semaphore_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/semaphore"
+)
+
+// TestHoldersSkipsForeignKeys: leases under the semaphore's prefix whose
+// key is not a slot's, though its tail parses as a number (name/+1,
+// name/01, name/-1, name/1x), are not permits: Holders lists only the slot.
+func TestHoldersSkipsForeignKeys(t *testing.T) {
+	ctx := context.Background()
+	c := recipetest.Memory(t).Coordinator(t)
+	s := newSem(t, c, "pool", 3)
+	for _, key := range []string{"pool/+1", "pool/01", "pool/-1", "pool/1x", "pool/"} {
+		h, err := c.Hold(ctx, key, time.Hour)
+		if err != nil {
+			t.Fatalf("hold %q: %v", key, err)
+		}
+		defer h.Release(ctx)
+	}
+	p, err := s.TryAcquire(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Release(ctx)
+	hs, err := s.Holders(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(hs) != 1 || hs[0].Key != p.Lease().Key || hs[0].Key != semaphore.SlotKey("pool", hs[0].Slot) {
+		t.Fatalf("Holders = %+v; want only the permit on %q", hs, p.Lease().Key)
+	}
+}
