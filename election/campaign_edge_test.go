@@ -49,3 +49,27 @@ func TestCampaignWonAsContextEnds(t *testing.T) {
 	}
 	next.Release(context.Background())
 }
+
+// TestRunReturnsAfterLeadReturnsNil: lead returning nil while it still
+// leads ends Run with nil, after resigning; Run does not campaign again. A
+// second call of lead fails the test at once (it would otherwise lead
+// forever, until the package's timeout).
+func TestRunReturnsAfterLeadReturnsNil(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	e := election.New(fencing.New(mem), "office", time.Minute)
+	calls := 0
+	errAgain := errors.New("lead called again")
+	err := e.Run(context.Background(), "me", func(context.Context, fencing.Lease) error {
+		if calls++; calls > 1 {
+			return errAgain
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("Run after lead returned nil = %v (lead called %d times), want nil at once", err, calls)
+	}
+	if l, err := e.Leader(context.Background()); err != nil || l.Live {
+		t.Fatalf("Leader after Run = %+v, %v; want a vacancy", l, err)
+	}
+}

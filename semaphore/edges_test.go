@@ -2,9 +2,12 @@ package semaphore_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"testing"
 	"time"
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/internal/recipetest"
 	"github.com/fencing-go/fencing/semaphore"
 )
@@ -35,4 +38,24 @@ func TestHoldersSkipsForeignKeys(t *testing.T) {
 	if len(hs) != 1 || hs[0].Key != p.Lease().Key || hs[0].Key != semaphore.SlotKey("pool", hs[0].Slot) {
 		t.Fatalf("Holders = %+v; want only the permit on %q", hs, p.Lease().Key)
 	}
+}
+
+// acquireWatchdog bounds one Acquire of TestNeverMoreThanSize: a whole run
+// takes under a second on an idle machine, so a waiter still without a
+// permit after this long was never given its turn (a hang the package's
+// timeout would otherwise end, telling nothing).
+const acquireWatchdog = 30 * time.Second
+
+var errNoTurn = errors.New("watchdog: no permit within 30s; was the waiter's turn in its Semaphore's line never handed on?")
+
+// acquireWatched is s.Acquire for id, failing with errNoTurn after
+// acquireWatchdog.
+func acquireWatched(ctx context.Context, s *semaphore.Semaphore, id string) (*fencing.Held, error) {
+	ctx, cancel := context.WithTimeoutCause(ctx, acquireWatchdog, errNoTurn)
+	defer cancel()
+	h, err := s.Acquire(ctx, 30*time.Second, fencing.WithOwner(id))
+	if err != nil && context.Cause(ctx) == errNoTurn {
+		return nil, fmt.Errorf("%w (%w)", errNoTurn, err)
+	}
+	return h, err
 }
