@@ -43,7 +43,8 @@ const (
 type Server struct {
 	dir     string // owned by the server's user: data/, the socket, the log
 	port    int
-	durable bool // fsync on (Config.Durable)
+	durable bool     // fsync on (Config.Durable)
+	env     []string // Config.Env
 	bin     string
 	cred    *syscall.Credential
 
@@ -133,6 +134,10 @@ type Config struct {
 	// full_page_writes on, for tests of what survives a crash. Without it
 	// the server keeps nothing safe, for speed.
 	Durable bool
+	// Env is added to the postgres process's environment (not initdb's):
+	// for example faketime.Clock's Env, to run the server on a clock of
+	// the test's.
+	Env []string
 }
 
 // StartConfig is Start with a Config.
@@ -150,7 +155,7 @@ func StartConfig(t testing.TB, cfg Config) *Server {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	s := &Server{dir: dir, durable: cfg.Durable, bin: bin, cred: cred}
+	s := &Server{dir: dir, durable: cfg.Durable, env: cfg.Env, bin: bin, cred: cred}
 	initdb := exec.Command(filepath.Join(bin, "initdb"),
 		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := run(initdb, dir, cred); err != nil {
@@ -201,6 +206,9 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
