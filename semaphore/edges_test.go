@@ -49,13 +49,18 @@ const acquireWatchdog = 30 * time.Second
 var errNoTurn = errors.New("watchdog: no permit within 30s; was the waiter's turn in its Semaphore's line never handed on?")
 
 // acquireWatched is s.Acquire for id, failing with errNoTurn after
-// acquireWatchdog.
+// acquireWatchdog. The permit lives under the context Acquire was given, so
+// the watchdog cancels it only while Acquire waits.
 func acquireWatched(ctx context.Context, s *semaphore.Semaphore, id string) (*fencing.Held, error) {
-	ctx, cancel := context.WithTimeoutCause(ctx, acquireWatchdog, errNoTurn)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	watchdog := time.AfterFunc(acquireWatchdog, func() { cancel(errNoTurn) })
 	h, err := s.Acquire(ctx, 30*time.Second, fencing.WithOwner(id))
-	if err != nil && context.Cause(ctx) == errNoTurn {
-		return nil, fmt.Errorf("%w (%w)", errNoTurn, err)
+	watchdog.Stop()
+	if err != nil {
+		if context.Cause(ctx) == errNoTurn {
+			err = fmt.Errorf("%w (%w)", errNoTurn, err)
+		}
+		cancel(nil)
 	}
 	return h, err
 }
