@@ -79,7 +79,8 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 						forget(key)
 						held[key] = l
 					} else if !errors.Is(err, fencing.ErrLeaseHeld) && !errors.Is(err, fencing.ErrOutcomeUnknown) &&
-						!errors.Is(err, fencing.ErrLeaseExpired) { // a lost grant's resend found its lease expired
+						!errors.Is(err, fencing.ErrLeaseExpired) && // a lost grant's resend found its lease expired
+						!errors.Is(err, fencing.ErrLeaseNotFound) { // or forced out
 						t.Errorf("Grant(%q): %v", key, err)
 					}
 				case r < 8 && holding:
