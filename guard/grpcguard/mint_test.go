@@ -58,7 +58,7 @@ func TestWithMintCheck(t *testing.T) {
 	}
 	for err, code := range map[error]codes.Code{
 		&guard.NotMintedError{Resource: "r", Token: 9, Max: 1}: codes.PermissionDenied,
-		guard.ErrMintUnchecked:                                codes.Unavailable,
+		guard.ErrMintUnchecked:                                 codes.Unavailable,
 	} {
 		if got := status.Code(grpcguard.Status(err)); got != code {
 			t.Errorf("Status(%v): %v, want %v", err, got, code)
