@@ -199,11 +199,14 @@ func Run(t *testing.T, newStore NewStore) {
 		if err := s.Admit(ctx, res, tok); !errors.Is(err, guard.ErrStaleToken) {
 			t.Fatalf("a real holder under a poisoned fence: %v, want ErrStaleToken", err)
 		}
-		// Compare-and-set: a fence that is not from stays.
-		err := s.LowerFence(ctx, res, forged-1, 0)
-		var fc *guard.FenceChangedError
-		if !errors.Is(err, guard.ErrFenceChanged) || !errors.As(err, &fc) || fc.Fence != forged || fc.From != forged-1 {
-			t.Fatalf("LowerFence from the wrong fence: %v (%+v), want a *FenceChangedError naming %d", err, fc, forged)
+		// Compare-and-set: a fence that is not from stays, whether it is
+		// to be lowered or removed.
+		for _, to := range []uint64{tok - 1, 0} {
+			err := s.LowerFence(ctx, res, forged-1, to)
+			var fc *guard.FenceChangedError
+			if !errors.Is(err, guard.ErrFenceChanged) || !errors.As(err, &fc) || fc.Fence != forged || fc.From != forged-1 {
+				t.Fatalf("LowerFence from the wrong fence to %d: %v (%+v), want a *FenceChangedError naming %d", to, err, fc, forged)
+			}
 		}
 		if err := s.LowerFence(ctx, res, forged, forged); !errors.Is(err, guard.ErrInvalidToken) {
 			t.Fatalf("LowerFence to the same fence: %v, want ErrInvalidToken", err)
