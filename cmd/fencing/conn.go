@@ -151,6 +151,9 @@ type session struct {
 	where   string // what to name in "unreachable" errors
 	timeout time.Duration
 	close   func()
+	// client is the backend's client, for the fence command's guard:
+	// *sql.DB, *clientv3.Client or redis.UniversalClient; nil for memory.
+	client any
 }
 
 // Close closes the backend and its client.
@@ -280,6 +283,7 @@ func (f *connFlags) openEtcd(ctx context.Context, s *session) error {
 		return s.reachError(err)
 	}
 	s.b, s.close = b, func() { b.Close(); cli.Close() }
+	s.client = cli
 	return nil
 }
 
@@ -359,6 +363,7 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 		return err
 	}
 	s.b, s.close = b, func() { b.Close(); client.Close() }
+	s.client = client
 	return nil
 }
 

@@ -105,6 +105,7 @@ func (f *connFlags) openSQLite(ctx context.Context, s *session) error {
 		return fmt.Errorf("%s: %w", s.where, err)
 	}
 	s.b, s.close = b, func() { b.Close(); db.Close() }
+	s.client = db
 	return nil
 }
 
@@ -150,6 +151,7 @@ func (f *connFlags) openPostgres(ctx context.Context, s *session) error {
 		return fmt.Errorf("%s: %w", s.where, err)
 	}
 	s.b, s.close = b, func() { b.Close(); db.Close() }
+	s.client = db
 	return nil
 }
 
