@@ -150,11 +150,14 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
 
 // CreateTables creates the backend's tables (and on PostgreSQL its
 // functions) if they do not exist, and brings the tables of an earlier
-// release up to date: the statements of DDL, in order (on SQLite in one
-// transaction, skipping the columns a table has already). Run it once, at
-// deployment or start-up, rather than from many processes at the same
-// moment: PostgreSQL refuses concurrent CREATE OR REPLACE FUNCTION ("tuple
-// concurrently updated").
+// release up to date: the statements of DDL, in order, in one transaction
+// (on SQLite skipping the columns a table has already). Any number of
+// processes may call it at once, as the replicas of a deployment do when
+// they start together: on PostgreSQL the transaction first takes a
+// transaction-scoped advisory lock (createLockKey), so the calls run one
+// after the other (PgBouncer's transaction pooling keeps it); on SQLite
+// the write lock of BEGIN IMMEDIATE orders them. Each finds the work of
+// the one before it done.
 func (b *Backend) CreateTables(ctx context.Context) error {
 	if err := b.ready(ctx); err != nil {
 		return err
@@ -174,12 +177,35 @@ func (b *Backend) CreateTables(ctx context.Context) error {
 			return nil
 		})
 	}
-	for _, stmt := range b.sql.ddl {
-		if _, err := b.db.ExecContext(ctx, stmt); err != nil {
-			return fmt.Errorf("sqlbackend: create tables: %w", err)
-		}
+	if err := b.createTablesPostgres(ctx); err != nil {
+		return fmt.Errorf("sqlbackend: create tables: %w", err)
 	}
 	return nil
+}
+
+// createLockKey is the key of the advisory lock that CreateTables takes on
+// PostgreSQL, for every table prefix: concurrent DDL on one catalog fails
+// ("tuple concurrently updated" for CREATE OR REPLACE FUNCTION, a duplicate
+// pg_type row for CREATE TABLE IF NOT EXISTS) rather than wait.
+const createLockKey = 0x66656e63696e6701 // "fencing" and 1
+
+// createTablesPostgres runs DDL in one transaction that holds the advisory
+// lock createLockKey.
+func (b *Backend) createTablesPostgres(ctx context.Context) error {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(createLockKey))); err != nil {
+		return err
+	}
+	for _, stmt := range b.sql.ddl {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // Close implements backend.Backend: it ends the listener session and every
