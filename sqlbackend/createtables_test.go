@@ -44,13 +44,16 @@ func TestPostgresCreateTablesTogether(t *testing.T) {
 func TestSQLiteCreateTablesTogether(t *testing.T) {
 	dir := t.TempDir()
 	createTogether(t, "sqlite", func(run int) (string, []string) {
-		return sqlbackend.DefaultPrefix, []string{filepath.Join(dir, fmt.Sprintf("fresh%d.db", run))}
+		path := filepath.Join(dir, fmt.Sprintf("fresh%d.db", run))
+		// Half the callers set no busy timeout: the backend waits for
+		// the write lock itself.
+		return sqlbackend.DefaultPrefix, []string{sqliteDSN(path), "file:" + path + "?_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"}
 	})
 }
 
 // createTogether runs createRuns rounds of createCallers concurrent
 // New+CreateTables on the database that round gives (a table prefix and
-// the connection strings, or SQLite file, the callers take in turn), then
+// the connection strings the callers take in turn), then
 // the same again on the tables just made, and fails on any error.
 func createTogether(t *testing.T, dialect string, round func(run int) (prefix string, where []string)) {
 	self, err := os.Executable()
@@ -148,7 +151,7 @@ func openWhere(dialect, where, prefix string) (*sql.DB, sqlbackend.Dialect, []sq
 		// The test server runs with fsync off.
 		return db, sqlbackend.Postgres, append(opts, sqlbackend.WithoutSafetyChecks()), err
 	}
-	db, err := sql.Open("sqlite", sqliteDSN(where))
+	db, err := sql.Open("sqlite", where)
 	return db, sqlbackend.SQLite, opts, err
 }
 
