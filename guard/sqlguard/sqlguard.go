@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/internal/sqlitebusy"
 )
 
 // Dialect is the SQL spoken by one kind of database: Postgres or SQLite.
@@ -124,13 +125,31 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 // exist, for a migration tool.
 func (g *Guard) DDL() string { return g.create }
 
-// CreateTable runs DDL on ex.
+// CreateTable runs DDL on ex. Any number of processes may run it at once,
+// as the replicas of a deployment do when they start together: on
+// PostgreSQL it runs in one statement that first takes a
+// transaction-scoped advisory lock (createLockKey), so the creations run one
+// after the other (PgBouncer's transaction pooling keeps it); on SQLite it
+// waits while another connection holds the database's lock, until ctx
+// ends.
 func (g *Guard) CreateTable(ctx context.Context, ex Execer) error {
-	if _, err := ex.ExecContext(ctx, g.create); err != nil {
+	stmt := g.create
+	if g.dialect.name == Postgres.name {
+		stmt = fmt.Sprintf("DO $create$ BEGIN PERFORM pg_advisory_xact_lock(%d); %s; END $create$", int64(createLockKey), g.create)
+	}
+	if err := sqlitebusy.Retry(ctx, func() error {
+		_, err := ex.ExecContext(ctx, stmt)
+		return err
+	}); err != nil {
 		return fmt.Errorf("sqlguard: create table %s: %w", g.table, err)
 	}
 	return nil
 }
+
+// createLockKey is the key of the advisory lock that CreateTable takes on
+// PostgreSQL: concurrent CREATE TABLE IF NOT EXISTS of one table fails (a
+// duplicate pg_type row) rather than wait.
+const createLockKey = 0x66656e63696e6702 // "fencing" and 2
 
 // Admit raises resource's fence to token with one statement in tx, or
 // returns an error wrapping guard.ErrStaleToken when the fence is higher.
