@@ -145,6 +145,13 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
 			return nil, err
 		}
 	}
+	if b.listenDSN != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), b.checkTime)
+		defer cancel()
+		if err := b.checkListener(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
@@ -178,7 +185,7 @@ func (b *Backend) CreateTables(ctx context.Context) error {
 		})
 	}
 	if err := b.createTablesPostgres(ctx); err != nil {
-		return fmt.Errorf("sqlbackend: create tables: %w", err)
+		return startError("create tables", err)
 	}
 	return nil
 }
