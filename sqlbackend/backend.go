@@ -102,9 +102,11 @@ func WithCheckTimeout(d time.Duration) Option { return func(b *Backend) { b.chec
 // WithListener gives a PostgreSQL backend a connection string for the one
 // session it opens to LISTEN for releases and for leaves of a line, so
 // that NotifyFree and NotifyTurn wake waiters at once. It must reach the
-// server directly (a session, not a pooler in transaction mode). Without
-// it both poll, every 100 ms, in one statement per Backend (see the
-// package documentation). The session is opened for the first
+// server directly (a session, not a pooler in transaction mode): New
+// opens it once, LISTENs and sends a NOTIFY through db, and refuses a
+// session that hears nothing within the check timeout with
+// ErrNoNotifications. Without it both poll, every 100 ms, in one statement
+// per Backend (see the package documentation). The session is opened for the first
 // subscription and closed a second after the last one, so that
 // consecutive Locks share it, or by Close.
 func WithListener(connString string) Option { return func(b *Backend) { b.listenDSN = connString } }
@@ -114,8 +116,12 @@ func WithListener(connString string) Option { return func(b *Backend) { b.listen
 // transaction pooling mode (see the package documentation).
 //
 // New checks that the database keeps what it commits (see SafetyError);
-// WithoutSafetyChecks turns that off. It does not create the tables: call
-// CreateTables once, or run DDL in a migration.
+// WithoutSafetyChecks turns that off. Its errors on PostgreSQL wrap
+// ErrAuthRefused, ErrUnreachable or ErrPermissionDenied when the server
+// refused the login, could not be reached or refused the role, and
+// ErrInvalidConfig (naming the fix) when pgx's cached prepared statements
+// clash through PgBouncer. It does not create the tables: call
+// CreateTables, from every replica if you like, or run DDL in a migration.
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
 	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, checks: true, checkTime: 10 * time.Second, writer: make(chan struct{}, 1)}
 	b.hub.b = b
