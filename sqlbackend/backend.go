@@ -191,6 +191,9 @@ func (b *Backend) CreateTables(ctx context.Context) error {
 		})
 	}
 	if err := b.createTablesPostgres(ctx); err != nil {
+		if ctx.Err() != nil { // ended while waiting, maybe for another replica's DDL
+			return fmt.Errorf("sqlbackend: create tables: %w", err)
+		}
 		return startError("create tables", err)
 	}
 	return nil
