@@ -76,3 +76,12 @@ func missingSchema(err error) bool {
 	s := err.Error()
 	return strings.Contains(s, "no such table") || strings.Contains(s, "no such column") || strings.Contains(s, "has no column named")
 }
+
+// busy reports SQLite's SQLITE_BUSY: another connection holds the lock.
+func busy(err error) bool {
+	if err == nil {
+		return false
+	}
+	s := err.Error()
+	return strings.Contains(s, "SQLITE_BUSY") || strings.Contains(s, "database is locked")
+}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/sqlitebusy"
 )
 
 // hostNow is one reading of the HostClock.
@@ -96,13 +95,35 @@ func (b *Backend) writeRow(ctx context.Context, q querier, key string, r sqliteR
 	return err
 }
 
-// commitBound bounds the retries of a busy COMMIT, which do not end with
-// the caller's context (a transaction left open would hold the write
-// lock).
-const commitBound = 30 * time.Second
+// Retrying a busy database: the first waits are short, so a lock held for
+// one short transaction costs little; later ones back off.
+const (
+	busyFirstWait = 200 * time.Microsecond
+	busyMaxWait   = 20 * time.Millisecond
+	// commitBound bounds the retries of a busy COMMIT, which do not end
+	// with the caller's context (a transaction left open would hold the
+	// write lock).
+	commitBound = 30 * time.Second
+)
 
 // retryBusy runs fn until it returns anything but SQLITE_BUSY, or ctx ends.
-func retryBusy(ctx context.Context, fn func() error) error { return sqlitebusy.Retry(ctx, fn) }
+func retryBusy(ctx context.Context, fn func() error) error {
+	wait := busyFirstWait
+	for {
+		err := fn()
+		if !busy(err) {
+			return err
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("%w (waiting for the database's write lock: %v)", ctx.Err(), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, busyMaxWait)
+	}
+}
 
 // sqliteTx runs fn in a BEGIN IMMEDIATE transaction on one connection of
 // the pool: it takes the database's write lock (waiting while another

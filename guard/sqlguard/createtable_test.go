@@ -31,9 +31,10 @@ func TestPostgresCreateTableTogether(t *testing.T) {
 func TestSQLiteCreateTableTogether(t *testing.T) {
 	dir := t.TempDir()
 	createTogether(t, sqlguard.SQLite, func(run int) (string, string, []string) {
-		// A fresh file each time; half the callers set no busy timeout.
+		// A fresh file each time, opened as the package documentation
+		// says (a busy timeout).
 		path := filepath.Join(dir, fmt.Sprintf("fresh%d.db", run))
-		return "sqlite", sqlguard.DefaultTable, []string{"file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)", "file:" + path + "?_pragma=journal_mode(WAL)"}
+		return "sqlite", sqlguard.DefaultTable, []string{"file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_txlock=immediate"}
 	})
 }
 

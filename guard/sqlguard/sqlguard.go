@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/internal/sqlitebusy"
 )
 
 // Dialect is the SQL spoken by one kind of database: Postgres or SQLite.
@@ -129,18 +128,15 @@ func (g *Guard) DDL() string { return g.create }
 // as the replicas of a deployment do when they start together: on
 // PostgreSQL it runs in one statement that first takes a
 // transaction-scoped advisory lock (createLockKey), so the creations run one
-// after the other (PgBouncer's transaction pooling keeps it); on SQLite it
-// waits while another connection holds the database's lock, until ctx
-// ends.
+// after the other (PgBouncer's transaction pooling keeps it); on SQLite
+// the database's lock orders them, with the busy timeout the package
+// documentation asks for.
 func (g *Guard) CreateTable(ctx context.Context, ex Execer) error {
 	stmt := g.create
 	if g.dialect.name == Postgres.name {
 		stmt = fmt.Sprintf("DO $create$ BEGIN PERFORM pg_advisory_xact_lock(%d); %s; END $create$", int64(createLockKey), g.create)
 	}
-	if err := sqlitebusy.Retry(ctx, func() error {
-		_, err := ex.ExecContext(ctx, stmt)
-		return err
-	}); err != nil {
+	if _, err := ex.ExecContext(ctx, stmt); err != nil {
 		return fmt.Errorf("sqlguard: create table %s: %w", g.table, err)
 	}
 	return nil
