@@ -95,8 +95,9 @@ func WithHostClock(c HostClock) Option { return func(b *Backend) { b.clock = c }
 // throw-away servers only.
 func WithoutSafetyChecks() Option { return func(b *Backend) { b.checks = false } }
 
-// WithCheckTimeout bounds the round trips New makes for its safety checks
-// (default 10 seconds).
+// WithCheckTimeout bounds the round trips New makes for its safety checks,
+// and how long it waits for the listener's test notification (see
+// WithListener) (default 10 seconds each).
 func WithCheckTimeout(d time.Duration) Option { return func(b *Backend) { b.checkTime = d } }
 
 // WithListener gives a PostgreSQL backend a connection string for the one

@@ -59,7 +59,7 @@ func TestPostgresStartErrors(t *testing.T) {
 	}{
 		{"a wrong password", strings.Replace(dsn("app", srv.Port()), "app@", "app:wrong@", 1), sqlbackend.ErrAuthRefused, "28P01"},
 		{"no password", dsn("app", srv.Port()), sqlbackend.ErrAuthRefused, "28P01"},
-		{"an unknown role", dsn("nobody", srv.Port()), sqlbackend.ErrAuthRefused, "28"},
+		{"an unknown role", dsn("nobody", srv.Port()), sqlbackend.ErrAuthRefused, `"nobody"`},
 		{"a closed port", dsn("app", closedPort), sqlbackend.ErrUnreachable, "refused"},
 	} {
 		_, err := newBackend(c.dsn)
