@@ -107,8 +107,8 @@ func WithCheckTimeout(d time.Duration) Option { return func(b *Backend) { b.chec
 // opens it once, LISTENs and sends a NOTIFY through db, and refuses a
 // session that hears nothing within the check timeout with
 // ErrNoNotifications. Without it both poll, every 100 ms, in one statement
-// per Backend (see the package documentation). The session is opened for the first
-// subscription and closed a second after the last one, so that
+// per Backend (see the package documentation). The session is opened for
+// the first subscription and closed a second after the last one, so that
 // consecutive Locks share it, or by Close.
 func WithListener(connString string) Option { return func(b *Backend) { b.listenDSN = connString } }
 
