@@ -11,10 +11,11 @@ import (
 	"github.com/fencing-go/fencing/internal/pgtest"
 )
 
-// A PostgreSQL server that refuses the password is exit 6 and says so; one
-// that does not answer is exit 5.
+// A PostgreSQL server that refuses the password, or the role's permission
+// to create the tables, is exit 6 and says so; one that does not answer is
+// exit 5.
 func TestPostgresExitCodes(t *testing.T) {
-	srv := pgtest.Start(t)
+	srv := pgtest.StartConfig(t, pgtest.Config{Durable: true}) // passes New's safety checks
 	srv.RequirePassword(t, "app", "right")
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -30,6 +31,7 @@ func TestPostgresExitCodes(t *testing.T) {
 		{"a wrong password", "wrong", srv.Port(), exitAuth, "authentication failed"},
 		{"no password", "", srv.Port(), exitAuth, "authentication failed"},
 		{"a closed port", "right", closedPort, exitUnreachable, "unreachable"},
+		{"no CREATE on the schema", "right", srv.Port(), exitAuth, "permission denied"},
 	} {
 		cmd := exec.Command(binary, "get", "k", "--backend", "postgres",
 			"--postgres-dsn", fmt.Sprintf("postgres://app@127.0.0.1:%d/postgres?sslmode=disable", c.port))
