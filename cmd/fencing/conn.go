@@ -24,6 +24,7 @@ import (
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/redisbackend"
+	"github.com/fencing-go/fencing/sqlbackend"
 )
 
 // envPrefix starts the environment variable of every backend flag:
@@ -301,9 +302,10 @@ func anyHTTPS(endpoints []string) bool {
 func (s *session) authError(err error) error {
 	var mark error
 	switch {
-	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty):
+	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty),
+		errors.Is(err, sqlbackend.ErrAuthRefused):
 		mark = errAuth
-	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied):
+	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, sqlbackend.ErrPermissionDenied):
 		mark = errPermission
 	default:
 		return nil

@@ -138,13 +138,28 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 // exist, for a migration tool.
 func (g *Guard) DDL() string { return g.create }
 
-// CreateTable runs DDL on ex.
+// CreateTable runs DDL on ex. Any number of processes may run it at once,
+// as the replicas of a deployment do when they start together: on
+// PostgreSQL it runs in one statement that first takes a
+// transaction-scoped advisory lock (createLockKey), so the creations run one
+// after the other (PgBouncer's transaction pooling keeps it); on SQLite
+// the database's lock orders them, with the busy timeout the package
+// documentation asks for.
 func (g *Guard) CreateTable(ctx context.Context, ex Execer) error {
-	if _, err := ex.ExecContext(ctx, g.create); err != nil {
+	stmt := g.create
+	if g.dialect.name == Postgres.name {
+		stmt = fmt.Sprintf("DO $create$ BEGIN PERFORM pg_advisory_xact_lock(%d); %s; END $create$", int64(createLockKey), g.create)
+	}
+	if _, err := ex.ExecContext(ctx, stmt); err != nil {
 		return fmt.Errorf("sqlguard: create table %s: %w", g.table, err)
 	}
 	return nil
 }
+
+// createLockKey is the key of the advisory lock that CreateTable takes on
+// PostgreSQL: concurrent CREATE TABLE IF NOT EXISTS of one table fails (a
+// duplicate pg_type row) rather than wait.
+const createLockKey = 0x66656e63696e6702 // "fencing" and 2
 
 // Admit raises resource's fence to token with one statement in tx, or
 // returns an error wrapping guard.ErrStaleToken when the fence is higher.
