@@ -179,7 +179,7 @@ func (b *Backend) CreateTables(ctx context.Context) error {
 			return fmt.Errorf("sqlbackend: create tables: %w", err)
 		}
 	}
-	return nil
+	return b.checkLogged(ctx)
 }
 
 // Close implements backend.Backend: it ends the listener session and every

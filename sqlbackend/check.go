@@ -56,7 +56,7 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 		case syncCommit == "off":
 			return &SafetyError{Setting: "synchronous_commit", Value: "off", Fix: "set synchronous_commit = on (or local, remote_write, remote_apply) for the backend's role or database"}
 		}
-		return nil
+		return b.checkLogged(ctx)
 	}
 	var mode string
 	var syncLevel int

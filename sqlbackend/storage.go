@@ -1,5 +1,12 @@
 package sqlbackend
 
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
 // pgStorage gives the lease and waiters tables the storage settings that
 // keep them small under constant updates (see docs/sql.md, "A lease table
 // that stays fast"): every grant, renewal and release rewrites one hot
@@ -21,3 +28,19 @@ BEGIN
 	END IF;
 END
 $do$`
+
+// checkLogged refuses an UNLOGGED lease table: a crash empties it, and its
+// counters start again at 1. A database without the table passes.
+func (b *Backend) checkLogged(ctx context.Context) error {
+	var persistence sql.NullString
+	err := b.db.QueryRowContext(ctx, `SELECT relpersistence FROM pg_class WHERE oid = to_regclass($1)`, b.sql.table).Scan(&persistence)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("sqlbackend: check the lease table's persistence: %w", err)
+	case persistence.String == "u":
+		return b.refusal(ctx, "check", outUnlogged)
+	}
+	return nil
+}
