@@ -111,18 +111,13 @@ func asyncFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	// The standby refuses to grant, whatever New was told.
 	standby, err := sqlbackend.New(replica.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer standby.Close()
-	var safety *sqlbackend.SafetyError
-	if _, err := standby.Grant(ctx, backend.Request{Key: "k0", LeaseID: "on-standby", Timeout: time.Minute}); !errors.As(err, &safety) || safety.Setting != "pg_is_in_recovery()" {
-		t.Fatalf("Grant on the standby: %v, want a *SafetyError naming pg_is_in_recovery()", err)
-	}
-	// Wait until the replica has replayed the first grants, then cut it
-	// off while grants go on.
+	// Wait until the replica has replayed the tables and the first
+	// grants, then cut it off while grants go on.
 	for deadline := time.Now().Add(30 * time.Second); ; {
 		st, err := standby.Inspect(ctx, "k2")
 		if err == nil && st.MaxToken > 0 {
@@ -132,6 +127,11 @@ func asyncFailover(t *testing.T) {
 			t.Fatalf("the replica did not catch up: %+v, %v", st, err)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+	// The standby refuses to grant, whatever New was told.
+	var safety *sqlbackend.SafetyError
+	if _, err := standby.Grant(ctx, backend.Request{Key: "k0", LeaseID: "on-standby", Timeout: time.Minute}); !errors.As(err, &safety) || safety.Setting != "pg_is_in_recovery()" {
+		t.Fatalf("Grant on the standby: %v, want a *SafetyError naming pg_is_in_recovery()", err)
 	}
 	p.SetMode(faultproxy.Pause)
 
