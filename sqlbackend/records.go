@@ -10,7 +10,8 @@ import (
 // key's token counter and must outlive every lease:
 //
 //	key           the key's bytes (BYTEA / BLOB), the primary key
-//	token         the highest token ever minted on the key (BIGINT / INTEGER)
+//	token         the highest token ever minted on the key (BIGINT / INTEGER);
+//	              on PostgreSQL epoch<<EpochShift | counter (epoch.go)
 //	lease_id      the most recent lease's ID
 //	released      whether that lease was released (or force-released)
 //	expires_at    when it ends: a TIMESTAMPTZ on the PostgreSQL server's clock;
@@ -43,6 +44,9 @@ import (
 // adds an entry) or Dequeue on that key; a key nobody waits on again keeps
 // its dead entries (a few rows). On SQLite the table is WITHOUT ROWID, with
 // an index on (key, seq, expires_at, boot_id) that the place reads use.
+//
+// On PostgreSQL <prefix>cluster holds one row (cluster.go): the system
+// identifier of the cluster the tables belong to and the epoch base.
 //
 // On PostgreSQL the operations are PL/pgSQL functions (<prefix>grant,
 // <prefix>renew, <prefix>release, <prefix>force_release, <prefix>enqueue,
