@@ -34,36 +34,39 @@ func TokenEpoch(token uint64) (epoch uint32, counter uint64) {
 	return uint32(token >> EpochShift), token & (1<<EpochShift - 1)
 }
 
-// Outcomes of the PostgreSQL functions' checks of the session, beyond
-// those of records.go.
+// The SQLSTATEs the PostgreSQL functions raise when a check of the
+// session fails. They are errors, not outcomes, so that a process of an
+// earlier release, which knows only the outcomes of its time, fails too.
 const (
-	outStandby     = 7  // the server is in recovery (a standby)
-	outAsyncCommit = 8  // the session's synchronous_commit is off
-	outCluster     = 9  // the tables belong to another cluster
-	outUnlogged    = 10 // the lease table is UNLOGGED
+	stateStandby     = "FNC01" // the server is in recovery (a standby)
+	stateAsyncCommit = "FNC02" // the session's synchronous_commit is off
+	stateCluster     = "FNC03" // the tables belong to another cluster
+	stateUnlogged    = "FNC04" // the lease table is UNLOGGED
 )
 
 // pgEpoch is run first by every grant and renewal: it refuses a standby,
 // a session with synchronous_commit off, an unlogged lease table and
-// tables of another cluster (cluster.go), and returns the epoch a grant
-// mints its token in. The server's system identifier is read once per
-// session (pg_control_system() reads the control file) and kept in a
-// session setting; the cluster row is read every time, since the tables
-// can be replaced under a running session.
-const pgEpoch = `CREATE OR REPLACE FUNCTION {p}epoch(OUT outcome INT, OUT epoch BIGINT)
+// tables of another cluster (cluster.go), raising one of the SQLSTATEs
+// above, and returns the epoch a grant mints its token in (NULL past
+// MaxEpoch). The server's system identifier is read once per session
+// (pg_control_system() reads the control file) and kept in a session
+// setting; the cluster row is read every time, since the tables can be
+// replaced under a running session.
+const pgEpoch = `CREATE OR REPLACE FUNCTION {p}epoch() RETURNS BIGINT
 LANGUAGE plpgsql AS $fn$
 DECLARE
 	sysid TEXT := current_setting('fencing.system_identifier', true);
 	c {c}%ROWTYPE;
+	e BIGINT;
 BEGIN
 	IF pg_is_in_recovery() THEN
-		outcome := 7; RETURN;
+		RAISE EXCEPTION 'fencing: the server is a standby (in recovery): a standby cannot grant' USING ERRCODE = 'FNC01';
 	END IF;
 	IF current_setting('synchronous_commit') = 'off' THEN
-		outcome := 8; RETURN;
+		RAISE EXCEPTION 'fencing: the session''s synchronous_commit is off: a crash could lose a grant, and reissue its token' USING ERRCODE = 'FNC02';
 	END IF;
 	IF (SELECT relpersistence FROM pg_class WHERE oid = '{t}'::regclass) = 'u' THEN
-		outcome := 10; RETURN;
+		RAISE EXCEPTION 'fencing: {t} is UNLOGGED: a crash empties it, and its counters start again' USING ERRCODE = 'FNC04';
 	END IF;
 	IF sysid IS NULL OR sysid = '' THEN
 		SELECT system_identifier::text INTO sysid FROM pg_control_system();
@@ -71,13 +74,14 @@ BEGIN
 	END IF;
 	SELECT * INTO c FROM {c} LIMIT 1;
 	IF NOT FOUND OR c.system_identifier::text <> sysid THEN
-		outcome := 9; RETURN;
+		RAISE EXCEPTION 'fencing: the tables were made on another cluster (system identifier %, this is %): adopt them with SELECT {p}adopt_cluster()',
+			coalesce(c.system_identifier::text, 'none'), sysid USING ERRCODE = 'FNC03';
 	END IF;
-	epoch := c.epoch_base + ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
-	IF epoch > 524287 THEN
-		outcome := 5; RETURN;
+	e := c.epoch_base + ('x' || substr(pg_walfile_name(pg_current_wal_lsn()), 1, 8))::bit(32)::bigint;
+	IF e > 524287 THEN
+		RETURN NULL;
 	END IF;
-	outcome := 0;
+	RETURN e;
 END
 $fn$`
 
@@ -91,20 +95,20 @@ LANGUAGE sql IMMUTABLE AS $fn$
 		ELSE (greatest(prev >> 44, e) << 44) | ((prev & 17592186044415) + 1) END
 $fn$`
 
-// refusal returns the error of an outcome of pgEpoch's checks, or nil for
-// any other outcome.
-func (b *Backend) refusal(ctx context.Context, what string, outcome int) error {
-	switch outcome {
-	case outStandby:
+// refusal returns the error of a SQLSTATE that pgEpoch raises, or nil for
+// any other.
+func (b *Backend) refusal(ctx context.Context, what, state string) error {
+	switch state {
+	case stateStandby:
 		return fmt.Errorf("sqlbackend: %s: %w", what, &SafetyError{Setting: "pg_is_in_recovery()", Value: "true",
 			Fix: "connect to the primary, not a standby (target_session_attrs=read-write or primary in a multi-host connection string, not a reader endpoint)"})
-	case outAsyncCommit:
+	case stateAsyncCommit:
 		return fmt.Errorf("sqlbackend: %s: %w", what, &SafetyError{Setting: "synchronous_commit", Value: "off",
 			Fix: "do not turn synchronous_commit off for the backend's sessions (SET, ALTER ROLE/DATABASE ... SET, a pooler's connect_query); on, local, remote_write or remote_apply keep a grant"})
-	case outUnlogged:
+	case stateUnlogged:
 		return fmt.Errorf("sqlbackend: %s: %w", what, &SafetyError{Setting: "persistence of " + b.sql.table, Value: "UNLOGGED",
 			Fix: "ALTER TABLE " + b.sql.table + " SET LOGGED (an unlogged table is emptied by a crash, and its counters start again)"})
-	case outCluster:
+	case stateCluster:
 		return b.clusterError(ctx, what)
 	}
 	return nil

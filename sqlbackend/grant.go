@@ -37,9 +37,6 @@ func (b *Backend) grantPG(ctx context.Context, req backend.Request) (backend.Lea
 	if err != nil {
 		return backend.Lease{}, b.classify(ctx, "grant", err)
 	}
-	if err := b.refusal(ctx, "grant", outcome); err != nil {
-		return backend.Lease{}, err
-	}
 	switch outcome {
 	case outGranted, outSame:
 		return backend.Lease{

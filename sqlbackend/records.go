@@ -253,14 +253,12 @@ DECLARE
 	n TIMESTAMPTZ;
 	d INTERVAL := ((p_ttl + p_margin + 999) / 1000) * INTERVAL '1 microsecond';
 	dd INTERVAL := ((p_delay + 999) / 1000) * INTERVAL '1 microsecond';
-	chk INT;
-	ep BIGINT;
+	ep BIGINT := {p}epoch();
 	nt BIGINT;
 BEGIN
 	ttl_ns := p_ttl; margin_ns := p_margin;
-	SELECT g.outcome, g.epoch INTO chk, ep FROM {p}epoch() AS g;
-	IF chk <> 0 THEN
-		outcome := chk; RETURN;
+	IF ep IS NULL THEN -- the cluster's epoch is past MaxEpoch
+		outcome := 5; RETURN;
 	END IF;
 	PERFORM pg_advisory_xact_lock(hashtextextended('{t}:' || encode(p_key, 'hex'), 0));
 	LOOP
@@ -325,12 +323,8 @@ DECLARE
 	r {t}%ROWTYPE;
 	n TIMESTAMPTZ;
 	e TIMESTAMPTZ;
-	chk INT;
 BEGIN
-	SELECT g.outcome INTO chk FROM {p}epoch() AS g;
-	IF chk <> 0 THEN
-		outcome := chk; RETURN;
-	END IF;
+	PERFORM {p}epoch();
 	PERFORM pg_advisory_xact_lock(hashtextextended('{t}:' || encode(p_key, 'hex'), 0));
 	SELECT * INTO r FROM {t} AS l WHERE l.key = p_key FOR UPDATE;
 	IF NOT FOUND OR r.lease_id <> p_id OR r.released THEN

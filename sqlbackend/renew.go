@@ -27,9 +27,6 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 		if err != nil {
 			return backend.Lease{}, b.classify(ctx, "renew", err)
 		}
-		if err := b.refusal(ctx, "renew", outcome); err != nil {
-			return backend.Lease{}, err
-		}
 		if outcome != outGranted {
 			return backend.Lease{}, verdict(outcome)
 		}

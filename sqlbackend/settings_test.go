@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,14 @@ func TestPostgresGrantChecksSettings(t *testing.T) {
 	defer sb.Close()
 	exec(one, "SET synchronous_commit = off")
 	refused("SET synchronous_commit = off", sb, "synchronous_commit")
+	// A process of an earlier release, which knows only the outcomes of
+	// its time, calls the same function: it gets an error, not an outcome
+	// it would misread.
+	var outcome int
+	err = one.QueryRowContext(ctx, "SELECT outcome FROM fencing_grant($1, 'old', 60000000000, 0, '', 0)", []byte("other")).Scan(&outcome)
+	if err == nil || !strings.Contains(err.Error(), "synchronous_commit") {
+		t.Fatalf("the grant function called as an earlier release does: outcome %d, %v; want an error naming synchronous_commit", outcome, err)
+	}
 	exec(one, "RESET synchronous_commit")
 	granted("RESET synchronous_commit", sb)
 

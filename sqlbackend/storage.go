@@ -40,7 +40,7 @@ func (b *Backend) checkLogged(ctx context.Context) error {
 	case err != nil:
 		return fmt.Errorf("sqlbackend: check the lease table's persistence: %w", err)
 	case persistence.String == "u":
-		return b.refusal(ctx, "check", outUnlogged)
+		return b.refusal(ctx, "check", stateUnlogged)
 	}
 	return nil
 }
