@@ -168,6 +168,13 @@ func asyncFailover(t *testing.T) {
 	p.Close()
 	replica.Promote(t)
 
+	// The checkpoint's timeline: the first grants may come before the
+	// promoted server's first checkpoint, and must not read the epoch
+	// there.
+	var checkpointTimeline int
+	if err := replica.DB(t).QueryRowContext(ctx, "SELECT timeline_id FROM pg_control_checkpoint()").Scan(&checkpointTimeline); err != nil {
+		t.Fatal(err)
+	}
 	promoted, err := sqlbackend.New(replica.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatalf("New on the promoted replica: %v", err)
@@ -193,6 +200,10 @@ func asyncFailover(t *testing.T) {
 			t.Fatalf("Grant on the promoted replica: %v", err)
 		}
 	}
+	if epoch, _ := sqlbackend.TokenEpoch(log.ops[len(log.ops)-1].token); epoch != 2 {
+		t.Fatalf("the promoted replica's token %d is of epoch %d, want 2 (its timeline)", log.ops[len(log.ops)-1].token, epoch)
+	}
+	t.Logf("the last checkpoint's timeline when the promoted replica began to grant: %d", checkpointTimeline)
 	if lost == 0 {
 		t.Fatal("the promoted replica had every acknowledged grant: the test did not cut it off")
 	}
