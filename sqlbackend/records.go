@@ -89,7 +89,8 @@ type statements struct {
 func newStatements(d Dialect, prefix string) statements {
 	t, w := prefix+"leases", prefix+"waiters"
 	s := statements{table: t, waiters: w}
-	r := strings.NewReplacer("{t}", t, "{w}", w, "{p}", prefix, "{ch}", channelName(prefix, "free"), "{tch}", channelName(prefix, "turn"))
+	r := strings.NewReplacer("{t}", t, "{w}", w, "{p}", prefix, "{ch}", channelName(prefix, "free"), "{tch}", channelName(prefix, "turn"),
+		"{nobody_listens}", pgNobodyListens(channelName(prefix, "free")))
 	if d == Postgres {
 		s.notifyChannel, s.turnChannel = channelName(prefix, "free"), channelName(prefix, "turn")
 		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue} {
@@ -324,7 +325,8 @@ END
 $fn$`
 
 // Release and force_release notify in their own transaction: the waiter
-// hears of the release when it commits. A release by the holder leaves no
+// hears of the release when it commits. They notify only when a listener
+// session may be listening (pgNobodyListens, pglisten.go). A release by the holder leaves no
 // lock delay; a forced one starts the lease's from that moment.
 const pgRelease = `CREATE OR REPLACE FUNCTION {p}release(p_key BYTEA, p_id TEXT) RETURNS INT
 LANGUAGE plpgsql AS $fn$
@@ -343,7 +345,9 @@ BEGIN
 		RETURN 3;
 	END IF;
 	UPDATE {t} AS l SET released = true, delay_until = '-infinity' WHERE l.key = p_key;
-	PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
+	IF NOT {nobody_listens} THEN
+		PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
+	END IF;
 	RETURN 0;
 END
 $fn$`
@@ -359,7 +363,9 @@ BEGIN
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
-	PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
+	IF NOT {nobody_listens} THEN
+		PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
+	END IF;
 	RETURN true;
 END
 $fn$`
@@ -416,7 +422,9 @@ BEGIN
 		RETURN NULL;
 	END IF;
 	nxt := left(encode(sha256(convert_to(nxt, 'UTF8')), 'hex'), 32);
-	PERFORM pg_notify('{tch}', encode(p_key, 'hex') || ':' || nxt);
+	IF NOT {nobody_listens} THEN
+		PERFORM pg_notify('{tch}', encode(p_key, 'hex') || ':' || nxt);
+	END IF;
 	RETURN nxt;
 END
 $fn$`
