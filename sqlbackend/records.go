@@ -68,8 +68,10 @@ type statements struct {
 	// whose column exists (DDL documents them).
 	upgrade []string
 
-	// PostgreSQL: one statement per operation.
+	// PostgreSQL: one statement per operation, and the plain statements
+	// of a common grant and release (pgrow.go).
 	grant, renew, release, forceRelease string
+	grantRow, releaseRow                string
 	// Both dialects.
 	token, inspect, list, admit, liveTokens string
 	// Queuer (queue.go): both dialects.
@@ -96,6 +98,7 @@ func newStatements(d Dialect, prefix string) statements {
 		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue} {
 			s.ddl = append(s.ddl, r.Replace(stmt))
 		}
+		s.grantRow, s.releaseRow = pgRowStatements(r)
 		s.grant = r.Replace(`SELECT outcome, token, expires_at, ttl_ns, margin_ns, remaining_us FROM {p}grant($1, $2, $3, $4, $5, $6)`)
 		s.renew = r.Replace(`SELECT outcome, token, expires_at FROM {p}renew($1, $2, $3, $4)`)
 		s.release = r.Replace(`SELECT {p}release($1, $2)`)

@@ -1,0 +1,88 @@
+package sqlbackend
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"strings"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+// The common cases of Grant and Release on PostgreSQL, each one plain
+// statement instead of a call of the grant or release function.
+//
+// A PL/pgSQL function that locks the row (SELECT ... FOR UPDATE) and then
+// writes it runs two statements and the function's own machinery in the
+// server; one INSERT ... ON CONFLICT ... DO UPDATE ... WHERE, or one
+// UPDATE ... WHERE, does the same in one. Each statement below writes only
+// when the function would have written the same thing, under the same
+// conditions, judged on the row it has locked with clock_timestamp() read
+// after the lock; when its WHERE refuses (a live lease, a lock delay, a
+// resend of this lease's grant, a counter at its end; a lease released,
+// expired or not this one) it writes nothing and returns no row, and the
+// function is called to judge and answer. Such refusals cost a second
+// round trip, taken only off the common path.
+//
+// The grant's new expiry counts from the clock read before the row was
+// locked (excluded's): the lease ends no later than the function's would
+// and no earlier than the request's timeout after it was sent, as the
+// Coordinator counts it.
+
+// pgRowStatements returns the grant and release statements, with r's
+// names spliced in.
+func pgRowStatements(r *strings.Replacer) (grant, release string) {
+	grant = r.Replace(`INSERT INTO {t} AS l (key, token, lease_id, released, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until)
+	SELECT $1, 1, $2, false, c.n + c.d, $3, $4, $5, $6, c.n + c.d + c.dd
+	FROM (SELECT clock_timestamp() AS n,
+		(($3::bigint + $4::bigint + 999) / 1000) * INTERVAL '1 microsecond' AS d,
+		(($6::bigint + 999) / 1000) * INTERVAL '1 microsecond' AS dd) AS c
+	ON CONFLICT (key) DO UPDATE SET token = l.token + 1, lease_id = excluded.lease_id, released = false,
+		expires_at = excluded.expires_at, ttl_ns = excluded.ttl_ns, margin_ns = excluded.margin_ns,
+		owner = excluded.owner, lock_delay_ns = excluded.lock_delay_ns, delay_until = excluded.delay_until
+	WHERE l.lease_id <> excluded.lease_id
+		AND (l.released OR l.expires_at <= clock_timestamp())
+		AND l.delay_until <= clock_timestamp()
+		AND l.token < 9223372036854775807
+	RETURNING l.token, l.expires_at`)
+	release = r.Replace(`UPDATE {t} AS l SET released = true, delay_until = '-infinity'
+	WHERE l.key = $1 AND l.lease_id = $2 AND NOT l.released AND l.expires_at > clock_timestamp()
+	RETURNING CASE WHEN {nobody_listens} THEN false ELSE (SELECT true FROM pg_notify('{ch}', encode(l.key, 'hex'))) END`)
+	return grant, release
+}
+
+// grantRow tries the grant statement; ok is false when it refused and
+// the grant function must judge.
+func (b *Backend) grantRow(ctx context.Context, req backend.Request) (l backend.Lease, ok bool, err error) {
+	var (
+		token   int64
+		expires time.Time
+	)
+	err = b.db.QueryRowContext(ctx, b.sql.grantRow, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner, int64(req.LockDelay)).
+		Scan(&token, &expires)
+	if errors.Is(err, sql.ErrNoRows) {
+		return backend.Lease{}, false, nil
+	}
+	if err != nil {
+		return backend.Lease{}, false, b.classify(ctx, "grant", err)
+	}
+	return backend.Lease{
+		Key: req.Key, LeaseID: req.LeaseID, Token: uint64(token),
+		TTL: req.Timeout, Margin: req.Margin, ExpiresAt: expires,
+	}, true, nil
+}
+
+// releaseRow tries the release statement; ok is false when it refused
+// and the release function must judge.
+func (b *Backend) releaseRow(ctx context.Context, key, leaseID string) (ok bool, err error) {
+	var notified bool
+	err = b.db.QueryRowContext(ctx, b.sql.releaseRow, []byte(key), leaseID).Scan(&notified)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, b.classify(ctx, "release", err)
+	}
+	return true, nil
+}
