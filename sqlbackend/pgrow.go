@@ -59,8 +59,8 @@ func (b *Backend) grantRow(ctx context.Context, req backend.Request) (l backend.
 		token   int64
 		expires time.Time
 	)
-	err = b.db.QueryRowContext(ctx, b.sql.grantRow, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner, int64(req.LockDelay)).
-		Scan(&token, &expires)
+	err = b.pgQueryRow(ctx, b.sql.grantRow, []any{[]byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner, int64(req.LockDelay)},
+		&token, &expires)
 	if errors.Is(err, sql.ErrNoRows) {
 		return backend.Lease{}, false, nil
 	}
@@ -77,7 +77,7 @@ func (b *Backend) grantRow(ctx context.Context, req backend.Request) (l backend.
 // and the release function must judge.
 func (b *Backend) releaseRow(ctx context.Context, key, leaseID string) (ok bool, err error) {
 	var notified bool
-	err = b.db.QueryRowContext(ctx, b.sql.releaseRow, []byte(key), leaseID).Scan(&notified)
+	err = b.pgQueryRow(ctx, b.sql.releaseRow, []any{[]byte(key), leaseID}, &notified)
 	if errors.Is(err, sql.ErrNoRows) {
 		return false, nil
 	}
