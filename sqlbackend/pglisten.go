@@ -26,6 +26,12 @@ import "fmt"
 // breaks loses its lock; the hub wakes every subscription when it is back,
 // as it does for the notifications it may have missed.
 //
+// The probe's lock is session-level (a transaction-level one would be held
+// through the commit, and concurrent releases would find each other's and
+// notify), taken and given back within one expression, with no point in
+// between where PostgreSQL acts on a cancellation: behind PgBouncer in
+// transaction mode no session keeps it.
+//
 // A listener of a release of this package before this rule takes no lock,
 // and its waiters are not notified of the releases of this release's
 // functions: they learn at the lease's end. Upgrade every process of a
