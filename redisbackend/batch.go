@@ -199,14 +199,15 @@ func (b *batcher) direct(ctx context.Context, cmds []redis.Cmder) error {
 // smaller than the socket's send buffer, which on a connection no one
 // else writes to is empty when the request is written.
 func (b *batcher) detachFor(ctx context.Context) bool {
-	if !b.detach || ctx.Done() == nil {
+	if !b.detach {
 		return false
 	}
-	if b.readBound <= 0 {
-		return true
+	// The deadline first: Done makes a context's channel on its first
+	// call, which a request sent with the client's own bound never needs.
+	if dl, ok := ctx.Deadline(); ok {
+		return b.readBound <= 0 || time.Until(dl) <= b.readBound
 	}
-	dl, ok := ctx.Deadline()
-	return !ok || time.Until(dl) <= b.readBound
+	return ctx.Done() != nil
 }
 
 // detached1 sends cmds on a goroutine of their own and waits for their
