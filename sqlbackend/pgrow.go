@@ -25,6 +25,13 @@ import (
 // function is called to judge and answer. Such refusals cost a second
 // round trip, taken only off the common path.
 //
+// The statements must mirror every check, lock and computation that the
+// functions make before they write (the token's next value, any lock the
+// functions take on the key before its row, any check that raises): a
+// function that gains one needs it here too, or pgRowStatements must return
+// empty strings, which turns these statements off (grantRow and releaseRow
+// then always defer to the functions).
+//
 // The grant's new expiry counts from the clock read before the row was
 // locked (excluded's): the lease ends no later than the function's would
 // and no earlier than the request's timeout after it was sent, as the
@@ -55,6 +62,9 @@ func pgRowStatements(r *strings.Replacer) (grant, release string) {
 // grantRow tries the grant statement; ok is false when it refused and
 // the grant function must judge.
 func (b *Backend) grantRow(ctx context.Context, req backend.Request) (l backend.Lease, ok bool, err error) {
+	if b.sql.grantRow == "" {
+		return backend.Lease{}, false, nil
+	}
 	var (
 		token   int64
 		expires time.Time
@@ -76,6 +86,9 @@ func (b *Backend) grantRow(ctx context.Context, req backend.Request) (l backend.
 // releaseRow tries the release statement; ok is false when it refused
 // and the release function must judge.
 func (b *Backend) releaseRow(ctx context.Context, key, leaseID string) (ok bool, err error) {
+	if b.sql.releaseRow == "" {
+		return false, nil
+	}
 	var notified bool
 	err = b.pgQueryRow(ctx, b.sql.releaseRow, []any{[]byte(key), leaseID}, &notified)
 	if errors.Is(err, sql.ErrNoRows) {
