@@ -71,7 +71,7 @@ func (b *Backend) grantRow(ctx context.Context, req backend.Request) (l backend.
 	)
 	err = b.pgQueryRow(ctx, b.sql.grantRow, []any{[]byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner, int64(req.LockDelay)},
 		&token, &expires)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || readOnly(err) {
 		return backend.Lease{}, false, nil
 	}
 	if err != nil {
@@ -91,11 +91,19 @@ func (b *Backend) releaseRow(ctx context.Context, key, leaseID string) (ok bool,
 	}
 	var notified bool
 	err = b.pgQueryRow(ctx, b.sql.releaseRow, []any{[]byte(key), leaseID}, &notified)
-	if errors.Is(err, sql.ErrNoRows) {
+	if errors.Is(err, sql.ErrNoRows) || readOnly(err) {
 		return false, nil
 	}
 	if err != nil {
 		return false, b.classify(ctx, "release", err)
 	}
 	return true, nil
+}
+
+// readOnly reports a statement refused by a read-only transaction (a
+// standby refuses an INSERT or UPDATE before running any of it): the
+// function then answers, as it does for any refusal.
+func readOnly(err error) bool {
+	var st sqlStater
+	return errors.As(err, &st) && st.SQLState() == "25006"
 }
