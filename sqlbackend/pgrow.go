@@ -40,20 +40,28 @@ import (
 // pgRowStatements returns the grant and release statements, with r's
 // names spliced in.
 func pgRowStatements(r *strings.Replacer) (grant, release string) {
+	// As the functions: the epoch (which refuses a standby, an unlogged
+	// table, another cluster's tables) and the key's advisory lock, before
+	// the row; the token from next_token. excluded.token is next_token(0,
+	// epoch), whose epoch bits are the epoch.
 	grant = r.Replace(`INSERT INTO {t} AS l (key, token, lease_id, released, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until)
-	SELECT $1, 1, $2, false, c.n + c.d, $3, $4, $5, $6, c.n + c.d + c.dd
-	FROM (SELECT clock_timestamp() AS n,
+	SELECT $1, {p}next_token(0, c.ep), $2, false, c.n + c.d, $3, $4, $5, $6, c.n + c.d + c.dd
+	FROM (SELECT e.ep, k.locked, clock_timestamp() AS n,
 		(($3::bigint + $4::bigint + 999) / 1000) * INTERVAL '1 microsecond' AS d,
-		(($6::bigint + 999) / 1000) * INTERVAL '1 microsecond' AS dd) AS c
-	ON CONFLICT (key) DO UPDATE SET token = l.token + 1, lease_id = excluded.lease_id, released = false,
+		(($6::bigint + 999) / 1000) * INTERVAL '1 microsecond' AS dd
+		FROM (SELECT {p}epoch() AS ep OFFSET 0) AS e,
+		LATERAL (SELECT e.ep, pg_advisory_xact_lock(hashtextextended('{t}:' || encode($1::bytea, 'hex'), 0)) IS NULL AS locked OFFSET 0) AS k) AS c
+	WHERE c.ep IS NOT NULL
+	ON CONFLICT (key) DO UPDATE SET token = {p}next_token(l.token, excluded.token >> 44), lease_id = excluded.lease_id, released = false,
 		expires_at = excluded.expires_at, ttl_ns = excluded.ttl_ns, margin_ns = excluded.margin_ns,
 		owner = excluded.owner, lock_delay_ns = excluded.lock_delay_ns, delay_until = excluded.delay_until
 	WHERE l.lease_id <> excluded.lease_id
 		AND (l.released OR l.expires_at <= clock_timestamp())
 		AND l.delay_until <= clock_timestamp()
-		AND l.token < 9223372036854775807
+		AND {p}next_token(l.token, excluded.token >> 44) IS NOT NULL
 	RETURNING l.token, l.expires_at`)
 	release = r.Replace(`UPDATE {t} AS l SET released = true, delay_until = '-infinity'
+	FROM (SELECT pg_advisory_xact_lock(hashtextextended('{t}:' || encode($1::bytea, 'hex'), 0)) IS NULL AS locked OFFSET 0) AS k
 	WHERE l.key = $1 AND l.lease_id = $2 AND NOT l.released AND l.expires_at > clock_timestamp()
 	RETURNING CASE WHEN {nobody_listens} THEN false ELSE (SELECT true FROM pg_notify('{ch}', encode(l.key, 'hex'))) END`)
 	return grant, release
@@ -101,8 +109,7 @@ func (b *Backend) releaseRow(ctx context.Context, key, leaseID string) (ok bool,
 }
 
 // readOnly reports a statement refused by a read-only transaction (a
-// standby refuses an INSERT or UPDATE before running any of it): the
-// function then answers, as it does for any refusal.
+// standby): the function then says why, as it does for a grant.
 func readOnly(err error) bool {
 	var st sqlStater
 	return errors.As(err, &st) && st.SQLState() == "25006"
