@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -126,6 +127,94 @@ func TestHoldRenewalConfirmedAfterLossChangesNothing(t *testing.T) {
 	}
 	if err := h.Err(); !errors.Is(err, fencing.ErrLeaseLost) {
 		t.Errorf("Err() = %v, want ErrLeaseLost", err)
+	}
+}
+
+// A holder that runs again past its Deadline before the expiry timer has
+// (a process frozen past it, a starved timer goroutine) sees the lease
+// lost, whichever way it looks first: the timer is stopped here, and fires
+// only after the look, changing nothing then.
+func TestHeldContextEndsAtDeadlineWhenTimerIsLate(t *testing.T) {
+	ctx := context.Background()
+	lost := func(err error) bool { return errors.Is(err, fencing.ErrLeaseLost) }
+	probes := []struct {
+		name string
+		// look is what the holder does first; ended closes when the
+		// context has ended; renewer lets the (hung) renewal return.
+		look func(h *fencing.Held, ended, renewer chan struct{}) error
+		want func(error) bool
+	}{
+		{"Context().Err", func(h *fencing.Held, _, _ chan struct{}) error { return h.Context().Err() },
+			func(err error) bool { return errors.Is(err, context.Canceled) }},
+		{"Context().Done", func(h *fencing.Held, _, _ chan struct{}) error {
+			select {
+			case <-h.Context().Done():
+				return context.Cause(h.Context())
+			default:
+				return nil
+			}
+		}, lost},
+		{"context.Cause", func(h *fencing.Held, _, _ chan struct{}) error { return context.Cause(h.Context()) }, lost},
+		{"Held.Err", func(h *fencing.Held, _, _ chan struct{}) error { return h.Err() }, lost},
+		{"Held.Done", func(h *fencing.Held, _, _ chan struct{}) error {
+			select {
+			case <-h.Done():
+				return h.Err()
+			default:
+				return nil
+			}
+		}, lost},
+		{"Release", func(h *fencing.Held, ended, renewer chan struct{}) error {
+			// Release waits for the renewer, which hangs until the
+			// context has ended: its verdict is made before.
+			res := make(chan error, 1)
+			go func() { res <- h.Release(ctx) }()
+			<-ended
+			close(renewer)
+			return <-res
+		}, lost},
+	}
+	for _, p := range probes {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFaulty(t)
+			hang := make(chan struct{})
+			f.set(func(f *faulty) { f.hang = hang }) // no renewal is ever confirmed
+			c := fencing.New(f)
+			h, err := c.Hold(ctx, "k", 300*time.Millisecond, fencing.WithRenewInterval(50*time.Millisecond))
+			if err != nil {
+				t.Fatalf("Hold: %v", err)
+			}
+			fire := fencing.LateExpiry(h)
+			ended := make(chan struct{})
+			context.AfterFunc(h.Context(), func() { close(ended) })
+			deadline := h.Lease().Deadline
+			if err := h.Err(); err != nil && time.Now().Before(deadline) {
+				t.Fatalf("lost before the Deadline: %v", err)
+			}
+			time.Sleep(time.Until(deadline) + time.Millisecond)
+			got := p.look(h, ended, hang)
+			if !p.want(got) {
+				t.Fatalf("%v past the Deadline, with its timer yet to fire, %s = %v; want the loss", time.Since(deadline), p.name, got)
+			}
+			cause := context.Cause(h.Context())
+			if !lost(cause) || !strings.Contains(cause.Error(), "deadline passed") {
+				t.Errorf("cause = %v, want ErrLeaseLost: deadline passed", cause)
+			}
+			if err := h.Err(); err != cause {
+				t.Errorf("Err() = %v, want the cause %v", err, cause)
+			}
+			fire() // the timer, late: the loss stands as it was
+			if err := context.Cause(h.Context()); err != cause {
+				t.Errorf("after the late timer, cause = %v, want %v", err, cause)
+			}
+			if p.name != "Release" {
+				close(hang)
+			}
+			if err := h.Release(ctx); err != cause {
+				t.Errorf("Release() = %v, want the loss %v", err, cause)
+			}
+		})
 	}
 }
 
