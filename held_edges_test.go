@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -395,4 +396,45 @@ func TestLockGivingUpSettlesUnknownGrant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A grant whose answer was lost, then a resend that never left (a refused
+// dial): the outcome is the first attempt's, unknown, and Lock's error says
+// that once, naming the key once, with the resend's failure as the reason
+// it could not be settled and the lease it may have taken released.
+func TestLockUnknownThenNotSentIsOneOutcome(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	u := &unknownGrants{Backend: memorybackend.New()}
+	defer u.Close()
+	nb := &notSentAfter{unknownGrants: u, err: fmt.Errorf("test: grant: not sent: %w", refused)}
+	c := fencing.New(nb, fencing.WithOutcomeRetries(0))
+	h, err := c.Lock(context.Background(), "jobs/k", time.Minute)
+	if err == nil {
+		h.Release(context.Background())
+		t.Fatal("Lock returned a lease although no grant was answered")
+	}
+	var oe *fencing.OutcomeError
+	if !errors.As(err, &oe) || !oe.Settled || !errors.Is(err, fencing.ErrOutcomeUnknown) || !errors.Is(err, refused) {
+		t.Fatalf("Lock: %v; want a settled *OutcomeError wrapping ErrOutcomeUnknown and the refused dial", err)
+	}
+	msg := err.Error()
+	if strings.Count(msg, "outcome unknown") != 1 || strings.Contains(msg, "not sent") ||
+		strings.Count(msg, "jobs/k") != 1 || strings.Contains(msg, "\n") || !strings.Contains(msg, refused.Error()) {
+		t.Errorf("Lock: %q; want one outcome (unknown), the key once, on one line, with the refused dial", msg)
+	}
+}
+
+// notSentAfter answers the first grant as unknownGrants does, and refuses
+// every later one before sending it, with err.
+type notSentAfter struct {
+	*unknownGrants
+	grants atomic.Int32
+	err    error
+}
+
+func (n *notSentAfter) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if n.grants.Add(1) > 1 {
+		return backend.Lease{}, n.err
+	}
+	return n.unknownGrants.Grant(ctx, req)
 }

@@ -105,6 +105,9 @@ func TestElectCampaignsAgain(t *testing.T) {
 		if !strings.Contains(p.errb.String(), "campaigning again") {
 			t.Errorf("stderr does not say it campaigned again:\n%s", p.errb.String())
 		}
+		if stderr := p.errb.String(); !strings.Contains(stderr, "fencing: elect: lease lost") || strings.Contains(stderr, "hold:") {
+			t.Errorf("stderr does not report the loss as elect's own:\n%s", stderr)
+		}
 	})
 }
 

@@ -209,7 +209,9 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fenci
 
 // runHeld runs argv under h and returns its exit status. When the lease is
 // lost it stops the command and returns exitLost.
+// Its messages name the command that runs it (hold, elect, sem).
 func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key string, argv []string) (int, error) {
+	prefix := "fencing: " + cmd.Name() + ": "
 	child := exec.Command(argv[0], argv[1:]...)
 	child.Env = append(os.Environ(), "FENCING_KEY="+key, "FENCING_TOKEN="+strconv.FormatUint(h.Token(), 10))
 	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
@@ -218,7 +220,7 @@ func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key strin
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 	if err := child.Start(); err != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "fencing: hold: %v\n", err)
+		fmt.Fprintf(cmd.ErrOrStderr(), "%s%v\n", prefix, err)
 		return 127, nil
 	}
 	exited := make(chan error, 1)
@@ -237,7 +239,7 @@ func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key strin
 			signalCmd(child, sig)
 		case <-lost:
 			lost = nil
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencing: hold: %v; stopping the command (SIGTERM, SIGKILL after %v)\n", h.Err(), grace)
+			fmt.Fprintf(cmd.ErrOrStderr(), "%s%v; stopping the command (SIGTERM, SIGKILL after %v)\n", prefix, h.Err(), grace)
 			signalCmd(child, sigTerm)
 			t := time.NewTimer(grace)
 			defer t.Stop()
