@@ -21,7 +21,9 @@ import (
 // WithFIFO) can still take a free key, and the waiter at the head then
 // waits for that lease as Lock always does. A waiter joins the line with
 // an entry that lives for Lock's ttl, renewed every third of it while it
-// waits. It leaves the line as soon as it gets the key, so that the next
+// waits (a renewal that fails or gets no answer within that third is
+// retried after a short pause, so the entry expires only when the store
+// confirms none for a whole ttl). It leaves the line as soon as it gets the key, so that the next
 // waiter takes the head while the lease is held: that waiter inspects the
 // key (backend.Inspector), waits for the release to be announced (or the
 // lease's time and lock delay to pass), and then makes its one grant
