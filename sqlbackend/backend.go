@@ -72,6 +72,7 @@ type Backend struct {
 	checkTime time.Duration
 	listenDSN string
 	closed    atomic.Bool
+	notPgx    atomic.Bool // the pool's driver is not pgx's stdlib (pgQueryRow)
 	hub       hub
 	writer    chan struct{} // SQLite: held by the transaction that runs (sqliteTx)
 }
@@ -197,7 +198,7 @@ func (b *Backend) CreateTables(ctx context.Context) error {
 		}
 		return startError("create tables", err)
 	}
-	return nil
+	return b.checkLogged(ctx)
 }
 
 // createLockKey is the key of the advisory lock that CreateTables takes on
