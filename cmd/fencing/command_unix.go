@@ -42,6 +42,7 @@ func startCommand(s commandSpec) (*command, error) {
 	args := append([]string{watchdogArg, s.grace.String(), orphanMargin(s.ttl).String(),
 		(2 * deadlinePoll(s.ttl)).String(), strconv.FormatBool(group), "--"}, s.argv...)
 	wd := exec.Command(self, args...)
+	wd.Args[0] = os.Args[0] // as ps shows it
 	wd.Env = s.env
 	wd.Stdin, wd.Stdout, wd.Stderr = s.stdin, s.stdout, s.stderr
 	wd.ExtraFiles = []*os.File{r} // fd 3

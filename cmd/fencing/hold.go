@@ -62,7 +62,11 @@ own release, when the command exits, leaves no delay; with --wait, hold sleeps
 out the delay of the key's last lease.
 The command runs in a process group of its own (unless its stdin is a terminal),
 and the signal goes to the whole group. SIGINT, SIGTERM and SIGHUP sent to hold
-are passed on to the command.
+are passed on to the command. On Unix a watchdog process (this program again)
+starts the command and leads its group: should hold die (SIGKILL, the OOM
+killer), it sends the command SIGTERM at once and SIGKILL after --grace or
+before the lease's deadline, whichever is first; should hold stay frozen past
+the deadline, it stops the command as a lost lease does.
 
 Exit status: the command's own; 3 the key is held (without --wait, or still held
 after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
