@@ -16,6 +16,8 @@ import (
 
 // commandSpec is what startCommand needs to run a command under a lease.
 type commandSpec struct {
+	// name is the supervisor's: hold, elect or sem.
+	name string
 	argv []string
 	env  []string
 	// stdin, stdout and stderr are the command's.

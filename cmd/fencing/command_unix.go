@@ -39,7 +39,7 @@ func startCommand(s commandSpec) (*command, error) {
 		return nil, err
 	}
 	group := !isTerminal(s.stdin)
-	args := append([]string{watchdogArg, s.grace.String(), orphanMargin(s.ttl).String(),
+	args := append([]string{watchdogArg, s.name, s.grace.String(), orphanMargin(s.ttl).String(),
 		(2 * deadlinePoll(s.ttl)).String(), strconv.FormatBool(group), "--"}, s.argv...)
 	wd := exec.Command(self, args...)
 	wd.Args[0] = os.Args[0] // as ps shows it

@@ -218,6 +218,7 @@ func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key strin
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
 	child, err := startCommand(commandSpec{
+		name:   cmd.Name(),
 		argv:   argv,
 		env:    append(os.Environ(), "FENCING_KEY="+key, "FENCING_TOKEN="+strconv.FormatUint(lease.Token, 10)),
 		stdin:  cmd.InOrStdin(),

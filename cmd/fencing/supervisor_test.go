@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -99,6 +100,10 @@ func TestCommandEndsWithItsSupervisor(t *testing.T) {
 			if got := time.Now(); alive(pid) || got.Before(gone) {
 				t.Errorf("the next holder got the key while the first command ran")
 			}
+			p.wait(time.Minute) // its stderr, which the watchdog shares, is complete
+			if want := c.args[0] + " died; stopping its command"; !strings.Contains(p.errb.String(), want) {
+				t.Errorf("stderr does not say %q:\n%s", want, p.errb.String())
+			}
 		})
 	}
 }
@@ -123,5 +128,8 @@ func TestCommandEndsWithFrozenSupervisor(t *testing.T) {
 	}
 	if code := p.wait(time.Minute); code != exitLost {
 		t.Errorf("hold exited %d after it woke, want %d (lost); stderr:\n%s", code, exitLost, p.errb.String())
+	}
+	if want := "hold renewed nothing by the lease's deadline"; !strings.Contains(p.errb.String(), want) {
+		t.Errorf("stderr does not say %q:\n%s", want, p.errb.String())
 	}
 }

@@ -4,6 +4,7 @@ package main
 
 import (
 	"bufio"
+	"io"
 	"os"
 	"os/exec"
 	"testing"
@@ -36,7 +37,7 @@ func runWatchdog(t *testing.T, cfg watchdogConfig, left time.Duration, script st
 		cmd.Process.Kill()
 		<-exited
 	})
-	w := &watchdog{cfg: cfg, cmd: cmd, deadline: time.Now().Add(left)}
+	w := &watchdog{cfg: cfg, cmd: cmd, stderr: io.Discard, deadline: time.Now().Add(left)}
 	w.run(ctl, died, nil, exited)
 	return time.Now()
 }

@@ -20,7 +20,7 @@ import (
 // and sem start in their command's place, which starts the command and
 // ends it when the supervisor cannot:
 //
-//	fencing __fencing-watchdog GRACE MARGIN SLACK GROUP -- COMMAND [ARG...]
+//	fencing __fencing-watchdog NAME GRACE MARGIN SLACK GROUP -- COMMAND [ARG...]
 //
 // Its control pipe is fd 3, which carries lines from the supervisor:
 // "d N", the lease's deadline as a CLOCK_MONOTONIC reading (first, and again
@@ -31,11 +31,13 @@ import (
 // deadline, whichever comes first. A deadline passed by SLACK without news
 // (the supervisor frozen) stops the command as the lease's end does. With
 // GROUP true the watchdog leads the command's process group and signals the
-// whole group. It exits with the command's status (128+n for signal n).
+// whole group. NAME (hold, elect or sem) names the supervisor in its
+// messages. It exits with the command's status (128+n for signal n).
 const watchdogArg = "__fencing-watchdog"
 
 // watchdogConfig is the watchdog's command line.
 type watchdogConfig struct {
+	name                 string
 	grace, margin, slack time.Duration
 	group                bool
 	argv                 []string
@@ -43,19 +45,20 @@ type watchdogConfig struct {
 
 func parseWatchdogArgs(args []string) (watchdogConfig, error) {
 	var cfg watchdogConfig
-	if len(args) < 6 || args[4] != "--" {
-		return cfg, errors.New("want GRACE MARGIN SLACK GROUP -- COMMAND [ARG...]")
+	if len(args) < 7 || args[5] != "--" {
+		return cfg, errors.New("want NAME GRACE MARGIN SLACK GROUP -- COMMAND [ARG...]")
 	}
+	cfg.name = args[0]
 	var err error
 	for i, d := range []*time.Duration{&cfg.grace, &cfg.margin, &cfg.slack} {
-		if *d, err = time.ParseDuration(args[i]); err != nil {
+		if *d, err = time.ParseDuration(args[1+i]); err != nil {
 			return cfg, err
 		}
 	}
-	if cfg.group, err = strconv.ParseBool(args[3]); err != nil {
+	if cfg.group, err = strconv.ParseBool(args[4]); err != nil {
 		return cfg, err
 	}
-	cfg.argv = args[5:]
+	cfg.argv = args[6:]
 	return cfg, nil
 }
 
@@ -115,7 +118,7 @@ func watchdogMain(args []string) int {
 		cmd.Wait()
 		close(exited)
 	}()
-	w := &watchdog{cfg: cfg, cmd: cmd, deadline: time.Now().Add(monoUntil(first.n))}
+	w := &watchdog{cfg: cfg, cmd: cmd, stderr: os.Stderr, deadline: time.Now().Add(monoUntil(first.n))}
 	w.run(ctl, died, caught, exited)
 	return statusOf(cmd.ProcessState)
 }
@@ -125,6 +128,7 @@ func watchdogMain(args []string) int {
 type watchdog struct {
 	cfg      watchdogConfig
 	cmd      *exec.Cmd
+	stderr   io.Writer
 	deadline time.Time // the lease's, as last told
 	stopping bool      // SIGTERM sent
 	killAt   time.Time // when SIGKILL is due, once stopping
@@ -167,6 +171,9 @@ func (w *watchdog) run(ctl <-chan ctlMsg, died, caught <-chan os.Signal, exited 
 		case <-frozen.C:
 			// No renewal reached the watchdog by the deadline: the
 			// supervisor is frozen (or its news late), and the lease lost.
+			if !w.stopping {
+				fmt.Fprintf(w.stderr, "fencing: %s renewed nothing by the lease's deadline (is it stopped?); stopping the command (SIGTERM, SIGKILL after %v)\n", w.cfg.name, w.cfg.grace)
+			}
 			w.stop(w.cfg.grace)
 		case <-killC:
 			killC = nil
@@ -181,7 +188,9 @@ func (w *watchdog) run(ctl <-chan ctlMsg, died, caught <-chan os.Signal, exited 
 // --grace or margin before the deadline, whichever is first, so that the
 // command is gone before the lease could pass to another holder.
 func (w *watchdog) orphaned() {
-	w.stop(min(w.cfg.grace, max(0, time.Until(w.deadline)-w.cfg.margin)))
+	d := min(w.cfg.grace, max(0, time.Until(w.deadline)-w.cfg.margin))
+	fmt.Fprintf(w.stderr, "fencing: %s died; stopping its command (SIGTERM, SIGKILL in %v, before the lease's deadline)\n", w.cfg.name, d.Round(time.Millisecond))
+	w.stop(d)
 }
 
 // stop sends SIGTERM (once) and schedules SIGKILL within d from now, or
