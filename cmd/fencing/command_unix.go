@@ -24,11 +24,11 @@ type command struct {
 	exited chan error
 }
 
-// startCommand starts the watchdog, which starts the command. The watchdog
-// leads a process group of its own, which the command joins, unless the
-// command's stdin is a terminal: then both stay in the terminal's
-// foreground group (the command could not read it otherwise), and only the
-// command is signalled.
+// startCommand starts the watchdog, which starts the command. Each gets a
+// process group of its own (a kill of the supervisor's group spares the
+// watchdog), unless the command's stdin is a terminal: then both stay in
+// the terminal's foreground group (the command could not read it
+// otherwise), and only the command is signalled.
 func startCommand(s commandSpec) (*command, error) {
 	self, err := selfPath()
 	if err != nil {

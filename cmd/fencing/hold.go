@@ -63,7 +63,7 @@ out the delay of the key's last lease.
 The command runs in a process group of its own (unless its stdin is a terminal),
 and the signal goes to the whole group. SIGINT, SIGTERM and SIGHUP sent to hold
 are passed on to the command. On Unix a watchdog process (this program again)
-starts the command and leads its group: should hold die (SIGKILL, the OOM
+starts the command: should hold die (SIGKILL, the OOM
 killer), it sends the command SIGTERM at once and SIGKILL after --grace or
 before the lease's deadline, whichever is first; should hold stay frozen past
 the deadline, it stops the command as a lost lease does.

@@ -40,11 +40,7 @@ func TestHoldMaxHoldReleases(t *testing.T) {
 		if pid <= 0 {
 			t.Fatal("no pid from the command")
 		}
-		pgid, err := syscall.Getpgid(pid) // its watchdog's PID
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer syscall.Kill(-pgid, syscall.SIGKILL) // its process group
+		defer syscall.Kill(-pid, syscall.SIGKILL) // its process group
 		if l := p.line(30 * time.Second); l != "term" {
 			t.Fatalf("the command printed %q, want term (SIGTERM at the maximum hold)", l)
 		}
@@ -58,7 +54,7 @@ func TestHoldMaxHoldReleases(t *testing.T) {
 				t.Fatalf("the key is still held 10s after the maximum hold (it would expire in about 30s): %+v", st)
 			}
 		}
-		syscall.Kill(-pgid, syscall.SIGKILL)
+		syscall.Kill(-pid, syscall.SIGKILL)
 		if code := p.wait(30 * time.Second); code != exitLost {
 			t.Errorf("hold exited %d, want %d; stderr:\n%s", code, exitLost, p.errb.String())
 		}

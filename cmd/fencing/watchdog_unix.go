@@ -30,8 +30,9 @@ import (
 // gets SIGTERM at once and SIGKILL after GRACE, or MARGIN before the
 // deadline, whichever comes first. A deadline passed by SLACK without news
 // (the supervisor frozen) stops the command as the lease's end does. With
-// GROUP true the watchdog leads the command's process group and signals the
-// whole group. NAME (hold, elect or sem) names the supervisor in its
+// GROUP true the command gets a process group of its own, which is
+// signalled whole, and the watchdog one of its own too (its supervisor's
+// group may be killed whole). NAME (hold, elect or sem) names the supervisor in its
 // messages. It exits with the command's status (128+n for signal n).
 const watchdogArg = "__fencing-watchdog"
 
@@ -93,8 +94,8 @@ func watchdogMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "fencing: watchdog:", err)
 		return exitUsage
 	}
-	// The signals sent to the group reach the command too: the watchdog
-	// only must not die of them. The death signal is its own.
+	// The signals sent to the terminal's group reach the command too: the
+	// watchdog only must not die of them. The death signal is its own.
 	caught := make(chan os.Signal, 8)
 	signal.Notify(caught, forwarded...)
 	died := make(chan os.Signal, 1)
@@ -109,6 +110,7 @@ func watchdogMain(args []string) int {
 	}
 	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: cfg.group}
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "fencing: %v\n", err)
 		return 127
@@ -210,10 +212,11 @@ func (w *watchdog) stop(d time.Duration) {
 	w.killAt, w.kill = at, time.NewTimer(d)
 }
 
-// signal sends sig to the command's group, or to the command alone.
+// signal sends sig to the command's group, or to the command alone. The
+// watchdog is never in that group: it outlives the command, to reap it.
 func (w *watchdog) signal(sig syscall.Signal) {
 	if w.cfg.group {
-		syscall.Kill(-syscall.Getpgrp(), sig)
+		syscall.Kill(-w.cmd.Process.Pid, sig)
 		return
 	}
 	w.cmd.Process.Signal(sig)
