@@ -39,7 +39,15 @@
 // the backend works behind PgBouncer
 // in transaction pooling mode; with pgx before PgBouncer 1.21, use a
 // connection string with default_query_exec_mode=exec (or simple_protocol),
-// as pgx's default caches named prepared statements per connection.
+// as pgx's default caches named prepared statements per connection (New
+// reports the clash as ErrInvalidConfig). Set PgBouncer's
+// server_login_retry to 1 second: after a login fails while PostgreSQL
+// restarts, PgBouncer refuses logins for that long (15 seconds by
+// default), and every renewal in that time fails. The listener session
+// of WithListener must reach the server directly.
+//
+// CreateTables may run in every replica at once: on PostgreSQL it runs the
+// DDL in one transaction behind a transaction-scoped advisory lock.
 //
 // A statement whose connection broke after it was sent returns an error
 // wrapping backend.ErrOutcomeUnknown; a resend with the same lease ID

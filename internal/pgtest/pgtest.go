@@ -293,3 +293,37 @@ func (s *Server) Stop() {
 		<-done
 	}
 }
+
+// RequirePassword creates role, a login role with password, and makes the
+// server ask every role but postgres for its password (scram-sha-256) on
+// TCP, as a production server does.
+func (s *Server) RequirePassword(t testing.TB, role, password string) {
+	t.Helper()
+	db := s.DB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", role, password)); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(filepath.Join(s.dataDir(), "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	// The postmaster reloads when it gets to it: wait until a login
+	// without the password is refused.
+	without, err := sql.Open("pgx", fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", role, s.port))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer without.Close()
+	for without.PingContext(ctx) == nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pgtest: the server still lets %s in without a password", role)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
