@@ -3,8 +3,10 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -132,4 +134,39 @@ func TestCommandEndsWithFrozenSupervisor(t *testing.T) {
 	if want := "hold renewed nothing by the lease's deadline"; !strings.Contains(p.errb.String(), want) {
 		t.Errorf("stderr does not say %q:\n%s", want, p.errb.String())
 	}
+}
+
+// TestCommandEndsWithItsSupervisorsGroup: SIGKILL to the whole process
+// group of hold (a shell's job, a service manager) spares the watchdog,
+// which stops the command.
+func TestCommandEndsWithItsSupervisorsGroup(t *testing.T) {
+	const ttl = 6 * time.Second
+	started := time.Now()
+	c := exec.Command(binary, "hold", "k", "--ttl", ttl.String(), "--sqlite-path", filepath.Join(t.TempDir(), "cli.db"),
+		"--", "sh", "-c", obeyingTERM)
+	c.Env = cleanEnv()
+	c.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := c.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Wait()
+	defer syscall.Kill(-c.Process.Pid, syscall.SIGKILL)
+	r := bufio.NewReader(out)
+	r.ReadString('\n') // the key
+	line, err := r.ReadString('\n')
+	pid, _ := strconv.Atoi(strings.TrimSpace(line))
+	if err != nil || pid <= 0 {
+		t.Fatalf("the command printed %q: %v", line, err)
+	}
+	defer syscall.Kill(pid, syscall.SIGKILL)
+	killed := time.Now()
+	if err := syscall.Kill(-c.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	gone := goneBy(t, pid, started.Add(ttl))
+	t.Logf("the command ended %v after its supervisor's group was killed", gone.Sub(killed).Round(time.Millisecond))
 }
