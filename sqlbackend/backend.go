@@ -197,7 +197,7 @@ func (b *Backend) CreateTables(ctx context.Context) error {
 		}
 		return startError("create tables", err)
 	}
-	return nil
+	return b.checkLogged(ctx)
 }
 
 // createLockKey is the key of the advisory lock that CreateTables takes on
