@@ -20,3 +20,7 @@ var deathSignals = []os.Signal{deathSignal}
 // selfPath is the file of this running program, even if it has been
 // replaced or removed since it started.
 func selfPath() (string, error) { return "/proc/self/exe", nil }
+
+// setCommandDeathSignal has the kernel kill the command should its watchdog
+// die.
+func setCommandDeathSignal(a *syscall.SysProcAttr) { a.Pdeathsig = syscall.SIGKILL }

@@ -16,3 +16,6 @@ var deathSignals []os.Signal
 
 // selfPath is the file of this running program.
 func selfPath() (string, error) { return os.Executable() }
+
+// setCommandDeathSignal does nothing outside Linux.
+func setCommandDeathSignal(a *syscall.SysProcAttr) {}

@@ -170,3 +170,22 @@ func TestCommandEndsWithItsSupervisorsGroup(t *testing.T) {
 	gone := goneBy(t, pid, started.Add(ttl))
 	t.Logf("the command ended %v after its supervisor's group was killed", gone.Sub(killed).Round(time.Millisecond))
 }
+
+// TestCommandEndsWithItsWatchdog: on Linux, a watchdog killed with SIGKILL
+// takes the command with it, and hold, which sees its child gone, does not
+// release the lease under a running command.
+func TestCommandEndsWithItsWatchdog(t *testing.T) {
+	db := []string{"--sqlite-path", filepath.Join(t.TempDir(), "cli.db")}
+	p, _, pid := supervised(t, append([]string{"hold", "k", "--ttl", "6s"}, db...), `echo "$FENCING_KEY"; echo $PPID; echo $$; exec sleep 600`)
+	// pid is the watchdog's: the command's parent.
+	cmdPID, err := strconv.Atoi(p.line(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Kill(cmdPID, syscall.SIGKILL)
+	killed := time.Now()
+	syscall.Kill(pid, syscall.SIGKILL)
+	gone := goneBy(t, cmdPID, killed.Add(30*time.Second))
+	t.Logf("the command ended %v after its watchdog's SIGKILL", gone.Sub(killed).Round(time.Millisecond))
+	p.wait(time.Minute)
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -111,6 +112,11 @@ func watchdogMain(args []string) int {
 	cmd := exec.Command(cfg.argv[0], cfg.argv[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: cfg.group}
+	// On Linux the command dies with the watchdog, should the watchdog
+	// itself be killed. The thread that starts the command must live as
+	// long as the watchdog: this goroutine keeps it.
+	runtime.LockOSThread()
+	setCommandDeathSignal(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintf(os.Stderr, "fencing: %v\n", err)
 		return 127
