@@ -355,6 +355,9 @@ func (h *hub) listen(ctx context.Context, setReady func()) {
 		cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
 		conn, err := pgx.Connect(cctx, h.b.listenDSN)
 		if err == nil {
+			// The lock says that someone listens (pglisten.go): held while
+			// the session is open.
+			_, err = conn.Exec(cctx, "SELECT pg_advisory_lock_shared("+listeningLock(h.b.sql.notifyChannel)+")")
 			for _, ch := range []string{h.b.sql.notifyChannel, h.b.sql.turnChannel} {
 				if err == nil {
 					_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{ch}.Sanitize())
