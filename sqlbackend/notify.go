@@ -54,6 +54,8 @@ type subscription struct {
 	waiterID string
 	tag      string
 	seen     int64
+	telling  int       // Enqueues and Dequeues of the waiter under way
+	toldAt   time.Time // when the latest of them ended
 }
 
 func (s *subscription) Freed() <-chan struct{} { return s.freed }

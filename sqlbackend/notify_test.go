@@ -399,3 +399,46 @@ func TestPostgresReleaseNotifiesOnlyWaiters(t *testing.T) {
 		t.Fatalf("after the waiter left the spy heard %q first, want only the marker", p)
 	}
 }
+
+// A poll of the line whose read straddles the waiter's own Enqueue (a
+// loaded machine makes that likely: the poll's read waits for the file)
+// must not wake the waiter: the poll read its place before it joined, the
+// Enqueue told it the place after. Waking on that difference woke it for
+// nothing twice (then, and at the next poll). A leave ahead still wakes it.
+func TestNotifyTurnPollOlderThanEnqueueDoesNotWake(t *testing.T) {
+	b, path := sharedFile(t)
+	ctx := context.Background()
+	other, err := sqlbackend.New(openSQLitePath(t, path), sqlbackend.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Enqueue(ctx, "k", "head", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.NotifyTurn(ctx, "k", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	apply := b.ReadTurns(ctx, sub) // the poll reads: w is not in the line
+	if p, err := b.Enqueue(ctx, "k", "w", time.Minute); err != nil || p.Ahead != 1 {
+		t.Fatalf("Enqueue: %+v, %v", p, err)
+	}
+	apply()                 // and applies its read after the Enqueue's
+	b.ReadTurns(ctx, sub)() // the next poll
+	select {
+	case <-sub.Freed():
+		t.Fatal("woken by a poll that read the line before the waiter's Enqueue")
+	default:
+	}
+	if err := other.Dequeue(ctx, "k", "head"); err != nil {
+		t.Fatal(err)
+	}
+	b.ReadTurns(ctx, sub)()
+	select {
+	case <-sub.Freed():
+	default:
+		t.Fatal("not woken by a poll after the entry ahead left")
+	}
+}
