@@ -95,3 +95,6 @@ func (b *Backend) start(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Namespace is the namespace the backend keeps its Leases in.
+func (b *Backend) Namespace() string { return b.namespace }

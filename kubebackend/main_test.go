@@ -3,6 +3,7 @@ package kubebackend_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,3 +76,6 @@ func TestConformance(t *testing.T) {
 func metaName(ns, name string) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Namespace: ns, Name: name}
 }
+
+// dropping turns on the lost-reply fault of TestLostReplyIsOutcomeUnknown.
+var dropping atomic.Bool
