@@ -151,4 +151,3 @@ func upsert[T object](ctx context.Context, obj T,
 	_, err = update(ctx, obj, metav1.UpdateOptions{})
 	return err
 }
-
