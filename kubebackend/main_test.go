@@ -79,3 +79,9 @@ func metaName(ns, name string) metav1.ObjectMeta {
 
 // dropping turns on the lost-reply fault of TestLostReplyIsOutcomeUnknown.
 var dropping atomic.Bool
+
+// BenchmarkConformance: grant+release, renew, token check, handoff and the
+// parallel cases, on the shared API server (docs/kubernetes.md's table).
+func BenchmarkConformance(b *testing.B) {
+	conformance.RunBenchmarks(b, newHarness(b))
+}

@@ -2,6 +2,7 @@ package kubebackend
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"time"
 
@@ -28,11 +29,20 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 		return nil, err
 	}
 	name := LeaseName(key)
-	w, err := b.watch(ctx, name, "")
+	// The watch lives until Close; ctx bounds only its setting up.
+	wctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	w, err := b.watch(wctx, name, "")
+	if !stop() {
+		err = fmt.Errorf("kubebackend: watch Lease %s: %w", name, context.Cause(ctx))
+		if w != nil {
+			w.Stop()
+		}
+	}
 	if err != nil {
+		cancel()
 		return nil, err
 	}
-	wctx, cancel := context.WithCancel(context.Background())
 	s := &subscription{freed: make(chan struct{}, 1), cancel: cancel, done: make(chan struct{})}
 	go s.run(wctx, b, name, w)
 	return s, nil

@@ -57,3 +57,15 @@ func judge(r record, seen, now time.Time) status {
 	}
 	return s
 }
+
+// observeWrite records state rv of Lease name as written by this backend,
+// its write sent at sent: the earliest of that and any read of it that
+// returned first.
+func (b *Backend) observeWrite(name, rv string, sent time.Time) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if o, ok := b.seen[name]; ok && o.rv == rv && o.seen.Before(sent) {
+		return
+	}
+	b.seen[name] = observation{rv: rv, seen: sent}
+}

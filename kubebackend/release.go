@@ -67,6 +67,6 @@ func (b *Backend) free(ctx context.Context, l *coordinationv1.Lease, forced bool
 	if err != nil {
 		return writeErr("update Lease "+l.Name, err)
 	}
-	b.observe(l.Name, out.ResourceVersion, sent)
+	b.observeWrite(l.Name, out.ResourceVersion, sent)
 	return nil
 }

@@ -47,7 +47,7 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 		if err != nil {
 			return backend.Lease{}, writeErr("update Lease "+name, err)
 		}
-		b.observe(name, out.ResourceVersion, sent)
+		b.observeWrite(name, out.ResourceVersion, sent)
 		return backend.Lease{
 			Key: req.Key, LeaseID: req.LeaseID, Token: s.token,
 			TTL: req.Timeout, Margin: req.Margin,
