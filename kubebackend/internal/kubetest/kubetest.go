@@ -290,6 +290,17 @@ func (s *Server) Namespace(t testing.TB) (string, kubernetes.Interface) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The authorizer learns of a new binding from its informer: wait
+	// until the user can list leases there.
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		_, err := user.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("the user cannot list leases in %s a minute after its RoleBinding: %v", ns, err)
+		}
+	}
 	return ns, user
 }
 
