@@ -44,6 +44,19 @@
 //	}
 //	// ... prepare, then write through the guard with lease.Token
 //
+// # Tokens from the network
+//
+// A guard admits any token at least its fence, so one token that was never
+// minted (a forged header, a buggy client) would raise the fence beyond
+// every real holder's token for good. Tokens order writes; they do not
+// authenticate them. A guard that takes tokens from the network gets a
+// MintCheck (WithMintCheck on every guard and carrier): a token above the
+// highest the lock store ever minted on the key is refused with
+// ErrNotMinted, at the cost of one read of the lock store per new holder.
+// A fence poisoned before is lowered by hand with the store guard's
+// LowerFence, a compare-and-set that fails with ErrFenceChanged if the
+// fence moved (see docs/guards.md).
+//
 // # Guards
 //
 // Memory (this package) keeps fences in process memory and runs the

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
+	"time"
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/memorybackend"
 )
 
 // A resource in the process's own memory: the write runs under the
@@ -64,4 +68,27 @@ func ExampleTokenFromContext() {
 	// token 1 writes 150: stale token: token 1 is below 2, the fence of resource "orders/42"
 	// no token: no fencing token in the context
 	// total: 200
+}
+
+// A guard that takes tokens from the network checks them against the lock
+// store: a forged token above every one minted is refused and leaves the
+// fence alone, and the real holder's writes go on.
+func ExampleNewMintCheck() {
+	b := memorybackend.New()
+	defer b.Close()
+	coord := fencing.New(b)
+	ctx := context.Background()
+	lease, err := coord.Grant(ctx, "orders/42", time.Minute)
+	if err != nil {
+		log.Fatal(err)
+	}
+	g := guard.NewMemory(guard.WithMintCheck(guard.NewMintCheck(coord)))
+
+	err = g.Admit(ctx, "orders/42", 9223372036854775807) // a forged Fencing-Token
+	fmt.Println(errors.Is(err, guard.ErrNotMinted), g.Fence("orders/42"))
+	err = g.Admit(ctx, "orders/42", lease.Token)
+	fmt.Println(err, g.Fence("orders/42"))
+	// Output:
+	// true 0
+	// <nil> 1
 }

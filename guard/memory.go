@@ -20,6 +20,7 @@ type Memory struct {
 	mu        sync.Mutex
 	resources map[string]*fence
 	metrics   *Metrics
+	mint      *MintCheck
 }
 
 // MemoryOption configures a Memory.
@@ -30,6 +31,13 @@ type MemoryOption func(*Memory)
 // no-op until an OpenTelemetry SDK is installed; a nil mp records nothing).
 func WithMeterProvider(mp metric.MeterProvider) MemoryOption {
 	return func(m *Memory) { m.metrics = NewMetrics(mp, "memory") }
+}
+
+// WithMintCheck makes the Memory refuse a token the lock store never
+// minted, with an error wrapping ErrNotMinted (see MintCheck), before it
+// takes the resource's lock.
+func WithMintCheck(mc *MintCheck) MemoryOption {
+	return func(m *Memory) { m.mint = mc }
 }
 
 // fence is one resource's high-water mark and the lock that makes its check
@@ -76,6 +84,9 @@ func (m *Memory) Write(ctx context.Context, resource string, token uint64, write
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if err := m.mint.Check(ctx, resource, token); err != nil {
+		return err
+	}
 	f := m.fence(resource)
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -103,6 +114,28 @@ func (m *Memory) Fence(resource string) uint64 {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.token
+}
+
+// LowerFence sets resource's fence to to if it is from, and otherwise
+// returns a *FenceChangedError (wrapping ErrFenceChanged) and changes
+// nothing: the break-glass for a fence raised by a token that should never
+// have been admitted. to must be below from; 0 clears the fence. It waits
+// for a Write on the resource that is under way.
+func (m *Memory) LowerFence(ctx context.Context, resource string, from, to uint64) error {
+	if err := CheckLower(resource, from, to); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	f := m.fence(resource)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.token != from {
+		return &FenceChangedError{Resource: resource, From: from, Fence: f.token}
+	}
+	f.token = to
+	return nil
 }
 
 func (m *Memory) fence(resource string) *fence {

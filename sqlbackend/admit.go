@@ -3,7 +3,6 @@ package sqlbackend
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 
 	"github.com/fencing-go/fencing/backend"
@@ -12,8 +11,11 @@ import (
 // AdmitTx admits a write in the caller's own transaction tx, on the database
 // of this backend, only if token is the token of key's live lease at this
 // moment, and makes every grant, renewal and release of key wait until tx
-// ends: on PostgreSQL it locks the key's lease row (SELECT ... FOR SHARE),
-// on SQLite tx takes the database's write lock. Otherwise it returns an
+// ends: on PostgreSQL it takes a shared lock on the key that every grant,
+// renewal and release of the key takes exclusively (at READ COMMITTED an
+// advisory lock, which many concurrent AdmitTx share without writing to
+// the lease row; at REPEATABLE READ and SERIALIZABLE the row's FOR SHARE
+// lock), on SQLite tx takes the database's write lock. Otherwise it returns an
 // error wrapping backend.ErrStaleToken (fencing.ErrStaleToken), and the
 // caller rolls tx back, so nothing of the write is applied.
 //
@@ -29,8 +31,8 @@ import (
 // own renewals (and on SQLite every operation on the file). Keep the
 // transactions that call AdmitTx shorter than the lease's margin, or let
 // the renewal's request timeout cover them; call AdmitTx last, just before
-// COMMIT, when the rest of the transaction is slow. On PostgreSQL the row
-// lock is the statement's own, so AdmitTx works behind PgBouncer in
+// COMMIT, when the rest of the transaction is slow. On PostgreSQL the
+// lock is the transaction's own, so AdmitTx works behind PgBouncer in
 // transaction pooling mode. A tx at REPEATABLE READ or SERIALIZABLE may get
 // a serialization failure when the lease row changed since its snapshot:
 // retry the transaction.
@@ -60,15 +62,11 @@ func (b *Backend) AdmitTx(ctx context.Context, tx *sql.Tx, key string, token uin
 // admitToken locks key's lease in tx and reads its live token.
 func (b *Backend) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64, bool, error) {
 	if b.dialect == Postgres {
-		var live int64
-		err := tx.QueryRowContext(ctx, b.sql.admit, []byte(key)).Scan(&live)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return 0, false, nil
-		case err != nil:
+		var live sql.NullInt64
+		if err := tx.QueryRowContext(ctx, b.sql.admit, []byte(key)).Scan(&live); err != nil {
 			return 0, false, b.classify(ctx, "admit", err)
 		}
-		return live, true, nil
+		return live.Int64, live.Valid, nil
 	}
 	// A write that changes nothing takes the write lock (or fails, if
 	// another connection holds it past the busy timeout); from then on tx
@@ -88,3 +86,30 @@ func (b *Backend) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64
 	}
 	return r.token, true, nil
 }
+
+// pgAdmit reads key's live token and holds off every grant, renewal and
+// release of key until the caller's transaction ends. At READ COMMITTED it
+// takes a shared transaction-scoped advisory lock on the key (the one the
+// grant, renew and release functions take exclusively) and then reads the
+// row in a new snapshot: many AdmitTx on one key share the lock without
+// writing to the row, where FOR SHARE would record every sharer in a
+// MultiXact (whose member space grows with the square of the sharers and
+// must be vacuumed away). At REPEATABLE READ and SERIALIZABLE the
+// transaction's snapshot may be older than the lock, so it locks the row
+// FOR SHARE, which fails with a serialization error when the row changed
+// since the snapshot.
+const pgAdmit = `CREATE OR REPLACE FUNCTION {p}admit(p_key BYTEA) RETURNS BIGINT
+LANGUAGE plpgsql AS $fn$
+#variable_conflict use_column
+DECLARE
+	tok BIGINT;
+BEGIN
+	IF current_setting('transaction_isolation') = 'read committed' THEN
+		PERFORM pg_advisory_xact_lock_shared(hashtextextended('{t}:' || encode(p_key, 'hex'), 0));
+		SELECT l.token INTO tok FROM {t} AS l WHERE l.key = p_key AND NOT l.released AND l.expires_at > clock_timestamp();
+	ELSE
+		SELECT l.token INTO tok FROM {t} AS l WHERE l.key = p_key AND NOT l.released AND l.expires_at > clock_timestamp() FOR SHARE;
+	END IF;
+	RETURN tok;
+END
+$fn$`

@@ -95,17 +95,20 @@ func WithHostClock(c HostClock) Option { return func(b *Backend) { b.clock = c }
 // throw-away servers only.
 func WithoutSafetyChecks() Option { return func(b *Backend) { b.checks = false } }
 
-// WithCheckTimeout bounds the round trips New makes for its safety checks
-// (default 10 seconds).
+// WithCheckTimeout bounds the round trips New makes for its safety checks,
+// and how long it waits for the listener's test notification (see
+// WithListener) (default 10 seconds each).
 func WithCheckTimeout(d time.Duration) Option { return func(b *Backend) { b.checkTime = d } }
 
 // WithListener gives a PostgreSQL backend a connection string for the one
 // session it opens to LISTEN for releases and for leaves of a line, so
 // that NotifyFree and NotifyTurn wake waiters at once. It must reach the
-// server directly (a session, not a pooler in transaction mode). Without
-// it both poll, every 100 ms, in one statement per Backend (see the
-// package documentation). The session is opened for the first
-// subscription and closed a second after the last one, so that
+// server directly (a session, not a pooler in transaction mode): New
+// opens it once, LISTENs and sends a NOTIFY through db, and refuses a
+// session that hears nothing within the check timeout with
+// ErrNoNotifications. Without it both poll, every 100 ms, in one statement
+// per Backend (see the package documentation). The session is opened for
+// the first subscription and closed a second after the last one, so that
 // consecutive Locks share it, or by Close.
 func WithListener(connString string) Option { return func(b *Backend) { b.listenDSN = connString } }
 
@@ -114,8 +117,12 @@ func WithListener(connString string) Option { return func(b *Backend) { b.listen
 // transaction pooling mode (see the package documentation).
 //
 // New checks that the database keeps what it commits (see SafetyError);
-// WithoutSafetyChecks turns that off. It does not create the tables: call
-// CreateTables once, or run DDL in a migration.
+// WithoutSafetyChecks turns that off. Its errors on PostgreSQL wrap
+// ErrAuthRefused, ErrUnreachable or ErrPermissionDenied when the server
+// refused the login, could not be reached or refused the role, and
+// ErrInvalidConfig (naming the fix) when pgx's cached prepared statements
+// clash through PgBouncer. It does not create the tables: call
+// CreateTables, from every replica if you like, or run DDL in a migration.
 func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
 	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, checks: true, checkTime: 10 * time.Second, writer: make(chan struct{}, 1)}
 	b.hub.b = b
@@ -145,16 +152,26 @@ func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
 			return nil, err
 		}
 	}
+	if b.listenDSN != "" {
+		ctx, cancel := context.WithTimeout(context.Background(), b.checkTime)
+		defer cancel()
+		if err := b.checkListener(ctx); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
 // CreateTables creates the backend's tables (and on PostgreSQL its
 // functions) if they do not exist, and brings the tables of an earlier
-// release up to date: the statements of DDL, in order (on SQLite in one
-// transaction, skipping the columns a table has already). Run it once, at
-// deployment or start-up, rather than from many processes at the same
-// moment: PostgreSQL refuses concurrent CREATE OR REPLACE FUNCTION ("tuple
-// concurrently updated").
+// release up to date: the statements of DDL, in order, in one transaction
+// (on SQLite skipping the columns a table has already). Any number of
+// processes may call it at once, as the replicas of a deployment do when
+// they start together: on PostgreSQL the transaction first takes a
+// transaction-scoped advisory lock (createLockKey), so the calls run one
+// after the other (PgBouncer's transaction pooling keeps it); on SQLite
+// the write lock of BEGIN IMMEDIATE orders them. Each finds the work of
+// the one before it done.
 func (b *Backend) CreateTables(ctx context.Context) error {
 	if err := b.ready(ctx); err != nil {
 		return err
@@ -174,12 +191,38 @@ func (b *Backend) CreateTables(ctx context.Context) error {
 			return nil
 		})
 	}
-	for _, stmt := range b.sql.ddl {
-		if _, err := b.db.ExecContext(ctx, stmt); err != nil {
+	if err := b.createTablesPostgres(ctx); err != nil {
+		if ctx.Err() != nil { // ended while waiting, maybe for another replica's DDL
 			return fmt.Errorf("sqlbackend: create tables: %w", err)
 		}
+		return startError("create tables", err)
 	}
-	return nil
+	return b.checkLogged(ctx)
+}
+
+// createLockKey is the key of the advisory lock that CreateTables takes on
+// PostgreSQL, for every table prefix: concurrent DDL on one catalog fails
+// ("tuple concurrently updated" for CREATE OR REPLACE FUNCTION, a duplicate
+// pg_type row for CREATE TABLE IF NOT EXISTS) rather than wait.
+const createLockKey = 0x66656e63696e6701 // "fencing" and 1
+
+// createTablesPostgres runs DDL in one transaction that holds the advisory
+// lock createLockKey.
+func (b *Backend) createTablesPostgres(ctx context.Context) error {
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(createLockKey))); err != nil {
+		return err
+	}
+	for _, stmt := range b.sql.ddl {
+		if _, err := tx.ExecContext(ctx, stmt); err != nil {
+			return err
+		}
+	}
+	return tx.Commit()
 }
 
 // Close implements backend.Backend: it ends the listener session and every

@@ -12,7 +12,9 @@ import (
 var ErrUnsafeDatabase = errors.New("sqlbackend: database may lose committed tokens")
 
 // SafetyError is returned by New for a database that could lose a committed
-// grant, and so reissue a token after a crash, or that cannot take writes.
+// grant, and so reissue a token after a crash, or that cannot take writes;
+// on PostgreSQL also by Grant and Renew, which check the session in their
+// own statement (synchronous_commit, a standby, an unlogged lease table).
 // It names the setting, what it is, and the fix. errors.Is(err,
 // ErrUnsafeDatabase) reports true for it. WithoutSafetyChecks skips the
 // checks.
@@ -44,7 +46,7 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 		err := b.db.QueryRowContext(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), `+
 			`current_setting('transaction_read_only'), pg_is_in_recovery()`).Scan(&fsync, &syncCommit, &readOnly, &standby)
 		if err != nil {
-			return fmt.Errorf("sqlbackend: check the PostgreSQL server's settings (is this PostgreSQL?): %w", err)
+			return startError("check the PostgreSQL server's settings", err)
 		}
 		switch {
 		case standby:
@@ -56,7 +58,7 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 		case syncCommit == "off":
 			return &SafetyError{Setting: "synchronous_commit", Value: "off", Fix: "set synchronous_commit = on (or local, remote_write, remote_apply) for the backend's role or database"}
 		}
-		return nil
+		return b.checkLogged(ctx)
 	}
 	var mode string
 	var syncLevel int

@@ -49,6 +49,9 @@ func (b *Backend) classify(ctx context.Context, what string, err error) error {
 	var st sqlStater
 	if errors.As(err, &st) {
 		code := st.SQLState()
+		if refused := b.refusal(ctx, what, code); refused != nil {
+			return refused
+		}
 		if !strings.HasPrefix(code, "08") && !strings.HasPrefix(code, "57P0") {
 			return fmt.Errorf("sqlbackend: %s: %w", what, err)
 		}

@@ -21,9 +21,14 @@
 // bytes, up to backend.MaxKeyLength). The row is never deleted: its token
 // column is the key's counter, raised by the statement that grants, so a
 // token is never reissued, also after a crash (as far as the database keeps
-// its commits: see the safety checks). Tokens are dense (1, 2, 3...; a
-// refused grant uses none) and end at MaxToken (math.MaxInt64, SQL's largest
-// integer) with backend.ErrTokenSpaceExhausted. Other tables in the schema
+// its commits: see the safety checks). On SQLite tokens are dense (1, 2,
+// 3...; a refused grant uses none) and end at MaxToken (math.MaxInt64,
+// SQL's largest integer) with backend.ErrTokenSpaceExhausted. On
+// PostgreSQL a token is epoch<<EpochShift | counter, the epoch being the
+// WAL timeline (plus a base kept in <prefix>cluster): a promoted standby
+// or a point-in-time recovery grants tokens above every token of the
+// server it replaces, also the ones asynchronous replication lost (see
+// TokenEpoch, ClusterError and docs/sql.md). Other tables in the schema
 // (package sqlguard's fencing_fences) do not clash.
 //
 // # PostgreSQL
@@ -39,7 +44,15 @@
 // the backend works behind PgBouncer
 // in transaction pooling mode; with pgx before PgBouncer 1.21, use a
 // connection string with default_query_exec_mode=exec (or simple_protocol),
-// as pgx's default caches named prepared statements per connection.
+// as pgx's default caches named prepared statements per connection (New
+// reports the clash as ErrInvalidConfig). Set PgBouncer's
+// server_login_retry to 1 second: after a login fails while PostgreSQL
+// restarts, PgBouncer refuses logins for that long (15 seconds by
+// default), and every renewal in that time fails. The listener session
+// of WithListener must reach the server directly.
+//
+// CreateTables may run in every replica at once: on PostgreSQL it runs the
+// DDL in one transaction behind a transaction-scoped advisory lock.
 //
 // A statement whose connection broke after it was sent returns an error
 // wrapping backend.ErrOutcomeUnknown; a resend with the same lease ID
@@ -126,9 +139,14 @@
 //
 // New refuses a database that can lose committed tokens or cannot take
 // writes, with a *SafetyError naming the setting and the fix: on PostgreSQL
-// fsync=off, synchronous_commit=off, a standby and a read-only session; on
-// SQLite journal_mode MEMORY or OFF and synchronous below FULL.
-// WithoutSafetyChecks skips them, for throw-away test databases.
+// fsync=off, synchronous_commit=off, a standby, a read-only session and an
+// UNLOGGED lease table; on SQLite journal_mode MEMORY or OFF and
+// synchronous below FULL. WithoutSafetyChecks skips them, for throw-away
+// test databases. On PostgreSQL every grant and renewal checks again, in
+// its own statement, what a pooler or an application can change after New:
+// a session with synchronous_commit off, a standby, an unlogged lease
+// table (a *SafetyError), tables copied from another cluster (a
+// *ClusterError).
 //
 // # The lease inside the writer's transaction
 //

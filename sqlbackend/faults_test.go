@@ -192,6 +192,10 @@ const childEnv = "SQLBACKEND_TEST_CHILD"
 // releases key k in a loop, printing each token; "victim" takes the write
 // lock, writes a token far ahead, says so and waits to be killed.
 func runChild(role, path string) {
+	if role == "create-tables" {
+		runCreateChild(path)
+		return
+	}
 	db, err := sqlOpen("sqlite", sqliteDSN(path))
 	if err != nil {
 		fmt.Println("error", err)

@@ -10,7 +10,8 @@ import (
 // key's token counter and must outlive every lease:
 //
 //	key           the key's bytes (BYTEA / BLOB), the primary key
-//	token         the highest token ever minted on the key (BIGINT / INTEGER)
+//	token         the highest token ever minted on the key (BIGINT / INTEGER);
+//	              on PostgreSQL epoch<<EpochShift | counter (epoch.go)
 //	lease_id      the most recent lease's ID
 //	released      whether that lease was released (or force-released)
 //	expires_at    when it ends: a TIMESTAMPTZ on the PostgreSQL server's clock;
@@ -43,6 +44,9 @@ import (
 // adds an entry) or Dequeue on that key; a key nobody waits on again keeps
 // its dead entries (a few rows). On SQLite the table is WITHOUT ROWID, with
 // an index on (key, seq, expires_at, boot_id) that the place reads use.
+//
+// On PostgreSQL <prefix>cluster holds one row (cluster.go): the system
+// identifier of the cluster the tables belong to and the epoch base.
 //
 // On PostgreSQL the operations are PL/pgSQL functions (<prefix>grant,
 // <prefix>renew, <prefix>release, <prefix>force_release, <prefix>enqueue,
@@ -80,25 +84,31 @@ type statements struct {
 	// SQLite's queue statements, inside BEGIN IMMEDIATE.
 	renewEntry, dropExpired, upsertEntry, ahead, anyEntry, removeEntry, behind string
 
+	// PostgreSQL: the cluster (cluster.go).
+	adopt, clusterIDs string
+
 	notifyChannel string // PostgreSQL's NOTIFY channel for releases
 	turnChannel   string // and for a line's entries leaving
 	table         string
 	waiters       string
+	cluster       string
 }
 
 func newStatements(d Dialect, prefix string) statements {
-	t, w := prefix+"leases", prefix+"waiters"
-	s := statements{table: t, waiters: w}
-	r := strings.NewReplacer("{t}", t, "{w}", w, "{p}", prefix, "{ch}", channelName(prefix, "free"), "{tch}", channelName(prefix, "turn"))
+	t, w, c := prefix+"leases", prefix+"waiters", prefix+"cluster"
+	s := statements{table: t, waiters: w, cluster: c}
+	r := strings.NewReplacer("{t}", t, "{w}", w, "{c}", c, "{p}", prefix, "{ch}", channelName(prefix, "free"), "{tch}", channelName(prefix, "turn"))
 	if d == Postgres {
 		s.notifyChannel, s.turnChannel = channelName(prefix, "free"), channelName(prefix, "turn")
-		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue} {
+		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgStorage, pgCluster, pgClusterRow, pgEpoch, pgNextToken, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue, pgAdmit, pgAdopt} {
 			s.ddl = append(s.ddl, r.Replace(stmt))
 		}
 		s.grant = r.Replace(`SELECT outcome, token, expires_at, ttl_ns, margin_ns, remaining_us FROM {p}grant($1, $2, $3, $4, $5, $6)`)
 		s.renew = r.Replace(`SELECT outcome, token, expires_at FROM {p}renew($1, $2, $3, $4)`)
 		s.release = r.Replace(`SELECT {p}release($1, $2)`)
 		s.forceRelease = r.Replace(`SELECT {p}force_release($1)`)
+		s.adopt = r.Replace(`SELECT {p}adopt_cluster()`)
+		s.clusterIDs = r.Replace(`SELECT coalesce((SELECT system_identifier FROM {c} LIMIT 1), 0), (SELECT system_identifier FROM pg_control_system())`)
 		s.token = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp()`)
 		// The times are read only when they are later than n (else NULL):
 		// an infinite timestamp can be neither subtracted from nor scanned.
@@ -113,7 +123,7 @@ func newStatements(d Dialect, prefix string) statements {
 		// Keys that are not free: a live lease, or a lock delay running.
 		s.liveTokens = r.Replace(`SELECT key, token FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = ANY($1)) AS l ` +
 			`WHERE NOT released AND expires_at > n OR delay_until > n`)
-		s.admit = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp() FOR SHARE`)
+		s.admit = r.Replace(`SELECT {p}admit($1)`)
 		s.enqueue = r.Replace(`SELECT ahead, ahead_seq, ahead_remaining_us FROM {p}enqueue($1, $2, $3)`)
 		s.dequeue = r.Replace(`SELECT {p}dequeue($1, $2)`)
 		// For each (key, waiter) asked about whose entry is live: the seq of
@@ -226,7 +236,7 @@ const (
 	outHeld     = 2 // another lease is live
 	outExpired  = 3 // the ID's lease expired
 	outNotFound = 4 // not the key's most recent lease, or released
-	outExhaust  = 5 // the token counter is at math.MaxInt64
+	outExhaust  = 5 // the key's counter (or the cluster's epoch) is at its largest
 	outDelayed  = 6 // no lease is live, and a lock delay runs
 )
 
@@ -243,14 +253,20 @@ DECLARE
 	n TIMESTAMPTZ;
 	d INTERVAL := ((p_ttl + p_margin + 999) / 1000) * INTERVAL '1 microsecond';
 	dd INTERVAL := ((p_delay + 999) / 1000) * INTERVAL '1 microsecond';
+	ep BIGINT := {p}epoch();
+	nt BIGINT;
 BEGIN
 	ttl_ns := p_ttl; margin_ns := p_margin;
+	IF ep IS NULL THEN -- the cluster's epoch is past MaxEpoch
+		outcome := 5; RETURN;
+	END IF;
+	PERFORM pg_advisory_xact_lock(hashtextextended('{t}:' || encode(p_key, 'hex'), 0));
 	LOOP
 		SELECT * INTO r FROM {t} AS l WHERE l.key = p_key FOR UPDATE;
 		EXIT WHEN FOUND;
 		n := clock_timestamp();
 		INSERT INTO {t} AS l (key, token, lease_id, released, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until)
-			VALUES (p_key, 1, p_id, false, n + d, p_ttl, p_margin, p_owner, p_delay, n + d + dd)
+			VALUES (p_key, {p}next_token(0, ep), p_id, false, n + d, p_ttl, p_margin, p_owner, p_delay, n + d + dd)
 			ON CONFLICT (key) DO NOTHING
 			RETURNING l.token, l.expires_at INTO token, expires_at;
 		IF FOUND THEN
@@ -277,13 +293,14 @@ BEGIN
 		outcome := 6; remaining_us := ceil(extract(epoch FROM r.delay_until - n) * 1000000);
 		RETURN;
 	END IF;
-	IF r.token >= 9223372036854775807 THEN
+	nt := {p}next_token(r.token, ep);
+	IF nt IS NULL THEN
 		outcome := 5; RETURN;
 	END IF;
-	UPDATE {t} AS l SET token = r.token + 1, lease_id = p_id, released = false, expires_at = n + d,
+	UPDATE {t} AS l SET token = nt, lease_id = p_id, released = false, expires_at = n + d,
 		ttl_ns = p_ttl, margin_ns = p_margin, owner = p_owner, lock_delay_ns = p_delay, delay_until = n + d + dd
 		WHERE l.key = p_key;
-	outcome := 0; token := r.token + 1; expires_at := n + d;
+	outcome := 0; token := nt; expires_at := n + d;
 END
 $fn$`
 
@@ -307,6 +324,8 @@ DECLARE
 	n TIMESTAMPTZ;
 	e TIMESTAMPTZ;
 BEGIN
+	PERFORM {p}epoch();
+	PERFORM pg_advisory_xact_lock(hashtextextended('{t}:' || encode(p_key, 'hex'), 0));
 	SELECT * INTO r FROM {t} AS l WHERE l.key = p_key FOR UPDATE;
 	IF NOT FOUND OR r.lease_id <> p_id OR r.released THEN
 		outcome := 4; RETURN;
@@ -332,6 +351,7 @@ LANGUAGE plpgsql AS $fn$
 DECLARE
 	r {t}%ROWTYPE;
 BEGIN
+	PERFORM pg_advisory_xact_lock(hashtextextended('{t}:' || encode(p_key, 'hex'), 0));
 	SELECT * INTO r FROM {t} AS l WHERE l.key = p_key FOR UPDATE;
 	IF NOT FOUND OR r.lease_id <> p_id THEN
 		RETURN 4;
@@ -352,8 +372,10 @@ const pgForceRelease = `CREATE OR REPLACE FUNCTION {p}force_release(p_key BYTEA)
 LANGUAGE plpgsql AS $fn$
 #variable_conflict use_column
 DECLARE
-	n TIMESTAMPTZ := clock_timestamp();
+	n TIMESTAMPTZ;
 BEGIN
+	PERFORM pg_advisory_xact_lock(hashtextextended('{t}:' || encode(p_key, 'hex'), 0));
+	n := clock_timestamp();
 	UPDATE {t} AS l SET released = true, delay_until = n + ((l.lock_delay_ns + 999) / 1000) * INTERVAL '1 microsecond'
 		WHERE l.key = p_key AND NOT l.released AND l.expires_at > n;
 	IF NOT FOUND THEN

@@ -24,6 +24,7 @@ import (
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/redisbackend"
+	"github.com/fencing-go/fencing/sqlbackend"
 )
 
 // envPrefix starts the environment variable of every backend flag:
@@ -151,6 +152,9 @@ type session struct {
 	where   string // what to name in "unreachable" errors
 	timeout time.Duration
 	close   func()
+	// client is the backend's client, for the fence command's guard:
+	// *sql.DB, *clientv3.Client or redis.UniversalClient; nil for memory.
+	client any
 }
 
 // Close closes the backend and its client.
@@ -280,6 +284,7 @@ func (f *connFlags) openEtcd(ctx context.Context, s *session) error {
 		return s.reachError(err)
 	}
 	s.b, s.close = b, func() { b.Close(); cli.Close() }
+	s.client = cli
 	return nil
 }
 
@@ -297,9 +302,10 @@ func anyHTTPS(endpoints []string) bool {
 func (s *session) authError(err error) error {
 	var mark error
 	switch {
-	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty):
+	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty),
+		errors.Is(err, sqlbackend.ErrAuthRefused):
 		mark = errAuth
-	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied):
+	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, sqlbackend.ErrPermissionDenied):
 		mark = errPermission
 	default:
 		return nil
@@ -359,6 +365,7 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 		return err
 	}
 	s.b, s.close = b, func() { b.Close(); client.Close() }
+	s.client = client
 	return nil
 }
 

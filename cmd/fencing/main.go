@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/redisbackend"
+	"github.com/fencing-go/fencing/sqlbackend"
 )
 
 // Exit codes. A command run by hold exits with its own code; these are the
@@ -123,6 +124,7 @@ failed or permission denied; hold passes on its command's own code.`,
 	}
 	root.AddCommand(demoCommand(), getCommand(), listCommand(), grantCommand(), renewCommand(), releaseCommand(), holdCommand(), watchCommand())
 	root.AddCommand(electCommand(), leaderCommand(), semCommand())
+	root.AddCommand(fenceCommand())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return err })
 	return root
 }
@@ -151,9 +153,10 @@ func exitCodeOf(err error) int {
 		return exitHeld
 	case errors.Is(err, fencing.ErrLeaseLost), errors.Is(err, fencing.ErrLeaseExpired), errors.Is(err, fencing.ErrLeaseNotFound):
 		return exitLost
-	case errors.Is(err, errAuth), errors.Is(err, errPermission), errors.Is(err, redisbackend.ErrAuth), errors.Is(err, redisbackend.ErrPermission):
+	case errors.Is(err, errAuth), errors.Is(err, errPermission), errors.Is(err, redisbackend.ErrAuth), errors.Is(err, redisbackend.ErrPermission),
+		errors.Is(err, sqlbackend.ErrAuthRefused), errors.Is(err, sqlbackend.ErrPermissionDenied):
 		return exitAuth
-	case errors.Is(err, errUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
+	case errors.Is(err, errUnreachable), errors.Is(err, sqlbackend.ErrUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
 		errors.Is(err, context.DeadlineExceeded):
 		return exitUnreachable
 	}

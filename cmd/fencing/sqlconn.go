@@ -105,6 +105,7 @@ func (f *connFlags) openSQLite(ctx context.Context, s *session) error {
 		return fmt.Errorf("%s: %w", s.where, err)
 	}
 	s.b, s.close = b, func() { b.Close(); db.Close() }
+	s.client = db
 	return nil
 }
 
@@ -129,11 +130,13 @@ func (f *connFlags) openPostgres(ctx context.Context, s *session) error {
 	}
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	if err := db.PingContext(cctx); err != nil {
+	// New's first round trip tells a refused login (exit 6) from a
+	// server that does not answer (exit 5).
+	b, err := sqlbackend.New(db, sqlbackend.Postgres, sqlbackend.WithCheckTimeout(f.requestTimeout))
+	if errors.Is(err, sqlbackend.ErrAuthRefused) || errors.Is(err, sqlbackend.ErrUnreachable) {
 		db.Close()
 		return s.reachError(err)
 	}
-	b, err := sqlbackend.New(db, sqlbackend.Postgres)
 	if err == nil {
 		var exists bool
 		err = db.QueryRowContext(cctx, "SELECT to_regprocedure($1) IS NOT NULL", sqlbackend.DefaultPrefix+"force_release(bytea)").Scan(&exists)
@@ -150,6 +153,7 @@ func (f *connFlags) openPostgres(ctx context.Context, s *session) error {
 		return fmt.Errorf("%s: %w", s.where, err)
 	}
 	s.b, s.close = b, func() { b.Close(); db.Close() }
+	s.client = db
 	return nil
 }
 

@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
 )
 
@@ -25,6 +26,7 @@ type Guard struct {
 	cli     *clientv3.Client
 	prefix  string
 	metrics *guard.Metrics
+	mint    *guard.MintCheck
 }
 
 // Option configures a Guard.
@@ -41,6 +43,11 @@ func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefi
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "etcdguard") }
 }
+
+// WithMintCheck makes the Guard refuse a token the lock store never minted,
+// with an error wrapping guard.ErrNotMinted, before it sends anything (see
+// guard.MintCheck). Use it when tokens come from the network.
+func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.mint = mc } }
 
 // New returns a Guard on cli. The Guard never closes cli.
 func New(cli *clientv3.Client, opts ...Option) *Guard {
@@ -83,6 +90,9 @@ func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ..
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
+	if err := g.mint.Check(ctx, resource, token); err != nil {
+		return nil, err
+	}
 	key, val := g.FenceKey(resource), encode(token)
 	admit := append([]clientv3.Op{clientv3.OpPut(key, val)}, ops...)
 	resp, err := g.cli.Txn(ctx).
@@ -117,6 +127,61 @@ func stale(resource string, token uint64, inner *etcdserverpb.TxnResponse) error
 		}
 	}
 	return fmt.Errorf("%w: token %d", guard.ErrStaleToken, token)
+}
+
+// Fence returns resource's fence: the highest token admitted for it, or 0
+// if none was. It reads linearizably.
+func (g *Guard) Fence(ctx context.Context, resource string) (uint64, error) {
+	if err := backend.CheckKey(resource); err != nil {
+		return 0, err
+	}
+	resp, err := g.cli.Get(ctx, g.FenceKey(resource))
+	if err != nil {
+		return 0, fmt.Errorf("etcdguard: read the fence of resource %s: %w", backend.QuoteKey(resource), err)
+	}
+	if len(resp.Kvs) == 0 {
+		return 0, nil
+	}
+	fence, err := strconv.ParseUint(string(resp.Kvs[0].Value), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("etcdguard: the fence of resource %s is not a number: %w", backend.QuoteKey(resource), err)
+	}
+	return fence, nil
+}
+
+// LowerFence sets resource's fence to to if it is from, in one Txn, and
+// otherwise returns a *guard.FenceChangedError (wrapping
+// guard.ErrFenceChanged) and changes nothing: the break-glass for a fence
+// raised by a token that should never have been admitted (see
+// docs/guards.md). to must be below from; 0 clears the fence.
+//
+// A lowered fence admits tokens it refused before: lower it only after
+// every holder of the tokens between to and from has stopped.
+func (g *Guard) LowerFence(ctx context.Context, resource string, from, to uint64) error {
+	if err := guard.CheckLower(resource, from, to); err != nil {
+		return err
+	}
+	key := g.FenceKey(resource)
+	op := clientv3.OpPut(key, encode(to))
+	if to == 0 {
+		op = clientv3.OpDelete(key)
+	}
+	resp, err := g.cli.Txn(ctx).
+		If(clientv3.Compare(clientv3.Value(key), "=", encode(from))).
+		Then(op).
+		Else(clientv3.OpGet(key)).
+		Commit()
+	if err != nil {
+		return fmt.Errorf("etcdguard: lower the fence of resource %s: %w", backend.QuoteKey(resource), err)
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	e := &guard.FenceChangedError{Resource: resource, From: from}
+	if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) == 1 {
+		e.Fence, _ = strconv.ParseUint(string(kvs[0].Value), 10, 64)
+	}
+	return e
 }
 
 // encode writes token as 20 zero-padded decimal digits, so that byte order

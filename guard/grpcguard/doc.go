@@ -60,4 +60,11 @@
 // resource's lock, as guard.Memory.Write does.
 //
 // A service should also write only the resource the token names.
+//
+// # Tokens from the network
+//
+// A token is not a credential. A server that takes tokens from the network
+// authenticates its callers (mTLS) and refuses tokens the lock store never
+// minted with WithMintCheck: codes.PermissionDenied, or codes.Unavailable
+// when the lock store cannot be read (see guard.MintCheck).
 package grpcguard

@@ -33,6 +33,7 @@ type Option func(*config)
 type config struct {
 	writer  guard.Writer
 	require bool
+	mint    *guard.MintCheck
 }
 
 // RequireToken makes the server interceptors refuse a call without a
@@ -49,6 +50,17 @@ func RequireToken() Option { return func(c *config) { c.require = true } }
 func WithWriter(w guard.Writer) Option {
 	return func(c *config) { c.writer, c.require = w, true }
 }
+
+// WithMintCheck makes the server interceptors refuse a token the lock
+// store never minted (see guard.MintCheck) before the handler is called:
+// codes.PermissionDenied when it is above the key's highest minted token
+// (guard.ErrNotMinted), codes.Unavailable when the lock store could not be
+// read (guard.ErrMintUnchecked). A token already seen minted costs no
+// read, so a holder pays one read of the lock store for its first call to
+// this process. It is the default to use for a service that accepts tokens
+// from the network; it does not authenticate the caller (see
+// docs/across-services.md).
+func WithMintCheck(mc *guard.MintCheck) Option { return func(c *config) { c.mint = mc } }
 
 // UnaryClientInterceptor returns an interceptor that sends the context's
 // token (guard.TokenFromContext, fencing.Held.Context) in the fencing-token
@@ -187,6 +199,9 @@ func (c *config) incoming(ctx context.Context) (_ context.Context, resource stri
 	if err := guard.CheckAdmit(resource, token); err != nil {
 		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %v", TokenKey, err)
 	}
+	if err := c.mint.Check(ctx, resource, token); err != nil {
+		return nil, "", 0, Status(err)
+	}
 	return guard.ContextWithToken(ctx, resource, token), resource, token, nil
 }
 
@@ -194,7 +209,10 @@ func (c *config) incoming(ctx context.Context) (_ context.Context, resource stri
 // fence and resource in the fencing-token syntax.
 func FormatFence(resource string, fence uint64) string { return header.Format(resource, fence) }
 
-// Status returns err as a handler should return it: an err that wraps
+// Status returns err as a handler should return it. An err that wraps
+// guard.ErrNotMinted becomes codes.PermissionDenied, one that wraps
+// guard.ErrMintUnchecked codes.Unavailable, with err's message (unless err
+// is a gRPC status already). An err that wraps
 // guard.ErrStaleToken, and is not a gRPC status already, becomes a status
 // with codes.FailedPrecondition, err's message, and an ErrorInfo (Reason,
 // Domain) whose metadata hold "token", the refused token, and "fence", the
@@ -202,10 +220,18 @@ func FormatFence(resource string, fence uint64) string { return header.Format(re
 // does not say it). Any other err is returned as it is. The server
 // interceptors apply it to their handler's error.
 func Status(err error) error {
-	if err == nil || !errors.Is(err, guard.ErrStaleToken) {
-		return err
+	if err == nil {
+		return nil
 	}
 	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, guard.ErrNotMinted):
+		return status.Error(codes.PermissionDenied, err.Error())
+	case errors.Is(err, guard.ErrMintUnchecked):
+		return status.Error(codes.Unavailable, err.Error())
+	case !errors.Is(err, guard.ErrStaleToken):
 		return err
 	}
 	stale := &guard.StaleTokenError{} // fence 0: err does not say it

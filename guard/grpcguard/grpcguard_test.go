@@ -311,3 +311,45 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("Status(stale) = %v", st)
 	}
 }
+
+// A FailedPrecondition whose ErrorInfo has the stale token's reason but
+// another domain is another service's error: the client interceptor passes
+// it on as it is, never as a stale token. The reason is checked too.
+func TestStaleNeedsOwnDomain(t *testing.T) {
+	details := func(reason, domain string) error {
+		st, err := status.New(codes.FailedPrecondition, "refused").WithDetails(&errdetails.ErrorInfo{
+			Reason: reason, Domain: domain,
+			Metadata: map[string]string{"token": "2", "fence": grpcguard.FormatFence("orders/42", 3)},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Err()
+	}
+	call := func(err error) error {
+		invoker := func(context.Context, string, any, any, *grpc.ClientConn, ...grpc.CallOption) error { return err }
+		return grpcguard.UnaryClientInterceptor()(tokenCtx("orders/42", 2), "/m", nil, nil, nil, invoker)
+	}
+	for _, c := range []struct {
+		reason, domain string
+		stale          bool
+	}{
+		{grpcguard.Reason, grpcguard.Domain, true},
+		{grpcguard.Reason, "example.com/another-service", false},
+		{grpcguard.Reason, "", false},
+		{"OTHER_REASON", grpcguard.Domain, false},
+	} {
+		sent := details(c.reason, c.domain)
+		err := call(sent)
+		var stale *guard.StaleTokenError
+		if got := errors.As(err, &stale); got != c.stale || errors.Is(err, guard.ErrStaleToken) != c.stale {
+			t.Errorf("reason %q, domain %q: %v reads as stale: %v, want %v", c.reason, c.domain, err, got, c.stale)
+		}
+		if !c.stale && err != sent {
+			t.Errorf("reason %q, domain %q: the status came back as %v, want it as it was", c.reason, c.domain, err)
+		}
+		if c.stale && (stale.Fence != 3 || stale.Token != 2 || stale.Resource != "orders/42" || status.Code(err) != codes.FailedPrecondition) {
+			t.Errorf("own domain: %+v, code %v", stale, status.Code(err))
+		}
+	}
+}

@@ -73,4 +73,15 @@
 //
 // A service should also write only the resource the token names (the
 // token of "orders/41" says nothing about "orders/42").
+//
+// # Tokens from the network
+//
+// A token is not a credential: anyone can send `Fencing-Token:
+// 9223372036854775807; ...`, and a guard that admitted it would refuse
+// every real holder after it. A service that takes tokens from the network
+// authenticates its callers (mTLS, a signed header: see
+// docs/across-services.md) and refuses tokens the lock store never minted:
+// WithMintCheck in front of the handler (403 Forbidden; 503 when the lock
+// store cannot be read), or the store guard's own WithMintCheck, whose
+// refusal WriteRefused answers the same way.
 package httpguard

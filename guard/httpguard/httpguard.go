@@ -134,6 +134,7 @@ type Option func(*config)
 type config struct {
 	writer  guard.Writer
 	require bool
+	mint    *guard.MintCheck
 }
 
 // RequireToken makes Middleware answer a request without a Fencing-Token
@@ -155,13 +156,45 @@ func WithWriter(w guard.Writer) Option {
 	return func(c *config) { c.writer, c.require = w, true }
 }
 
+// WithMintCheck makes Middleware refuse a token the lock store never
+// minted (see guard.MintCheck) before next is called: 403 Forbidden when
+// it is above the key's highest minted token (guard.ErrNotMinted), 503
+// Service Unavailable when the lock store could not be read
+// (guard.ErrMintUnchecked). A token already seen minted costs no read, so
+// a holder pays one read of the lock store for its first request to this
+// process. It is the default to use for a service that accepts tokens from
+// the network; it does not authenticate the caller (see
+// docs/across-services.md).
+func WithMintCheck(mc *guard.MintCheck) Option { return func(c *config) { c.mint = mc } }
+
+// WriteRefused answers a request refused by a guard: a stale token as
+// WriteStale does (409), a token never minted with 403 Forbidden, one that
+// could not be checked with 503 Service Unavailable, each with err's
+// message as a text/plain body, and returns true. For any other err it
+// writes nothing and returns false.
+func WriteRefused(w http.ResponseWriter, resource string, err error) bool {
+	switch {
+	case WriteStale(w, resource, err):
+	case errors.Is(err, guard.ErrNotMinted):
+		http.Error(w, oneLine(err), http.StatusForbidden)
+	case errors.Is(err, guard.ErrMintUnchecked):
+		http.Error(w, oneLine(err), http.StatusServiceUnavailable)
+	default:
+		return false
+	}
+	return true
+}
+
+func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
+
 // Middleware parses the Fencing-Token header of each request into the
 // request's context (guard.TokenFromContext, fencing.TokenFromContext) and
 // calls next. A malformed header (or more than one) is answered with 400
 // Bad Request and a text/plain body saying what is wrong, and next is not
 // called. A request without the header goes to next with no token in its
 // context, for next to decide, unless RequireToken or WithWriter was
-// given.
+// given. Under WithMintCheck a token never minted is refused before next
+// (see WriteRefused).
 func Middleware(next http.Handler, opts ...Option) http.Handler {
 	var c config
 	for _, o := range opts {
@@ -182,7 +215,11 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 		}
 		resource, token, err := Parse(vs[0])
 		if err != nil {
-			http.Error(w, strings.ReplaceAll(err.Error(), "\n", " "), http.StatusBadRequest)
+			http.Error(w, oneLine(err), http.StatusBadRequest)
+			return
+		}
+		if err := c.mint.Check(r.Context(), resource, token); err != nil {
+			WriteRefused(w, resource, err)
 			return
 		}
 		ctx := guard.ContextWithToken(r.Context(), resource, token)
@@ -195,7 +232,7 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 			next.ServeHTTP(w, r)
 			return nil
 		})
-		if err != nil && !WriteStale(w, resource, err) {
+		if err != nil && !WriteRefused(w, resource, err) {
 			http.Error(w, "httpguard: "+err.Error(), http.StatusServiceUnavailable)
 		}
 	})

@@ -240,3 +240,67 @@ func TestWriteStale(t *testing.T) {
 		t.Fatalf("CheckResponse(a 409 of another kind) = %v, want nil", err)
 	}
 }
+
+// A Fencing-Token header the caller set is replaced by the context's, not
+// sent beside it (two headers would be refused, or the wrong one read), and
+// the caller's request is left as it was.
+func TestTransportReplacesCallersHeader(t *testing.T) {
+	var got atomic.Value
+	srv, c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got.Store(r.Header.Values(httpguard.TokenHeader))
+	}))
+	ctx := fencing.ContextWithToken(context.Background(), "orders/42", 9)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := `1; resource="orders%2F42"`
+	req.Header.Set(httpguard.TokenHeader, own)
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	want := httpguard.Format("orders/42", 9)
+	if vs := got.Load().([]string); len(vs) != 1 || vs[0] != want {
+		t.Fatalf("the server got %s %q, want only %q", httpguard.TokenHeader, vs, want)
+	}
+	if vs := req.Header.Values(httpguard.TokenHeader); len(vs) != 1 || vs[0] != own {
+		t.Fatalf("the caller's request now has %q, want its own %q", vs, own)
+	}
+}
+
+// CheckResponse reports the fence the response names, for the resource it
+// names, and the request's token only when it was for that resource: a 409
+// about another resource (one the service wrote on the caller's behalf)
+// never reads as a fence of the request's own resource.
+func TestCheckResponseNamesItsOwnResource(t *testing.T) {
+	conflict := func(ctx context.Context, fence string) *http.Response {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://example.invalid", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return &http.Response{StatusCode: http.StatusConflict, Header: http.Header{httpguard.FenceHeader: {fence}}, Request: req}
+	}
+	ctx := fencing.ContextWithToken(context.Background(), "orders/42", 3)
+	for _, c := range []struct {
+		name  string
+		fence string
+		want  guard.StaleTokenError
+	}{
+		{"same resource", httpguard.Format("orders/42", 7), guard.StaleTokenError{Resource: "orders/42", Token: 3, Fence: 7}},
+		{"another resource", httpguard.Format("orders/43", 7), guard.StaleTokenError{Resource: "orders/43", Token: 0, Fence: 7}},
+	} {
+		var stale *guard.StaleTokenError
+		err := httpguard.CheckResponse(conflict(ctx, c.fence))
+		if !errors.As(err, &stale) || *stale != c.want {
+			t.Errorf("%s: CheckResponse = %v (%+v), want %+v", c.name, err, stale, c.want)
+		}
+	}
+	// No token in the request's context: the fence alone.
+	var stale *guard.StaleTokenError
+	err := httpguard.CheckResponse(conflict(context.Background(), httpguard.Format("orders/42", 7)))
+	if !errors.As(err, &stale) || *stale != (guard.StaleTokenError{Resource: "orders/42", Fence: 7}) {
+		t.Errorf("no token: CheckResponse = %v (%+v)", err, stale)
+	}
+}

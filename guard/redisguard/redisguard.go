@@ -3,6 +3,7 @@ package redisguard
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -24,6 +25,22 @@ var (
 	runLua string
 
 	writeScript = redis.NewScript(fenceLua + writeLua)
+
+	// readScript returns KEYS[1] (nil for nothing): a Scripter has no GET.
+	readScript = redis.NewScript(`return redis.call('GET', KEYS[1])`)
+
+	// lowerScript sets KEYS[1] to ARGV[2] (deletes it for "0") if it holds
+	// ARGV[1], and otherwise returns what it holds (false for nothing).
+	lowerScript = redis.NewScript(`local fence = redis.call('GET', KEYS[1])
+if fence ~= ARGV[1] then
+	return {fence}
+end
+if ARGV[2] == '0' then
+	redis.call('DEL', KEYS[1])
+else
+	redis.call('SET', KEYS[1], ARGV[2])
+end
+return 1`)
 )
 
 // DefaultPrefix is the prefix of the fence keys unless WithPrefix gives
@@ -40,6 +57,7 @@ type Guard struct {
 	cluster bool
 	prefix  string
 	metrics *guard.Metrics
+	mint    *guard.MintCheck
 }
 
 // Option configures a Guard.
@@ -55,6 +73,11 @@ func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefi
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "redisguard") }
 }
+
+// WithMintCheck makes the Guard refuse a token the lock store never minted,
+// with an error wrapping guard.ErrNotMinted, before it sends anything (see
+// guard.MintCheck). Use it when tokens come from the network.
+func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.mint = mc } }
 
 // New returns a Guard on client: a *redis.Client, a *redis.ClusterClient, or
 // any client that runs scripts. On a *redis.ClusterClient every written key
@@ -153,7 +176,10 @@ func (g *Guard) check(ctx context.Context, resource string, token uint64, keys [
 			}
 		}
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return g.mint.Check(ctx, resource, token)
 }
 
 // run runs script and turns a stale reply into guard.ErrStaleToken.
@@ -217,4 +243,52 @@ func (g *Guard) Run(ctx context.Context, resource string, token uint64, s *Scrip
 	}
 	all := append([]string{g.FenceKey(resource)}, keys...)
 	return g.run(ctx, s.script, resource, token, all, append([]any{strconv.FormatUint(token, 10)}, args...))
+}
+
+// Fence returns resource's fence: the highest token admitted for it, or 0
+// if none was.
+func (g *Guard) Fence(ctx context.Context, resource string) (uint64, error) {
+	if err := backend.CheckKey(resource); err != nil {
+		return 0, err
+	}
+	v, err := readScript.Run(ctx, g.client, []string{g.FenceKey(resource)}).Text()
+	switch {
+	case errors.Is(err, redis.Nil):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("redisguard: read the fence of resource %s: %w", backend.QuoteKey(resource), err)
+	}
+	fence, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("redisguard: the fence of resource %s is not a number: %w", backend.QuoteKey(resource), err)
+	}
+	return fence, nil
+}
+
+// LowerFence sets resource's fence to to if it is from, in one script, and
+// otherwise returns a *guard.FenceChangedError (wrapping
+// guard.ErrFenceChanged) and changes nothing: the break-glass for a fence
+// raised by a token that should never have been admitted (see
+// docs/guards.md). to must be below from; 0 clears the fence.
+//
+// A lowered fence admits tokens it refused before: lower it only after
+// every holder of the tokens between to and from has stopped.
+func (g *Guard) LowerFence(ctx context.Context, resource string, from, to uint64) error {
+	if err := guard.CheckLower(resource, from, to); err != nil {
+		return err
+	}
+	reply, err := lowerScript.Run(ctx, g.client, []string{g.FenceKey(resource)}, strconv.FormatUint(from, 10), strconv.FormatUint(to, 10)).Result()
+	if err != nil {
+		return fmt.Errorf("redisguard: lower the fence of resource %s: %w", backend.QuoteKey(resource), err)
+	}
+	if found, ok := reply.([]any); ok {
+		e := &guard.FenceChangedError{Resource: resource, From: from}
+		if len(found) == 1 {
+			if s, ok := found[0].(string); ok {
+				e.Fence, _ = strconv.ParseUint(s, 10, 64)
+			}
+		}
+		return e
+	}
+	return nil
 }

@@ -7,7 +7,8 @@
 //
 // # Use
 //
-// Create the fences table once (CreateTable, or run DDL in a migration),
+// Create the fences table (CreateTable, from every replica at start-up if
+// you like, or run DDL in a migration),
 // then, in each transaction that writes the protected data, admit the
 // holder's token first:
 //

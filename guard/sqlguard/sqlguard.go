@@ -22,6 +22,8 @@ type Dialect struct {
 	create string // CREATE TABLE, %[1]s is the table
 	admit  string // the upsert: args resource, token
 	fence  string // SELECT the token: arg resource
+	lower  string // UPDATE the token: args to, resource, from
+	clear  string // DELETE the fence: args resource, from
 }
 
 // Dialects.
@@ -34,6 +36,8 @@ var (
 		admit: `INSERT INTO %[1]s AS f (resource, token) VALUES ($1, $2) ` +
 			`ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE f.token <= EXCLUDED.token`,
 		fence: `SELECT token FROM %[1]s WHERE resource = $1`,
+		lower: `UPDATE %[1]s SET token = $1 WHERE resource = $2 AND token = $3`,
+		clear: `DELETE FROM %[1]s WHERE resource = $1 AND token = $2`,
 	}
 	// SQLite is SQLite 3.24 or later (upsert), with any driver
 	// (modernc.org/sqlite, mattn/go-sqlite3).
@@ -43,6 +47,8 @@ var (
 		admit: `INSERT INTO %[1]s (resource, token) VALUES (?, ?) ` +
 			`ON CONFLICT (resource) DO UPDATE SET token = excluded.token WHERE token <= excluded.token`,
 		fence: `SELECT token FROM %[1]s WHERE resource = ?`,
+		lower: `UPDATE %[1]s SET token = ? WHERE resource = ? AND token = ?`,
+		clear: `DELETE FROM %[1]s WHERE resource = ? AND token = ?`,
 	}
 )
 
@@ -77,10 +83,11 @@ type Execer interface {
 // Guard admits tokens in the fences table of one database. It holds no
 // connection and is safe for concurrent use.
 type Guard struct {
-	dialect                  Dialect
-	table                    string
-	create, admitQL, fenceQL string
-	metrics                  *guard.Metrics
+	dialect                                    Dialect
+	table                                      string
+	create, admitQL, fenceQL, lowerQL, clearQL string
+	metrics                                    *guard.Metrics
+	mint                                       *guard.MintCheck
 }
 
 // Option configures a Guard.
@@ -96,6 +103,11 @@ func WithTable(name string) Option { return func(g *Guard) { g.table = name } }
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "sqlguard") }
 }
+
+// WithMintCheck makes the Guard refuse a token the lock store never minted,
+// with an error wrapping guard.ErrNotMinted, before it sends anything (see
+// guard.MintCheck). Use it when tokens come from the network.
+func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.mint = mc } }
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
@@ -114,6 +126,8 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 	g.create = fmt.Sprintf(d.create, g.table)
 	g.admitQL = fmt.Sprintf(d.admit, g.table)
 	g.fenceQL = fmt.Sprintf(d.fence, g.table)
+	g.lowerQL = fmt.Sprintf(d.lower, g.table)
+	g.clearQL = fmt.Sprintf(d.clear, g.table)
 	if g.metrics == nil {
 		g.metrics = guard.NewMetrics(otel.GetMeterProvider(), "sqlguard")
 	}
@@ -124,13 +138,28 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 // exist, for a migration tool.
 func (g *Guard) DDL() string { return g.create }
 
-// CreateTable runs DDL on ex.
+// CreateTable runs DDL on ex. Any number of processes may run it at once,
+// as the replicas of a deployment do when they start together: on
+// PostgreSQL it runs in one statement that first takes a
+// transaction-scoped advisory lock (createLockKey), so the creations run one
+// after the other (PgBouncer's transaction pooling keeps it); on SQLite
+// the database's lock orders them, with the busy timeout the package
+// documentation asks for.
 func (g *Guard) CreateTable(ctx context.Context, ex Execer) error {
-	if _, err := ex.ExecContext(ctx, g.create); err != nil {
+	stmt := g.create
+	if g.dialect.name == Postgres.name {
+		stmt = fmt.Sprintf("DO $create$ BEGIN PERFORM pg_advisory_xact_lock(%d); %s; END $create$", int64(createLockKey), g.create)
+	}
+	if _, err := ex.ExecContext(ctx, stmt); err != nil {
 		return fmt.Errorf("sqlguard: create table %s: %w", g.table, err)
 	}
 	return nil
 }
+
+// createLockKey is the key of the advisory lock that CreateTable takes on
+// PostgreSQL: concurrent CREATE TABLE IF NOT EXISTS of one table fails (a
+// duplicate pg_type row) rather than wait.
+const createLockKey = 0x66656e63696e6702 // "fencing" and 2
 
 // Admit raises resource's fence to token with one statement in tx, or
 // returns an error wrapping guard.ErrStaleToken when the fence is higher.
@@ -162,7 +191,7 @@ type queryExecer interface {
 }
 
 func (g *Guard) admit(ctx context.Context, ex queryExecer, resource string, token uint64) error {
-	if err := check(ctx, resource, token); err != nil {
+	if err := g.check(ctx, resource, token); err != nil {
 		return err
 	}
 	res, err := ex.ExecContext(ctx, g.admitQL, []byte(resource), int64(token))
@@ -179,14 +208,17 @@ func (g *Guard) admit(ctx context.Context, ex queryExecer, resource string, toke
 	return nil
 }
 
-func check(ctx context.Context, resource string, token uint64) error {
+func (g *Guard) check(ctx context.Context, resource string, token uint64) error {
 	if err := guard.CheckAdmit(resource, token); err != nil {
 		return err
 	}
 	if token > math.MaxInt64 {
 		return &TokenRangeError{Token: token}
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return g.mint.Check(ctx, resource, token)
 }
 
 // stale returns the error for a refused token, naming the fence when it
@@ -206,7 +238,7 @@ func (g *Guard) stale(ctx context.Context, ex queryExecer, resource string, toke
 // is a Takeover in a transaction of its own. The error of write, of Admit or of the commit
 // is returned.
 func (g *Guard) Write(ctx context.Context, db *sql.DB, opts *sql.TxOptions, resource string, token uint64, write func(*sql.Tx) error) (err error) {
-	if err := check(ctx, resource, token); err != nil {
+	if err := g.check(ctx, resource, token); err != nil {
 		return err
 	}
 	tx, err := db.BeginTx(ctx, opts)
@@ -228,6 +260,64 @@ func (g *Guard) Write(ctx context.Context, db *sql.DB, opts *sql.TxOptions, reso
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlguard: commit: %w", err)
+	}
+	return nil
+}
+
+// Querier runs a query: a *sql.Tx, a *sql.DB or a *sql.Conn.
+type Querier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// Fence returns resource's fence on q: the highest token admitted for it,
+// or 0 if none was.
+func (g *Guard) Fence(ctx context.Context, q Querier, resource string) (uint64, error) {
+	if err := backend.CheckKey(resource); err != nil {
+		return 0, err
+	}
+	var fence int64
+	err := q.QueryRowContext(ctx, g.fenceQL, []byte(resource)).Scan(&fence)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("sqlguard: read the fence of resource %s: %w", backend.QuoteKey(resource), err)
+	}
+	return uint64(fence), nil
+}
+
+// LowerFence sets resource's fence to to on db if it is from, in one
+// statement, and otherwise returns a *guard.FenceChangedError (wrapping
+// guard.ErrFenceChanged) and changes nothing: the break-glass for a fence
+// raised by a token that should never have been admitted (see
+// docs/guards.md). to must be below from; 0 clears the fence.
+//
+// A lowered fence admits tokens it refused before: lower it only after
+// every holder of the tokens between to and from has stopped.
+func (g *Guard) LowerFence(ctx context.Context, db *sql.DB, resource string, from, to uint64) error {
+	if err := guard.CheckLower(resource, from, to); err != nil {
+		return err
+	}
+	if from > math.MaxInt64 {
+		return &TokenRangeError{Token: from}
+	}
+	var res sql.Result
+	var err error
+	if to == 0 {
+		res, err = db.ExecContext(ctx, g.clearQL, []byte(resource), int64(from))
+	} else {
+		res, err = db.ExecContext(ctx, g.lowerQL, int64(to), []byte(resource), int64(from))
+	}
+	if err != nil {
+		return fmt.Errorf("sqlguard: lower the fence of resource %s: %w", backend.QuoteKey(resource), err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return fmt.Errorf("sqlguard: lower the fence of resource %s: rows affected: %w", backend.QuoteKey(resource), err)
+	}
+	if n == 0 {
+		fence, _ := g.Fence(ctx, db, resource)
+		return &guard.FenceChangedError{Resource: resource, From: from, Fence: fence}
 	}
 	return nil
 }

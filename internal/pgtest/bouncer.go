@@ -25,10 +25,29 @@ type Bouncer struct {
 
 // StartBouncer runs Debian's pgbouncer (or $PGBOUNCER) on a free loopback
 // port in transaction pooling mode, with at most poolSize server
-// connections, in front of s's postgres database, and stops it by its PID
+// connections and server_login_retry = 1 (see BouncerConfig), in front of
+// s's postgres database, and stops it by its PID
 // when t ends. Without pgbouncer it skips t, except in CI, where it fails.
 func StartBouncer(t testing.TB, s *Server, poolSize int) *Bouncer {
 	t.Helper()
+	return StartBouncerConfig(t, s, BouncerConfig{PoolSize: poolSize})
+}
+
+// BouncerConfig changes how StartBouncerConfig runs PgBouncer.
+type BouncerConfig struct {
+	PoolSize int // default_pool_size: the most server connections
+	// ServerLoginRetry is how long PgBouncer waits after a failed login
+	// to the server before it tries again (server_login_retry, whole
+	// seconds; PgBouncer's default is 15s). Zero means one second.
+	ServerLoginRetry time.Duration
+}
+
+// StartBouncerConfig is StartBouncer with a BouncerConfig.
+func StartBouncerConfig(t testing.TB, s *Server, cfg BouncerConfig) *Bouncer {
+	t.Helper()
+	if cfg.ServerLoginRetry == 0 {
+		cfg.ServerLoginRetry = time.Second
+	}
 	bin := os.Getenv("PGBOUNCER")
 	if bin == "" {
 		for _, p := range []string{"/usr/sbin/pgbouncer", "/usr/bin/pgbouncer"} {
@@ -65,7 +84,7 @@ func StartBouncer(t testing.TB, s *Server, poolSize int) *Bouncer {
 		if err != nil {
 			t.Fatalf("pgtest: %v", err)
 		}
-		b, err := startBouncer(bin, dir, cred, s.port, port, poolSize)
+		b, err := startBouncer(bin, dir, cred, s.port, port, cfg)
 		if err == nil {
 			t.Cleanup(b.Stop)
 			return b
@@ -76,7 +95,7 @@ func StartBouncer(t testing.TB, s *Server, poolSize int) *Bouncer {
 	}
 }
 
-func startBouncer(bin, dir string, cred *syscall.Credential, pgPort, port, poolSize int) (*Bouncer, error) {
+func startBouncer(bin, dir string, cred *syscall.Credential, pgPort, port int, cfg BouncerConfig) (*Bouncer, error) {
 	ini := fmt.Sprintf(`[databases]
 postgres = host=127.0.0.1 port=%d dbname=postgres user=postgres
 
@@ -89,8 +108,8 @@ pool_mode = transaction
 default_pool_size = %d
 max_client_conn = 500
 ignore_startup_parameters = extra_float_digits
-server_login_retry = 1
-`, pgPort, port, poolSize)
+server_login_retry = %d
+`, pgPort, port, cfg.PoolSize, int(cfg.ServerLoginRetry.Seconds()))
 	conf := filepath.Join(dir, "pgbouncer.ini")
 	if err := os.WriteFile(conf, []byte(ini), 0o644); err != nil {
 		return nil, err

@@ -44,6 +44,7 @@ type Server struct {
 	dir     string // owned by the server's user: data/, the socket, the log
 	port    int
 	durable bool // fsync on (Config.Durable)
+	archive bool // WAL archived into ArchiveDir (Config.Archive)
 	bin     string
 	cred    *syscall.Credential
 
@@ -129,10 +130,14 @@ func Start(t testing.TB) *Server {
 
 // Config changes how StartConfig runs the server.
 type Config struct {
-	// Durable keeps PostgreSQL's defaults fsync, synchronous_commit and
-	// full_page_writes on, for tests of what survives a crash. Without it
-	// the server keeps nothing safe, for speed.
+	// Durable keeps PostgreSQL's defaults fsync and full_page_writes on,
+	// for tests of what survives a crash. Without it the server keeps
+	// nothing safe, for speed (synchronous_commit stays on: the backend
+	// refuses to grant in a session without it).
 	Durable bool
+	// Archive turns on WAL archiving (archive_mode) into a directory of
+	// the server's, for point-in-time recovery (StartRecovery).
+	Archive bool
 }
 
 // StartConfig is Start with a Config.
@@ -150,11 +155,20 @@ func StartConfig(t testing.TB, cfg Config) *Server {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	s := &Server{dir: dir, durable: cfg.Durable, bin: bin, cred: cred}
+	s := &Server{dir: dir, durable: cfg.Durable, archive: cfg.Archive, bin: bin, cred: cred}
 	initdb := exec.Command(filepath.Join(bin, "initdb"),
 		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := run(initdb, dir, cred); err != nil {
 		t.Fatalf("pgtest: initdb: %v\n%s", err, out)
+	}
+	if cfg.Archive {
+		err := os.Mkdir(s.ArchiveDir(), 0o700)
+		if err == nil && cred != nil {
+			err = os.Chown(s.ArchiveDir(), int(cred.Uid), int(cred.Gid))
+		}
+		if err != nil {
+			t.Fatalf("pgtest: %v", err)
+		}
 	}
 	t.Cleanup(s.Stop)
 	for attempt := 0; ; attempt++ {
@@ -195,8 +209,11 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 		"-k", s.dir, // the Unix socket, in our own directory
 		"-c", "listen_addresses=127.0.0.1",
 	}
+	if s.archive {
+		args = append(args, "-c", "archive_mode=on", "-c", "archive_command=cp %p "+s.ArchiveDir()+"/%f")
+	}
 	if !s.durable {
-		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")
+		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
 	}
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = s.dir
@@ -291,5 +308,39 @@ func (s *Server) Stop() {
 	case <-time.After(stopTimeout):
 		_ = cmd.Process.Kill()
 		<-done
+	}
+}
+
+// RequirePassword creates role, a login role with password, and makes the
+// server ask every role but postgres for its password (scram-sha-256) on
+// TCP, as a production server does.
+func (s *Server) RequirePassword(t testing.TB, role, password string) {
+	t.Helper()
+	db := s.DB(t)
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if _, err := db.ExecContext(ctx, fmt.Sprintf("CREATE ROLE %s LOGIN PASSWORD '%s'", role, password)); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	hba := "local all all trust\nhost all postgres 127.0.0.1/32 trust\nhost all all 127.0.0.1/32 scram-sha-256\n"
+	if err := os.WriteFile(filepath.Join(s.dataDir(), "pg_hba.conf"), []byte(hba), 0o600); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	if _, err := db.ExecContext(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	// The postmaster reloads when it gets to it: wait until a login
+	// without the password is refused.
+	without, err := sql.Open("pgx", fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", role, s.port))
+	if err != nil {
+		t.Fatalf("pgtest: %v", err)
+	}
+	defer without.Close()
+	for without.PingContext(ctx) == nil {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pgtest: the server still lets %s in without a password", role)
+		case <-time.After(10 * time.Millisecond):
+		}
 	}
 }
