@@ -163,9 +163,9 @@ func TestFencingWaitsForLeaderElector(t *testing.T) {
 		stopped := time.Now()
 		e.stop()
 		lockCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		h, err := c.Lock(lockCtx, name, time.Minute)
-		cancel()
+		h, err := c.Lock(lockCtx, name, time.Minute) // the Held lives until cancel
 		if err != nil {
+			cancel()
 			t.Fatalf("Lock after the elector stopped (release on cancel %v): %v", release, err)
 		}
 		got := time.Since(stopped)
@@ -182,5 +182,6 @@ func TestFencingWaitsForLeaderElector(t *testing.T) {
 		if err := h.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
+		cancel()
 	}
 }
