@@ -21,7 +21,9 @@ import (
 // WithFIFO) can still take a free key, and the waiter at the head then
 // waits for that lease as Lock always does. A waiter joins the line with
 // an entry that lives for Lock's ttl, renewed every third of it while it
-// waits. It leaves the line as soon as it gets the key, so that the next
+// waits (a renewal that fails or gets no answer within that third is
+// retried after a short pause, so the entry expires only when the store
+// confirms none for a whole ttl). It leaves the line as soon as it gets the key, so that the next
 // waiter takes the head while the lease is held: that waiter inspects the
 // key (backend.Inspector), waits for the release to be announced (or the
 // lease's time and lock delay to pass), and then makes its one grant
@@ -182,13 +184,18 @@ func (l *line) handTo(h *Held) {
 	close(l.got)
 }
 
-// keep is the keeper goroutine: it renews the entry every third of its TTL
-// until the waiter gets the key (handTo) or leave is called, and then
-// dequeues.
+// keep is the keeper goroutine: it renews the entry a third of its TTL
+// after the latest renewal that went through was sent, until the waiter gets
+// the key (handTo) or leave is called, and then dequeues. A renewal that
+// fails or gets no answer within a third of the TTL is retried after a short
+// jittered pause, not a third of the TTL later: on a loaded store one slow
+// renewal must not let the entry expire and the waiter lose its place.
 func (l *line) keep() {
 	defer close(l.done)
 	defer l.dequeue()
 	interval := max(l.ttl/3, time.Millisecond)
+	pause := max(min(interval/8, 100*time.Millisecond), time.Millisecond)
+	last := time.Now() // about when the join was sent
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -198,10 +205,16 @@ func (l *line) keep() {
 		case <-l.got:
 			return
 		case <-t.C:
+			sent := time.Now()
 			ctx, cancel := context.WithTimeout(l.ctx, interval)
-			_, _ = l.enqueue(ctx) // a failure is retried at the next tick
+			_, err := l.enqueue(ctx)
 			cancel()
-			t.Reset(interval)
+			if err == nil {
+				last = sent
+				t.Reset(time.Until(last.Add(interval)))
+			} else {
+				t.Reset(pause/2 + rand.N(pause/2+1))
+			}
 		}
 	}
 }

@@ -252,10 +252,13 @@ func (g *fifoGrants) add(i int, token uint64) {
 // left it) holds it; then the holder releases, and each waiter releases
 // 2ms after it got the key.
 // It returns the grants and how many grant attempts the handoffs took.
+// Nobody dies here, so nothing waits for an expiry: the TTL (of the leases
+// and of the entries) is long, so that a loaded store, slow to confirm a
+// renewal, does not end a lease or an entry the test counts on.
 func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOption) (*fifoGrants, int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	ttl := p.w.TTL
+	ttl := max(p.w.TTL, 30*time.Second)
 	holder, err := p.c[0].Lock(ctx, key, ttl, opts...)
 	if err != nil {
 		t.Fatalf("first Lock: %v", err)

@@ -114,6 +114,12 @@ func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConf
 // (WithMaxHold) being reached; the parent context ending; Release. Work done
 // under the lease runs under Context and stops by itself.
 //
+// The Deadline is read on the monotonic clock each time the Context's Err,
+// Done or Value, or Held's Err, Done or Release, is called: past it, they
+// report the loss even when the timer that ends the lease has yet to run (a
+// process frozen past the Deadline, a starved timer goroutine). A context
+// derived from Context ends when that timer runs or one of these is called.
+//
 // A Held is safe for concurrent use. Call Release when done, even after the
 // lease was lost: it stops the renewal and frees the key early.
 type Held struct {
@@ -229,10 +235,30 @@ func (h *Held) Context() context.Context { return h.ctx }
 // current Deadline, which moves on with each confirmed renewal (so a gRPC or
 // database call under it is bounded by the lease). Cancellation is the
 // embedded context's: the expiry timer, a rejected renewal, the parent, or
-// Release cancel it.
+// Release cancel it. Err, Done and Value first end the lease if its
+// Deadline has passed on the monotonic clock, so a holder that runs again
+// before the expiry timer does (a process frozen past the Deadline, a
+// starved timer) never sees the lease live.
 type heldContext struct {
 	context.Context
 	h *Held
+}
+
+// Err is the embedded context's, once the Deadline has been checked.
+func (c heldContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	c.h.checkDeadline()
+	return c.Context.Err()
+}
+
+// Done is the embedded context's, once the Deadline has been checked.
+func (c heldContext) Done() <-chan struct{} {
+	if c.Context.Err() == nil {
+		c.h.checkDeadline()
+	}
+	return c.Context.Done()
 }
 
 func (c heldContext) Deadline() (time.Time, bool) {
@@ -244,9 +270,14 @@ func (c heldContext) Deadline() (time.Time, bool) {
 }
 
 // Value carries the lease's key and token (see TokenFromContext).
+// Any other key is looked up once the Deadline has been checked (so that
+// context.Cause reports a loss the expiry timer has yet to report).
 func (c heldContext) Value(k any) any {
 	if tokenctx.IsKey(k) {
 		return tokenctx.Value(c.h.key, c.h.Token())
+	}
+	if c.Context.Err() == nil {
+		c.h.checkDeadline()
 	}
 	return c.Context.Value(k)
 }
@@ -260,8 +291,9 @@ func (h *Held) Done() <-chan struct{} { return h.ctx.Done() }
 func (h *Held) Err() error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.err == nil && !h.ended && h.ctx.Err() != nil {
-		return context.Cause(h.ctx) // the parent ended; the renewer has yet to see it
+	h.checkDeadlineLocked()
+	if inner := h.ctx.(heldContext).Context; h.err == nil && !h.ended && inner.Err() != nil {
+		return context.Cause(inner) // the parent ended; the renewer has yet to see it
 	}
 	return h.err
 }
@@ -280,6 +312,7 @@ func (h *Held) Warning() <-chan Lease { return h.warn }
 func (h *Held) Release(ctx context.Context) error {
 	h.released.Do(func() {
 		h.mu.Lock()
+		h.checkDeadlineLocked() // a lease past its Deadline was lost, not held until now
 		h.ended = true
 		h.stopTimers()
 		h.max.holderReleases() // the holder releases it: no release at the cap
@@ -334,7 +367,19 @@ func (h *Held) loseLocked(err error) {
 func (h *Held) expire() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if time.Until(h.lease.Deadline) > 0 {
+	h.checkDeadlineLocked()
+}
+
+// checkDeadline ends the lease, as its expiry timer does, when its Deadline
+// has passed on the monotonic clock, whether or not that timer has run.
+func (h *Held) checkDeadline() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.checkDeadlineLocked()
+}
+
+func (h *Held) checkDeadlineLocked() {
+	if h.ended || time.Until(h.lease.Deadline) > 0 {
 		return
 	}
 	if h.max.reached {
@@ -364,7 +409,7 @@ func (h *Held) sendWarning() {
 func (h *Held) confirm(l Lease) bool {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	if h.ended {
+	if h.checkDeadlineLocked(); h.ended {
 		return false
 	}
 	l = h.max.clamp(l)

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -126,6 +128,94 @@ func TestHoldRenewalConfirmedAfterLossChangesNothing(t *testing.T) {
 	}
 	if err := h.Err(); !errors.Is(err, fencing.ErrLeaseLost) {
 		t.Errorf("Err() = %v, want ErrLeaseLost", err)
+	}
+}
+
+// A holder that runs again past its Deadline before the expiry timer has
+// (a process frozen past it, a starved timer goroutine) sees the lease
+// lost, whichever way it looks first: the timer is stopped here, and fires
+// only after the look, changing nothing then.
+func TestHeldContextEndsAtDeadlineWhenTimerIsLate(t *testing.T) {
+	ctx := context.Background()
+	lost := func(err error) bool { return errors.Is(err, fencing.ErrLeaseLost) }
+	probes := []struct {
+		name string
+		// look is what the holder does first; ended closes when the
+		// context has ended; renewer lets the (hung) renewal return.
+		look func(h *fencing.Held, ended, renewer chan struct{}) error
+		want func(error) bool
+	}{
+		{"Context().Err", func(h *fencing.Held, _, _ chan struct{}) error { return h.Context().Err() },
+			func(err error) bool { return errors.Is(err, context.Canceled) }},
+		{"Context().Done", func(h *fencing.Held, _, _ chan struct{}) error {
+			select {
+			case <-h.Context().Done():
+				return context.Cause(h.Context())
+			default:
+				return nil
+			}
+		}, lost},
+		{"context.Cause", func(h *fencing.Held, _, _ chan struct{}) error { return context.Cause(h.Context()) }, lost},
+		{"Held.Err", func(h *fencing.Held, _, _ chan struct{}) error { return h.Err() }, lost},
+		{"Held.Done", func(h *fencing.Held, _, _ chan struct{}) error {
+			select {
+			case <-h.Done():
+				return h.Err()
+			default:
+				return nil
+			}
+		}, lost},
+		{"Release", func(h *fencing.Held, ended, renewer chan struct{}) error {
+			// Release waits for the renewer, which hangs until the
+			// context has ended: its verdict is made before.
+			res := make(chan error, 1)
+			go func() { res <- h.Release(ctx) }()
+			<-ended
+			close(renewer)
+			return <-res
+		}, lost},
+	}
+	for _, p := range probes {
+		t.Run(p.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFaulty(t)
+			hang := make(chan struct{})
+			f.set(func(f *faulty) { f.hang = hang }) // no renewal is ever confirmed
+			c := fencing.New(f)
+			h, err := c.Hold(ctx, "k", 300*time.Millisecond, fencing.WithRenewInterval(50*time.Millisecond))
+			if err != nil {
+				t.Fatalf("Hold: %v", err)
+			}
+			fire := fencing.LateExpiry(h)
+			ended := make(chan struct{})
+			context.AfterFunc(h.Context(), func() { close(ended) })
+			deadline := h.Lease().Deadline
+			if err := h.Err(); err != nil && time.Now().Before(deadline) {
+				t.Fatalf("lost before the Deadline: %v", err)
+			}
+			time.Sleep(time.Until(deadline) + time.Millisecond)
+			got := p.look(h, ended, hang)
+			if !p.want(got) {
+				t.Fatalf("%v past the Deadline, with its timer yet to fire, %s = %v; want the loss", time.Since(deadline), p.name, got)
+			}
+			cause := context.Cause(h.Context())
+			if !lost(cause) || !strings.Contains(cause.Error(), "deadline passed") {
+				t.Errorf("cause = %v, want ErrLeaseLost: deadline passed", cause)
+			}
+			if err := h.Err(); err != cause {
+				t.Errorf("Err() = %v, want the cause %v", err, cause)
+			}
+			fire() // the timer, late: the loss stands as it was
+			if err := context.Cause(h.Context()); err != cause {
+				t.Errorf("after the late timer, cause = %v, want %v", err, cause)
+			}
+			if p.name != "Release" {
+				close(hang)
+			}
+			if err := h.Release(ctx); err != cause {
+				t.Errorf("Release() = %v, want the loss %v", err, cause)
+			}
+		})
 	}
 }
 
@@ -306,4 +396,45 @@ func TestLockGivingUpSettlesUnknownGrant(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A grant whose answer was lost, then a resend that never left (a refused
+// dial): the outcome is the first attempt's, unknown, and Lock's error says
+// that once, naming the key once, with the resend's failure as the reason
+// it could not be settled and the lease it may have taken released.
+func TestLockUnknownThenNotSentIsOneOutcome(t *testing.T) {
+	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+	u := &unknownGrants{Backend: memorybackend.New()}
+	defer u.Close()
+	nb := &notSentAfter{unknownGrants: u, err: fmt.Errorf("test: grant: not sent: %w", refused)}
+	c := fencing.New(nb, fencing.WithOutcomeRetries(0))
+	h, err := c.Lock(context.Background(), "jobs/k", time.Minute)
+	if err == nil {
+		h.Release(context.Background())
+		t.Fatal("Lock returned a lease although no grant was answered")
+	}
+	var oe *fencing.OutcomeError
+	if !errors.As(err, &oe) || !oe.Settled || !errors.Is(err, fencing.ErrOutcomeUnknown) || !errors.Is(err, refused) {
+		t.Fatalf("Lock: %v; want a settled *OutcomeError wrapping ErrOutcomeUnknown and the refused dial", err)
+	}
+	msg := err.Error()
+	if strings.Count(msg, "outcome unknown") != 1 || strings.Contains(msg, "not sent") ||
+		strings.Count(msg, "jobs/k") != 1 || strings.Contains(msg, "\n") || !strings.Contains(msg, refused.Error()) {
+		t.Errorf("Lock: %q; want one outcome (unknown), the key once, on one line, with the refused dial", msg)
+	}
+}
+
+// notSentAfter answers the first grant as unknownGrants does, and refuses
+// every later one before sending it, with err.
+type notSentAfter struct {
+	*unknownGrants
+	grants atomic.Int32
+	err    error
+}
+
+func (n *notSentAfter) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if n.grants.Add(1) > 1 {
+		return backend.Lease{}, n.err
+	}
+	return n.unknownGrants.Grant(ctx, req)
 }

@@ -191,10 +191,27 @@ func (c *Coordinator) lockEnded(ctx context.Context, err error, req backend.Requ
 		return err // no attempt of ours may hold the key
 	}
 	if !isOutcome {
-		oe = &OutcomeError{Op: "grant", Key: req.Key, LeaseID: req.LeaseID, Err: errors.Join(ErrOutcomeUnknown, err)}
+		oe = &OutcomeError{Op: "grant", Key: req.Key, LeaseID: req.LeaseID, Err: &unsettledError{last: err}}
 	}
 	return c.settle(ctx, oe, ttl)
 }
+
+// unsettledError is the Err of Lock's *OutcomeError when Lock gave up on
+// an attempt's error (one never sent, a wait that ended) after an earlier
+// attempt's outcome stayed unknown: the outcome is that earlier one's,
+// unknown, and the later error, named by its innermost cause (the key is
+// the OutcomeError's to name), is why it was not settled.
+type unsettledError struct{ last error }
+
+func (e *unsettledError) Error() string {
+	cause := e.last
+	for u := errors.Unwrap(cause); u != nil; u = errors.Unwrap(cause) {
+		cause = u
+	}
+	return ErrOutcomeUnknown.Error() + ": an earlier attempt may have taken the lease, and Lock gave up on the next: " + cause.Error()
+}
+
+func (e *unsettledError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.last} }
 
 // waiter is one Lock call's way of waiting for its key.
 type waiter struct {

@@ -19,9 +19,13 @@ import (
 // WithWarning still warns before that last Deadline.
 //
 // At that Deadline the held lease's Context ends with an error wrapping
-// ErrLeaseLost and ErrMaxHold, Err returns it, and the lease is released
-// at once rather than left to expire, so the next holder gets the key
-// without waiting out the TTL and the margin. The loss is counted in
+// ErrLeaseLost and ErrMaxHold, and Err returns it. Then, in that order, the
+// lease is released rather than left to expire, so the next holder gets the
+// key without waiting out the TTL and the margin: until that release is
+// answered (a round trip), the coordinator still reports the lease live
+// (Token, CheckToken, Inspect). The Context does not wait for the release,
+// which would end it late, and the release is not sent before the
+// Deadline, which would cut the hold short. The loss is counted in
 // MetricLeasesLost with reason "max_hold" and logged like any other loss.
 // A lease lost earlier (a rejected renewal, a Deadline passed without a
 // confirmed renewal) is lost for that reason, as without the cap. After

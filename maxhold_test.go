@@ -35,7 +35,8 @@ type asked struct {
 	grants   []sentReq
 	renewals []sentReq
 	releases []time.Time
-	hang     bool // Release waits for its context to end
+	hang     bool          // Release waits for its context to end
+	gate     chan struct{} // when set, Release waits for it to close
 }
 
 func newAsked(t *testing.T) *asked {
@@ -61,8 +62,15 @@ func (a *asked) Renew(ctx context.Context, req backend.Request) (backend.Lease, 
 func (a *asked) Release(ctx context.Context, key, leaseID string) error {
 	a.mu.Lock()
 	a.releases = append(a.releases, time.Now())
-	hang := a.hang
+	hang, gate := a.hang, a.gate
 	a.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if hang {
 		<-ctx.Done() // a server that does not answer
 		return ctx.Err()
@@ -355,4 +363,30 @@ func TestMaxHoldReleaseAtCapYieldsToHolder(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("Release waited for the release at the cap, which a TTL (a minute) bounds")
 	}
+}
+
+// At the maximum hold the Context ends first, at the Deadline, and the
+// lease is released after that: until the release is answered the
+// coordinator still counts the lease live. A release sent first would end
+// the Context late (after a round trip) or the hold early.
+func TestMaxHoldContextEndsBeforeRelease(t *testing.T) {
+	a := newAsked(t)
+	gate := make(chan struct{})
+	a.gate = gate
+	h, err := fencing.New(a).Hold(context.Background(), "k", time.Minute, fencing.WithMaxHold(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(context.Background())
+	heldtest.EndsAtDeadline(t, h, 10*time.Second, 50*time.Millisecond) // with no release answered
+	wantMaxHoldLoss(t, "Err()", h.Err())
+	if _, live, err := a.Token(context.Background(), "k"); err != nil || !live {
+		t.Fatalf("Token = live %v, %v while the release at the cap waits; want live", live, err)
+	}
+	waitFor(t, 10*time.Second, "the release at the cap sent", func() bool {
+		_, _, rels := a.sent()
+		return len(rels) == 1
+	})
+	close(gate)
+	wantReleasedBy(t, a, "k")
 }

@@ -324,6 +324,7 @@ var storeTitles = map[string]string{
 	"redis":      "redisbackend vs bsm/redislock, redsync and PING",
 	"etcd":       "etcdbackend vs concurrency.Mutex, Txn and Get (embedded etcd)",
 	"contention": "one etcd key, N waiters: Lock with and without FIFO vs concurrency.Mutex",
+	"sql":        "sqlbackend vs a row lease, pglock's pattern, SELECT 1; flock",
 }
 
 // plotStore draws one store's figure: latency at 1 goroutine and the
@@ -344,10 +345,15 @@ func plotStore(file, name string, s *storeResults, run string) error {
 	bottom := draw.Crop(body, 0, 0, 0, -half-6)
 
 	split := top.Min.X + (top.Max.X-top.Min.X)*0.58
+	if len(s.handoff) == 0 { // no handoff table read: the latency takes the row
+		split = top.Max.X + 10
+	}
 	lat := latencyPlot(s.results)
 	lat.Draw(draw.Canvas{Canvas: top.Canvas, Rectangle: vg.Rectangle{Min: top.Min, Max: vg.Point{X: split - 10, Y: top.Max.Y}}})
-	hand := handoffPlot(name, s.handoff)
-	hand.Draw(draw.Canvas{Canvas: top.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: split + 10, Y: top.Min.Y}, Max: top.Max}})
+	if len(s.handoff) > 0 {
+		hand := handoffPlot(name, s.handoff)
+		hand.Draw(draw.Canvas{Canvas: top.Canvas, Rectangle: vg.Rectangle{Min: vg.Point{X: split + 10, Y: top.Min.Y}, Max: top.Max}})
+	}
 
 	tps := throughputPlots(s.results)
 	if len(tps) > 0 {

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -47,53 +48,70 @@ func redisSection(t *testing.T, r *report) {
 	rs := redsync.New(redsyncgoredis.NewPool(rc))
 	run := "bench:report:" + cryptorand.Text() + ":"
 
-	for _, g := range []int{1, 32} {
-		keys := disjointKeys(g, 1)
-		c := &comparison{
-			store: "redis", op: "Grant+Release", goroutines: g,
-			contenders: []contender{
-				{name: "ours", serverCPU: ours, worker: func(w int) func(int) error {
-					key := keys[w][0]
-					return func(int) error {
-						l, err := coord.Grant(ctx, key, leaseTTL)
-						if err != nil {
+	// Grant+Release on the client above (ContextTimeoutEnabled) and on one
+	// with go-redis's defaults, each against redislock on the same client.
+	dc := newDefaultClient(t)
+	clients := []struct {
+		op     string
+		client *redis.Client
+		coord  *fencing.Coordinator
+		locker *redislock.Client
+	}{
+		{"Grant+Release", rc, coord, locker},
+		{"Grant+Release, default client", dc, newCoordinator(t, dc, "bench:report:"), redislock.New(dc)},
+	}
+	for _, cl := range clients {
+		for _, g := range []int{1, 32} {
+			keys := disjointKeys(g, 1)
+			c := &comparison{
+				store: "redis", op: cl.op, goroutines: g,
+				contenders: []contender{
+					{name: "ours", serverCPU: ours, worker: func(w int) func(int) error {
+						key := keys[w][0]
+						return func(int) error {
+							l, err := cl.coord.Grant(ctx, key, leaseTTL)
+							if err != nil {
+								return err
+							}
+							return cl.coord.Release(ctx, key, l.ID)
+						}
+					}},
+					{name: "redislock Obtain+Release", serverCPU: lockCmds, worker: func(w int) func(int) error {
+						key := run + "redislock:" + keys[w][0]
+						return func(int) error {
+							l, err := cl.locker.Obtain(ctx, key, leaseTTL, nil)
+							if err != nil {
+								return err
+							}
+							return l.Release(ctx)
+						}
+					}},
+					{name: "redsync Lock+Unlock", serverCPU: lockCmds, worker: func(w int) func(int) error {
+						key := run + "redsync:" + keys[w][0]
+						return func(int) error {
+							m := rs.NewMutex(key, redsync.WithExpiry(leaseTTL), redsync.WithTries(1))
+							if err := m.LockContext(ctx); err != nil {
+								return err
+							}
+							_, err := m.UnlockContext(ctx)
 							return err
 						}
-						return coord.Release(ctx, key, l.ID)
-					}
-				}},
-				{name: "redislock Obtain+Release", serverCPU: lockCmds, worker: func(w int) func(int) error {
-					key := run + "redislock:" + keys[w][0]
-					return func(int) error {
-						l, err := locker.Obtain(ctx, key, leaseTTL, nil)
-						if err != nil {
-							return err
+					}},
+					{name: "2 PINGs", serverCPU: pingCmds, worker: func(int) func(int) error {
+						return func(int) error {
+							if err := cl.client.Ping(ctx).Err(); err != nil {
+								return err
+							}
+							return cl.client.Ping(ctx).Err()
 						}
-						return l.Release(ctx)
-					}
-				}},
-				{name: "redsync Lock+Unlock", serverCPU: lockCmds, worker: func(w int) func(int) error {
-					key := run + "redsync:" + keys[w][0]
-					return func(int) error {
-						m := rs.NewMutex(key, redsync.WithExpiry(leaseTTL), redsync.WithTries(1))
-						if err := m.LockContext(ctx); err != nil {
-							return err
-						}
-						_, err := m.UnlockContext(ctx)
-						return err
-					}
-				}},
-				{name: "2 PINGs", serverCPU: pingCmds, worker: func(int) func(int) error {
-					return func(int) error {
-						if err := rc.Ping(ctx).Err(); err != nil {
-							return err
-						}
-						return rc.Ping(ctx).Err()
-					}
-				}},
-			},
+					}},
+				},
+			}
+			if cl.client != rc {
+				c.contenders = slices.Delete(c.contenders, 2, 3) // redsync: on the first client only
+			}
+			r.compare(t, c)
 		}
-		r.compare(t, c)
 	}
 
 	for _, g := range []int{1, 32} {

@@ -27,16 +27,27 @@ import (
 
 // sqlSection compares the SQL backend, through fencing.Coordinator:
 //
-//   - on PostgreSQL (pgtest's server, fsync off for every contender alike)
-//     with the table-lease pattern of pglock (a transaction of SELECT ...
-//     FOR UPDATE and UPDATE or INSERT to acquire, one UPDATE to release),
-//     with pg_try_advisory_lock + pg_advisory_unlock on one session (no
-//     token, no durability: the floor) and with SELECT 1 round trips;
+//   - on PostgreSQL (durable, and with fsync off as an extra; see
+//     pgSection) with a hand-written fenced row lease (rowLease: one
+//     upsert to acquire, one UPDATE to release), with the table-lease
+//     pattern of pglock (a transaction of SELECT ... FOR UPDATE and UPDATE
+//     or INSERT to acquire, one UPDATE to release), with
+//     pg_try_advisory_lock + pg_advisory_unlock on one session (no token,
+//     no durability: the floor) and with SELECT 1 round trips;
 //   - on SQLite (a WAL file) with a flock(2) lock/unlock pair on a file,
 //     and the Lock handoff between two processes against a blocking
 //     flock(2) waiter (see sqliteHandoff).
 func sqlSection(t *testing.T, r *report) {
-	srv := pgtest.Start(t)
+	pgSection(t, r, true)
+	pgSection(t, r, false)
+	sqliteSection(t, r)
+}
+
+// pgSection compares on a PostgreSQL server of its own, durable (fsync and
+// synchronous_commit on, PostgreSQL's defaults, as users run it) or with
+// fsync off (pgtest's test setting; Grant+Release only, a labelled extra).
+func pgSection(t *testing.T, r *report, durable bool) {
+	srv := pgtest.StartConfig(t, pgtest.Config{Durable: durable})
 	db, err := sql.Open("pgx", srv.DSN())
 	if err != nil {
 		t.Fatal(err)
@@ -46,14 +57,23 @@ func sqlSection(t *testing.T, r *report) {
 	db.SetMaxIdleConns(64)
 	ctx := context.Background()
 	coord := sqlCoordinator(t, db, sqlbackend.Postgres)
-	if _, err := db.ExecContext(ctx, `CREATE TABLE peer_locks (name TEXT PRIMARY KEY, owner TEXT, rvn BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)`); err != nil {
-		t.Fatal(err)
+	for _, ddl := range []string{
+		`CREATE TABLE peer_locks (name TEXT PRIMARY KEY, owner TEXT, rvn BIGINT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)`,
+		`CREATE TABLE row_leases (name TEXT PRIMARY KEY, token BIGINT NOT NULL, holder TEXT NOT NULL, expires_at TIMESTAMPTZ NOT NULL)`,
+	} {
+		if _, err := db.ExecContext(ctx, ddl); err != nil {
+			t.Fatal(err)
+		}
 	}
-	r.notes = append(r.notes, "SQL section: PostgreSQL 15 child process with fsync off (every contender alike), pgx v5 stdlib, a pool of 64; SQLite: modernc.org/sqlite, WAL, synchronous FULL.")
+	store := "PostgreSQL (fsync on)"
+	if !durable {
+		store = "PostgreSQL (fsync off)"
+	}
+	r.notes = append(r.notes, fmt.Sprintf("SQL section: %s, a PostgreSQL 15 child process (every contender alike), pgx v5 stdlib, a pool of 64.", store))
 	for _, g := range []int{1, 32} {
 		keys := disjointKeys(g, 1)
 		c := &comparison{
-			store: "sql", op: "PostgreSQL Grant+Release", goroutines: g,
+			store: "sql", op: store + " Grant+Release", goroutines: g,
 			contenders: []contender{
 				{name: "ours", worker: func(w int) func(int) error {
 					key := keys[w][0]
@@ -64,6 +84,10 @@ func sqlSection(t *testing.T, r *report) {
 						}
 						return coord.Release(ctx, key, l.ID)
 					}
+				}},
+				{name: "row lease (one upsert, one UPDATE)", worker: func(w int) func(int) error {
+					name := keys[w][0]
+					return func(i int) error { return rowLease(ctx, db, name, fmt.Sprintf("%d-%d", w, i)) }
 				}},
 				{name: "table lease (pglock's pattern)", worker: func(w int) func(int) error {
 					name := keys[w][0]
@@ -82,6 +106,9 @@ func sqlSection(t *testing.T, r *report) {
 		}
 		r.compare(t, c)
 	}
+	if !durable {
+		return
+	}
 	for _, g := range []int{1, 32} {
 		keys := disjointKeys(g, 1)
 		leases := make([]fencing.Lease, g)
@@ -91,7 +118,7 @@ func sqlSection(t *testing.T, r *report) {
 			}
 		}
 		r.compare(t, &comparison{
-			store: "sql", op: "PostgreSQL CheckToken", goroutines: g,
+			store: "sql", op: store + " CheckToken", goroutines: g,
 			contenders: []contender{
 				{name: "ours", worker: func(w int) func(int) error {
 					l := leases[w]
@@ -109,7 +136,14 @@ func sqlSection(t *testing.T, r *report) {
 			},
 		})
 	}
+}
 
+// sqliteSection compares SQLite (a WAL file) with a flock(2) lock/unlock
+// pair on a file, and times the Lock handoff between two processes against
+// a blocking flock(2) waiter (see sqliteHandoff).
+func sqliteSection(t *testing.T, r *report) {
+	ctx := context.Background()
+	r.notes = append(r.notes, "SQL section: SQLite: modernc.org/sqlite, WAL, synchronous FULL.")
 	lite, err := sql.Open("sqlite", sqliteDSN(filepath.Join(t.TempDir(), "bench.db")))
 	if err != nil {
 		t.Fatal(err)
@@ -178,7 +212,7 @@ func sqlCoordinatorPrefix(t *testing.T, db *sql.DB, d sqlbackend.Dialect, prefix
 }
 
 // newSQLBackend is the benchmarks' backend on db: the tables named with
-// prefix, no safety checks (PostgreSQL runs with fsync off).
+// prefix, no safety checks (PostgreSQL may run with fsync off).
 func newSQLBackend(db *sql.DB, d sqlbackend.Dialect, prefix string) (*sqlbackend.Backend, error) {
 	return sqlbackend.New(db, d, sqlbackend.WithoutSafetyChecks(), sqlbackend.WithTablePrefix(prefix))
 }
@@ -186,6 +220,26 @@ func newSQLBackend(db *sql.DB, d sqlbackend.Dialect, prefix string) (*sqlbackend
 func selectOne(ctx context.Context, db *sql.DB) error {
 	var one int
 	return db.QueryRowContext(ctx, "SELECT 1").Scan(&one)
+}
+
+// rowLease acquires and releases name as a fenced row lease written by
+// hand: one INSERT ... ON CONFLICT ... DO UPDATE ... WHERE expired
+// RETURNING token, which takes the row only when its lease has expired and
+// returns the next token, then one UPDATE that ends the lease. It keeps no
+// lease ID for resends, no lock delay, no owner and wakes no waiter.
+func rowLease(ctx context.Context, db *sql.DB, name, holder string) error {
+	var token int64
+	err := db.QueryRowContext(ctx, `INSERT INTO row_leases AS l (name, token, holder, expires_at) VALUES ($1, 1, $2, clock_timestamp() + interval '1 minute') `+
+		`ON CONFLICT (name) DO UPDATE SET token = l.token + 1, holder = excluded.holder, expires_at = excluded.expires_at `+
+		`WHERE l.expires_at <= clock_timestamp() RETURNING token`, name, holder).Scan(&token)
+	if errors.Is(err, sql.ErrNoRows) {
+		return errors.New("row lease held")
+	}
+	if err != nil {
+		return err
+	}
+	_, err = db.ExecContext(ctx, `UPDATE row_leases SET expires_at = '-infinity' WHERE name = $1 AND holder = $2`, name, holder)
+	return err
 }
 
 // tableLease acquires and releases name the way pglock does: a

@@ -62,7 +62,23 @@ func newClient(tb testing.TB) *redis.Client {
 	// context then bounds its socket reads, and redisbackend needs no
 	// goroutine per request to keep its request timeout. Every contender
 	// shares this client.
-	c := redis.NewClient(&redis.Options{Addr: serverAddr, ContextTimeoutEnabled: true})
+	return dialClient(tb, &redis.Options{Addr: serverAddr, ContextTimeoutEnabled: true})
+}
+
+// newDefaultClient is newClient with go-redis's defaults, as most users
+// build it: no ContextTimeoutEnabled, so the backend bounds its requests
+// itself (redisbackend's batcher.detachFor).
+func newDefaultClient(tb testing.TB) *redis.Client {
+	tb.Helper()
+	newClient(tb) // skips or fails without a server
+	return dialClient(tb, &redis.Options{Addr: serverAddr})
+}
+
+// dialClient returns a client with o, closed when tb ends, that answered
+// a PING.
+func dialClient(tb testing.TB, o *redis.Options) *redis.Client {
+	tb.Helper()
+	c := redis.NewClient(o)
 	tb.Cleanup(func() { c.Close() })
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -40,7 +40,8 @@
 //   - odd keys (separators, braces, bytes) are distinct keys;
 //   - a randomized concurrent history over a few keys (grants, renewals,
 //     releases, checks, stale calls from older leases, resent grants, Lock
-//     and Hold, with some responses lost) is linearizable against a
+//     and Hold, forced releases where the backend has them, with some
+//     responses lost) is linearizable against a
 //     sequential model of the lease contract, checked with porcupine (see
 //     CheckHistory, which your own fault tests can call with a Recorder);
 //   - expiry at its exact end, just before and just after, to the

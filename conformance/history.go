@@ -15,8 +15,10 @@ import (
 
 // testLinearizable runs concurrent clients doing random grants, renewals,
 // releases, token checks, stale calls from older leases, resent grants,
-// Locks and Holds over a few keys while time passes, some of their
-// responses lost, and checks the recorded history with CheckHistory.
+// Locks and Holds, and (where the backend can) forced releases, over a few
+// keys while time passes, some of their responses lost, and checks the
+// recorded history with CheckHistory: a renewal that succeeds raced against
+// an expiry or a forced release must leave a live lease.
 func (s suite) testLinearizable(t *testing.T) {
 	history := s.randomHistory(t, 1, 120)
 	grants := 0
@@ -55,6 +57,8 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 		rng := rand.New(rand.NewPCG(seed, uint64(w)))
 		client := rec.Wrap(&lossy{Backend: b, rng: rand.New(rand.NewPCG(seed, uint64(w)+100)), percent: 3})
 		c := fencing.New(client, fencing.WithOutcomeRetries(2))
+		// An operator's forced releases, racing the holders' renewals.
+		forcer, _ := rec.Wrap(b).(backend.ForceReleaser)
 		wg.Go(func() {
 			ctx := context.Background()
 			held := make(map[string]fencing.Lease) // what this client believes it holds
@@ -68,14 +72,15 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 			for op := 0; op < opsPerWorker && time.Now().Before(deadline); op++ {
 				key := historyKeys[rng.IntN(len(historyKeys))]
 				lease, holding := held[key]
-				switch r := rng.IntN(20); {
+				switch r := rng.IntN(21); {
 				case r < 5:
 					l, err := c.Grant(ctx, key, timeout, margin)
 					if err == nil {
 						forget(key)
 						held[key] = l
 					} else if !errors.Is(err, fencing.ErrLeaseHeld) && !errors.Is(err, fencing.ErrOutcomeUnknown) &&
-						!errors.Is(err, fencing.ErrLeaseExpired) { // a lost grant's resend found its lease expired
+						!errors.Is(err, fencing.ErrLeaseExpired) && // a lost grant's resend found its lease expired
+						!errors.Is(err, fencing.ErrLeaseNotFound) { // or forced out
 						t.Errorf("Grant(%q): %v", key, err)
 					}
 				case r < 8 && holding:
@@ -110,6 +115,10 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 					client.Grant(ctx, backend.Request{Key: key, LeaseID: lease.ID, Timeout: timeout, Margin: margin})
 				case r < 17:
 					s.lockBriefly(t, c, key, holdTTL, holdMargin)
+				case r == 20 && forcer != nil:
+					if _, err := forcer.ForceRelease(ctx, key); err != nil {
+						t.Errorf("ForceRelease(%q): %v", key, err)
+					}
 				default:
 					d := time.Duration(rng.Int64N(int64(pause)))
 					if rng.IntN(4) == 0 {

@@ -167,9 +167,12 @@ func (e *Election) Leader(ctx context.Context) (Leader, error) {
 // notification, or the time the term has left), at most a second; during a
 // vacancy, or on a backend that cannot notify, it reads every
 // WithObserveInterval. A term shorter than that may be missed, and a term
-// that ends and is followed by the next between two reads shows as that
-// next term alone. A read that fails is yielded as an error, and Observe
-// goes on after a pause unless the loop breaks.
+// that ends and is followed by the next between two reads shows as a
+// vacancy (LastToken the ended term's), then that next term: every term is
+// followed by a vacancy, however short, even when the store's record went
+// from one term to the next at once (a waiting candidate granted the
+// moment a dead leader's term expired). A read that fails is yielded as an
+// error, and Observe goes on after a pause unless the loop breaks.
 func (e *Election) Observe(ctx context.Context) iter.Seq2[Leader, error] {
 	return func(yield func(Leader, error) bool) {
 		sub, err := e.c.NotifyFree(ctx, e.key)
@@ -199,6 +202,15 @@ func (e *Election) Observe(ctx context.Context) iter.Seq2[Leader, error] {
 					return
 				}
 			case first || l.Live != last.Live || l.Token != last.Token:
+				if !first && last.Live && l.Live {
+					// Two terms never overlap: the one read last ended
+					// before this one began, by a resignation or by
+					// running its time out (its leader dead or cut off, the
+					// office vacant for up to a TTL).
+					if !yield(Leader{LastToken: last.Token}, nil) {
+						return
+					}
+				}
 				first, last = false, l
 				if !yield(l, nil) {
 					return
@@ -285,10 +297,11 @@ func (e *Election) Run(ctx context.Context, identity string, lead func(ctx conte
 	}
 }
 
-// permanent reports whether a Campaign error would come back on a retry.
+// permanent reports whether a Campaign error would come back on a retry. A
+// bad identity is one: fencing.WithOwner's error wraps ErrInvalidOption.
 func permanent(err error) bool {
 	for _, target := range []error{fencing.ErrInvalidKey, fencing.ErrInvalidTimeout, fencing.ErrInvalidMargin,
-		fencing.ErrInvalidOption, fencing.ErrInvalidOwner, fencing.ErrTokenSpaceExhausted, errors.ErrUnsupported} {
+		fencing.ErrInvalidOption, fencing.ErrTokenSpaceExhausted, errors.ErrUnsupported} {
 		if errors.Is(err, target) {
 			return true
 		}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -75,44 +76,7 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 		t.Skip("-short: starts redis-server")
 	}
 	w := recipetest.Redis(t)
-	child := exec.Command(os.Args[0], "-test.run=^TestHelperCandidate$", "-test.count=1")
-	child.Env = append(os.Environ(), helperAddr+"="+w.Redis.Addr(), helperPrefix+"="+w.Prefix)
-	stdin, err := child.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child.Stderr = os.Stderr
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		child.Process.Signal(syscall.SIGCONT)
-		child.Process.Kill()
-		child.Wait()
-	})
-	lines := make(chan string, 10)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		io.Copy(io.Discard, out)
-	}()
-	next := func() string {
-		t.Helper()
-		select {
-		case l := <-lines:
-			return l
-		case <-time.After(30 * time.Second):
-			t.Fatal("the child printed nothing in 30s")
-		}
-		return ""
-	}
+	child, stdin, next := startCandidate(t, w)
 	var childToken uint64
 	var first string
 	if l := next(); !strings.HasPrefix(l, "leader ") {
@@ -158,4 +122,103 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 	}
 	stdin.Close()
 	t.Logf("takeover %v after SIGSTOP (TTL %v + margin)", took.Round(time.Millisecond), w.TTL)
+}
+
+// TestObserveVacancyAfterLeaderKilled: a leader whose process is killed
+// (SIGKILL: no resignation) leaves the office vacant until its term runs
+// out, and a waiting candidate is granted the moment it does. Observe
+// reports that vacancy between the two terms, though the store's record
+// went from one term to the next at once.
+func TestObserveVacancyAfterLeaderKilled(t *testing.T) {
+	if testing.Short() {
+		t.Skip("-short: starts redis-server")
+	}
+	w := recipetest.Redis(t)
+	child, _, next := startCandidate(t, w)
+	var childToken uint64
+	if l := next(); !strings.HasPrefix(l, "leader ") {
+		t.Fatalf("child: %q", l)
+	} else {
+		fmt.Sscanf(l, "leader %d", &childToken)
+	}
+	ctx := context.Background()
+	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
+	o := observe(t, e)
+	if err := child.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	h, err := e.Campaign(ctx, "successor")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Release(ctx)
+	for end := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		o.mu.Lock()
+		n := len(o.seen)
+		seenIt := n > 0 && o.seen[n-1].Token == h.Token()
+		o.mu.Unlock()
+		if seenIt {
+			break
+		}
+		if time.Now().After(end) {
+			t.Fatalf("Observe did not report the successor's term %d within 30s", h.Token())
+		}
+	}
+	var got []string
+	for _, l := range o.stop() {
+		got = append(got, fmt.Sprintf("%v/%d/%d", l.Live, l.Token, l.LastToken))
+	}
+	want := []string{
+		fmt.Sprintf("true/%d/%d", childToken, childToken),
+		fmt.Sprintf("false/0/%d", childToken),
+		fmt.Sprintf("true/%d/%d", h.Token(), h.Token()),
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("Observe = %v, want %v: the killed leader's term, the vacancy, the successor's term", got, want)
+	}
+}
+
+// startCandidate starts TestHelperCandidate's process on w's Redis and
+// returns it, its stdin, and what reads its next line of output.
+func startCandidate(t *testing.T, w recipetest.World) (child *exec.Cmd, stdin io.WriteCloser, next func() string) {
+	t.Helper()
+	child = exec.Command(os.Args[0], "-test.run=^TestHelperCandidate$", "-test.count=1")
+	child.Env = append(os.Environ(), helperAddr+"="+w.Redis.Addr(), helperPrefix+"="+w.Prefix)
+	stdin, err := child.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := child.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	child.Stderr = os.Stderr
+	if err := child.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		child.Process.Signal(syscall.SIGCONT)
+		child.Process.Kill()
+		child.Wait()
+	})
+	lines := make(chan string, 10)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		io.Copy(io.Discard, out)
+	}()
+	next = func() string {
+		t.Helper()
+		select {
+		case l := <-lines:
+			return l
+		case <-time.After(30 * time.Second):
+			t.Fatal("the child printed nothing in 30s")
+		}
+		return ""
+	}
+	return child, stdin, next
 }

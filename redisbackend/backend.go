@@ -111,7 +111,7 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 		return nil, err
 	}
 	b.notifier.b = b
-	b.batch = newBatcher(client, b.direct, !honoursDeadlines(client))
+	b.batch = newBatcher(client, b.direct, !honoursDeadlines(client), ownReadBound(client))
 	// One server per client: a Cluster or a Ring would send the keyless
 	// TIME to any of their servers.
 	_, b.pipeToken = client.(*redis.Client)
@@ -122,9 +122,10 @@ func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Optio
 // and writes at its context's deadline, which go-redis does only with
 // ContextTimeoutEnabled (otherwise only its ReadTimeout and WriteTimeout
 // bound them). The backend sends the requests of a client that does not on
-// goroutines of their own, so that a request still returns when its
-// context ends (fencing.WithRequestTimeout) with a server that has stopped
-// answering.
+// goroutines of their own when their contexts can end before the client's
+// ReadTimeout (see batcher.detachFor), so that a request still returns when
+// its context ends (fencing.WithRequestTimeout) with a server that has
+// stopped answering.
 func honoursDeadlines(client redis.UniversalClient) bool {
 	switch c := client.(type) {
 	case *redis.Client:
@@ -135,6 +136,18 @@ func honoursDeadlines(client redis.UniversalClient) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return false
+}
+
+// ownReadBound returns how long client itself lets a command wait for the
+// reply of a server that stopped answering (its ReadTimeout), or 0 when
+// that is unbounded or not known. Only a *redis.Client is known to read
+// one reply per command: a Cluster's may follow redirections to other
+// nodes, each read bounded anew.
+func ownReadBound(client redis.UniversalClient) time.Duration {
+	if c, ok := client.(*redis.Client); ok {
+		return max(c.Options().ReadTimeout, 0)
+	}
+	return 0
 }
 
 func (b *Backend) ready(ctx context.Context) error {

@@ -38,10 +38,15 @@ type batcher struct {
 	inFlight   atomic.Int64 // requests sent or queued and not yet answered
 	// detach: the client does not end a read at a context's deadline
 	// (go-redis without ContextTimeoutEnabled), so a direct request whose
-	// context can end is sent on a goroutine of its own, which its caller
-	// stops waiting for when the context ends (see direct).
-	detach   bool
-	detached sync.WaitGroup // those goroutines; close waits for them
+	// context can end before the client's own read timeout would end the
+	// exchange is sent on a goroutine of its own, which its caller stops
+	// waiting for when the context ends (see direct and detachFor).
+	detach bool
+	// readBound is the client's own read timeout (see ownReadBound): a
+	// request whose deadline is further away is bounded by the client
+	// itself and goes out on its caller's goroutine. Zero: none.
+	readBound time.Duration
+	detached  sync.WaitGroup // the detached goroutines; close waits for them
 
 	mu      sync.Mutex
 	queue   []*queued
@@ -90,9 +95,9 @@ const (
 	stateAbandoned
 )
 
-func newBatcher(client processPipeliner, directUpTo int64, detach bool) *batcher {
+func newBatcher(client processPipeliner, directUpTo int64, detach bool, readBound time.Duration) *batcher {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &batcher{client: client, directUpTo: directUpTo, detach: detach, wake: make(chan struct{}, 1), closing: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	return &batcher{client: client, directUpTo: directUpTo, detach: detach, readBound: readBound, wake: make(chan struct{}, 1), closing: make(chan struct{}), ctx: ctx, cancel: cancel, done: make(chan struct{})}
 }
 
 // Process implements processor: it sends cmd as described on batcher. It
@@ -101,7 +106,7 @@ func newBatcher(client processPipeliner, directUpTo int64, detach bool) *batcher
 func (b *batcher) Process(ctx context.Context, cmd redis.Cmder) error {
 	defer b.inFlight.Add(-1)
 	if b.inFlight.Add(1) <= b.directUpTo {
-		if b.detach && ctx.Done() != nil {
+		if b.detachFor(ctx) {
 			return b.detached1(ctx, []redis.Cmder{cmd})
 		}
 		return b.client.Process(ctx, cmd)
@@ -173,13 +178,36 @@ func abandoned(err error) bool {
 }
 
 // direct sends cmds on the caller's goroutine, or on one of their own
-// when the client would not end its read at ctx's end (see detach).
+// when the client would not end its read at ctx's end (see detachFor).
 func (b *batcher) direct(ctx context.Context, cmds []redis.Cmder) error {
-	if b.detach && ctx.Done() != nil {
+	if b.detachFor(ctx) {
 		return b.detached1(ctx, cmds)
 	}
 	b.exec(ctx, cmds)
 	return cmds[0].Err()
+}
+
+// detachFor reports whether a request under ctx must go out on a
+// goroutine of its own: the client does not end its reads at ctx's end
+// (detach), ctx can end, and it can end before the client's own read
+// timeout would end an exchange with a server that stopped answering
+// (readBound; a context without a deadline can end at any time).
+// Otherwise the caller's goroutine sends it, sparing a hand-off between
+// goroutines per request: the client itself then returns before ctx's
+// deadline, its dial and its wait for a pooled connection honouring ctx
+// in any case. Only the read waits on the server: a request is far
+// smaller than the socket's send buffer, which on a connection no one
+// else writes to is empty when the request is written.
+func (b *batcher) detachFor(ctx context.Context) bool {
+	if !b.detach {
+		return false
+	}
+	// The deadline first: Done makes a context's channel on its first
+	// call, which a request sent with the client's own bound never needs.
+	if dl, ok := ctx.Deadline(); ok {
+		return b.readBound <= 0 || time.Until(dl) <= b.readBound
+	}
+	return ctx.Done() != nil
 }
 
 // detached1 sends cmds on a goroutine of their own and waits for their

@@ -3,6 +3,9 @@ package redisbackend_test
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -67,6 +70,88 @@ func TestBackgroundCallsReturnWhenRedisStops(t *testing.T) {
 		}
 		if !errors.Is(err, fencing.ErrNoAnswer) {
 			t.Errorf("%s with Redis stopped: %v, want ErrNoAnswer", call.name, err)
+		}
+	}
+}
+
+// callerStacks is a go-redis hook that records, for each EVALSHA the
+// client sends, whether the goroutine sending it runs the function named
+// caller (that is, whether the backend sent it on its caller's goroutine).
+type callerStacks struct {
+	caller   string
+	mu       sync.Mutex
+	onCaller []bool
+}
+
+func (h *callerStacks) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h *callerStacks) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (h *callerStacks) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if cmd.Name() == "evalsha" {
+			buf := make([]byte, 64<<10)
+			stack := string(buf[:runtime.Stack(buf, false)])
+			h.mu.Lock()
+			h.onCaller = append(h.onCaller, strings.Contains(stack, h.caller))
+			h.mu.Unlock()
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (h *callerStacks) take() []bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	v := h.onCaller
+	h.onCaller = nil
+	return v
+}
+
+// TestDefaultClientRequestOnCallersGoroutine: on a client without
+// ContextTimeoutEnabled, a request whose deadline is further away than the
+// client's ReadTimeout (the Coordinator's default request timeout against
+// go-redis's default timeouts) goes out on its caller's goroutine, since
+// the client's own timeout ends it first; one whose deadline is nearer
+// (here a request timeout of 1s) still goes out on a goroutine of its
+// own, so that it returns at its deadline
+// (TestBackgroundCallsReturnWhenRedisStops).
+func TestDefaultClientRequestOnCallersGoroutine(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	client := redis.NewClient(&redis.Options{Addr: srv.Addr()}) // default timeouts
+	defer client.Close()
+	if rt := client.Options().ReadTimeout; rt <= time.Second || rt >= fencing.DefaultRequestTimeout {
+		t.Fatalf("go-redis's default ReadTimeout is %v: this test needs it between 1s and %v", rt, fencing.DefaultRequestTimeout)
+	}
+	hook := &callerStacks{caller: "TestDefaultClientRequestOnCallersGoroutine"}
+	client.AddHook(hook)
+	b := newBackend(t, client)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		opts     []fencing.Option
+		onCaller bool
+	}{
+		{"default request timeout", nil, true},
+		{"request timeout below ReadTimeout", []fencing.Option{fencing.WithRequestTimeout(time.Second)}, false},
+	} {
+		c := fencing.New(b, tc.opts...)
+		hook.take()
+		l, err := c.Grant(ctx, "k", time.Minute)
+		if err != nil {
+			t.Fatalf("%s: Grant: %v", tc.name, err)
+		}
+		if err := c.Release(ctx, "k", l.ID); err != nil {
+			t.Fatalf("%s: Release: %v", tc.name, err)
+		}
+		got := hook.take()
+		if len(got) != 2 {
+			t.Fatalf("%s: %d EVALSHA sent, want 2 (grant, release)", tc.name, len(got))
+		}
+		for i, on := range got {
+			if on != tc.onCaller {
+				t.Errorf("%s: request %d on the caller's goroutine: %v, want %v", tc.name, i, on, tc.onCaller)
+			}
 		}
 	}
 }

@@ -75,7 +75,7 @@ func TestNeverMoreThanSize(t *testing.T) {
 				id := fmt.Sprintf("p%d/g%d", p, g)
 				wg.Go(func() {
 					for range rounds {
-						h, err := s.Acquire(ctx, 30*time.Second, fencing.WithOwner(id))
+						h, err := acquireWatched(ctx, s, id)
 						if err != nil {
 							t.Errorf("%s: Acquire: %v", id, err)
 							return

@@ -72,6 +72,7 @@ type Backend struct {
 	checkTime time.Duration
 	listenDSN string
 	closed    atomic.Bool
+	notPgx    atomic.Bool // the pool's driver is not pgx's stdlib (pgQueryRow)
 	hub       hub
 	writer    chan struct{} // SQLite: held by the transaction that runs (sqliteTx)
 }

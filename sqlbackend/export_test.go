@@ -1,4 +1,21 @@
 package sqlbackend
 
+import (
+	"context"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
 // Table returns the backend's table name, for tests that write rows.
 func (b *Backend) Table() string { return b.sql.table }
+
+// ReadTurns reads the place of sub's waiter (a NotifyTurn subscription) as
+// the hub's poll does, and returns what the poll does next: apply the read
+// (waking sub if its place changed), after whatever a test runs meanwhile.
+func (b *Backend) ReadTurns(ctx context.Context, sub backend.Subscription) (apply func()) {
+	subs := []*subscription{sub.(*subscription)}
+	began := time.Now()
+	places, err := b.turnPlaces(ctx, subs)
+	return func() { b.hub.applyTurns(subs, places, err, began) }
+}

@@ -8,9 +8,10 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// Grant implements backend.Backend. On PostgreSQL it is one statement (the
-// grant function: the row locked, the server's clock read, the lock delay
-// and the live lease judged, the counter raised); on SQLite one BEGIN
+// Grant implements backend.Backend. On PostgreSQL it is one statement (an
+// upsert that takes a free key, see pgrow.go; when it refuses, the grant
+// function: the row locked, the server's clock read, the lock delay and
+// the live lease judged, the counter raised); on SQLite one BEGIN
 // IMMEDIATE transaction.
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	if err := b.ready(ctx); err != nil {
@@ -26,6 +27,9 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 }
 
 func (b *Backend) grantPG(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if l, ok, err := b.grantRow(ctx, req); ok || err != nil {
+		return l, err
+	}
 	var (
 		outcome          int
 		token, ttl, marg sql.NullInt64

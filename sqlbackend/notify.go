@@ -54,6 +54,8 @@ type subscription struct {
 	waiterID string
 	tag      string
 	seen     int64
+	telling  int       // Enqueues and Dequeues of the waiter under way
+	toldAt   time.Time // when the latest of them ended
 }
 
 func (s *subscription) Freed() <-chan struct{} { return s.freed }
@@ -355,6 +357,9 @@ func (h *hub) listen(ctx context.Context, setReady func()) {
 		cctx, cancel := context.WithTimeout(ctx, listenConnectTimeout)
 		conn, err := pgx.Connect(cctx, h.b.listenDSN)
 		if err == nil {
+			// The lock says that someone listens (pglisten.go): held while
+			// the session is open.
+			_, err = conn.Exec(cctx, "SELECT pg_advisory_lock_shared("+listeningLock(h.b.sql.notifyChannel)+")")
 			for _, ch := range []string{h.b.sql.notifyChannel, h.b.sql.turnChannel} {
 				if err == nil {
 					_, err = conn.Exec(cctx, "LISTEN "+pgx.Identifier{ch}.Sanitize())

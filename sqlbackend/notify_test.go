@@ -2,9 +2,13 @@ package sqlbackend_test
 
 import (
 	"context"
+	"encoding/hex"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
@@ -277,4 +281,164 @@ func TestPostgresListenerLingers(t *testing.T) {
 func channelOf(b *sqlbackend.Backend) string {
 	table := b.Table()
 	return table[:len(table)-len("leases")] + "free"
+}
+
+// TestPostgresReleaseNotifiesOnlyWaiters: release and force_release NOTIFY
+// only while a listener session (WithListener, a waiter's) listens on the
+// tables. A spy session that LISTENs on the channel, without the
+// listeners' lock, hears the notifications in commit order: with nobody
+// waiting it hears only a marker sent after the releases committed; with
+// a waiter subscribed through another Backend it hears each release, and
+// the waiter wakes; once that Backend is closed, only the marker again.
+func TestPostgresReleaseNotifiesOnlyWaiters(t *testing.T) {
+	srv, h := newPostgres(t)
+	ctx := context.Background()
+	bb, err := h.NewBackend(ctx, t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := bb.(*sqlbackend.Backend)
+	defer b.Close()
+	ch := channelOf(b)
+	spy, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer spy.Close(ctx)
+	if _, err := spy.Exec(ctx, "LISTEN "+pgx.Identifier{ch}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		n, err := spy.WaitForNotification(wctx)
+		if err != nil {
+			t.Fatalf("the spy's next notification: %v", err)
+		}
+		return n.Payload
+	}
+	marker := func(m string) {
+		t.Helper()
+		if _, err := h.db.Exec(`SELECT pg_notify($1, $2)`, ch, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	n := 0
+	release := func(force bool) {
+		t.Helper()
+		n++
+		id := "lease-" + strconv.Itoa(n)
+		if _, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: id, Timeout: time.Minute}); err != nil {
+			t.Fatal(err)
+		}
+		if force {
+			if ended, err := b.ForceRelease(ctx, "k"); err != nil || !ended {
+				t.Fatalf("ForceRelease: %v, %v", ended, err)
+			}
+			return
+		}
+		if err := b.Release(ctx, "k", id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hexKey := hex.EncodeToString([]byte("k"))
+
+	release(false)
+	release(true)
+	marker("nobody waited")
+	if p := next(); p != "nobody waited" {
+		t.Fatalf("with nobody waiting the spy heard %q first, want only the marker", p)
+	}
+
+	waiter, err := sqlbackend.New(h.db, sqlbackend.Postgres, sqlbackend.WithTablePrefix(strings.TrimSuffix(b.Table(), "leases")),
+		sqlbackend.WithoutSafetyChecks(), sqlbackend.WithListener(srv.DSN()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	sub, err := waiter.NotifyFree(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	for _, force := range []bool{false, true} {
+		drain(sub)
+		start := time.Now()
+		release(force)
+		if p := next(); p != hexKey {
+			t.Fatalf("with a waiter (forced %v) the spy heard %q, want the release's %q", force, p, hexKey)
+		}
+		select {
+		case <-sub.Freed():
+			t.Logf("the waiter woke %v after the release began (forced %v)", time.Since(start).Round(time.Millisecond), force)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("the waiter did not wake (forced %v)", force)
+		}
+	}
+
+	sub.Close()
+	waiter.Close()
+	// The server drops the session's lock when the session's process
+	// exits, a moment after Close.
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		var held int
+		if err := h.db.QueryRow(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND mode = 'ShareLock'`).Scan(&held); err != nil {
+			t.Fatal(err)
+		}
+		if held == 0 {
+			break
+		}
+		if time.Since(start) > 30*time.Second {
+			t.Fatalf("the closed listener's lock is still held after %v", time.Since(start))
+		}
+	}
+	release(false)
+	marker("the waiter left")
+	if p := next(); p != "the waiter left" {
+		t.Fatalf("after the waiter left the spy heard %q first, want only the marker", p)
+	}
+}
+
+// A poll of the line whose read straddles the waiter's own Enqueue (a
+// loaded machine makes that likely: the poll's read waits for the file)
+// must not wake the waiter: the poll read its place before it joined, the
+// Enqueue told it the place after. Waking on that difference woke it for
+// nothing twice (then, and at the next poll). A leave ahead still wakes it.
+func TestNotifyTurnPollOlderThanEnqueueDoesNotWake(t *testing.T) {
+	b, path := sharedFile(t)
+	ctx := context.Background()
+	other, err := sqlbackend.New(openSQLitePath(t, path), sqlbackend.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Enqueue(ctx, "k", "head", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.NotifyTurn(ctx, "k", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	apply := b.ReadTurns(ctx, sub) // the poll reads: w is not in the line
+	if p, err := b.Enqueue(ctx, "k", "w", time.Minute); err != nil || p.Ahead != 1 {
+		t.Fatalf("Enqueue: %+v, %v", p, err)
+	}
+	apply()                 // and applies its read after the Enqueue's
+	b.ReadTurns(ctx, sub)() // the next poll
+	select {
+	case <-sub.Freed():
+		t.Fatal("woken by a poll that read the line before the waiter's Enqueue")
+	default:
+	}
+	if err := other.Dequeue(ctx, "k", "head"); err != nil {
+		t.Fatal(err)
+	}
+	b.ReadTurns(ctx, sub)()
+	select {
+	case <-sub.Freed():
+	default:
+		t.Fatal("not woken by a poll after the entry ahead left")
+	}
 }

@@ -69,6 +69,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
 		return backend.Place{}, err
 	}
+	defer b.hub.telling(key, waiterID)()
 	place := backend.Place{TTL: ttl}
 	if b.dialect == Postgres {
 		var aheadSeq, remainingMicros sql.NullInt64
@@ -125,6 +126,7 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 	if err := backend.CheckWaiter(key, waiterID); err != nil {
 		return err
 	}
+	defer b.hub.telling(key, waiterID)()
 	if b.dialect == Postgres {
 		var tag sql.NullString
 		if err := b.db.QueryRowContext(ctx, b.sql.dequeue, []byte(key), waiterID).Scan(&tag); err != nil {
@@ -304,7 +306,19 @@ func (h *hub) pollTurns(ctx context.Context) {
 	if len(subs) == 0 {
 		return
 	}
+	began := time.Now()
 	places, err := h.b.turnPlaces(ctx, subs)
+	h.applyTurns(subs, places, err, began)
+}
+
+// applyTurns applies a poll's read of the places of subs, begun at began.
+// A subscription whose waiter has an Enqueue or a Dequeue through this
+// Backend under way, or ended after the read began, keeps the place that
+// tells it: the read may be older or newer than that request's, and waking
+// the waiter on the difference would wake it for nothing, twice (now, and
+// at the next poll, which reads the place again). A leave the skipped read
+// saw is seen by the next poll.
+func (h *hub) applyTurns(subs []*subscription, places []int64, err error, began time.Time) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i, sub := range subs {
@@ -314,6 +328,9 @@ func (h *hub) pollTurns(ctx context.Context) {
 		if err != nil {
 			sub.seen = seenUnknown
 			sub.wake() // the waiter finds out for itself
+			continue
+		}
+		if sub.telling > 0 || began.Before(sub.toldAt) {
 			continue
 		}
 		if turnWakes(sub.seen, places[i]) {
@@ -331,6 +348,29 @@ func (h *hub) sawTurn(key, waiterID string, aheadSeq int64) {
 	for sub := range h.turns[key] {
 		if sub.waiterID == waiterID {
 			sub.seen = aheadSeq
+		}
+	}
+}
+
+// telling marks an Enqueue or a Dequeue of waiterID under way, until the
+// returned func is called, when it ends (see applyTurns).
+func (h *hub) telling(key, waiterID string) (done func()) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for sub := range h.turns[key] {
+		if sub.waiterID == waiterID {
+			sub.telling++
+		}
+	}
+	return func() {
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		now := time.Now()
+		for sub := range h.turns[key] {
+			if sub.waiterID == waiterID && sub.telling > 0 {
+				sub.telling--
+				sub.toldAt = now
+			}
 		}
 	}
 }

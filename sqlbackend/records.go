@@ -72,8 +72,10 @@ type statements struct {
 	// whose column exists (DDL documents them).
 	upgrade []string
 
-	// PostgreSQL: one statement per operation.
+	// PostgreSQL: one statement per operation, and the plain statements
+	// of a common grant and release (pgrow.go).
 	grant, renew, release, forceRelease string
+	grantRow, releaseRow                string
 	// Both dialects.
 	token, inspect, list, admit, liveTokens string
 	// Queuer (queue.go): both dialects.
@@ -97,12 +99,14 @@ type statements struct {
 func newStatements(d Dialect, prefix string) statements {
 	t, w, c := prefix+"leases", prefix+"waiters", prefix+"cluster"
 	s := statements{table: t, waiters: w, cluster: c}
-	r := strings.NewReplacer("{t}", t, "{w}", w, "{c}", c, "{p}", prefix, "{ch}", channelName(prefix, "free"), "{tch}", channelName(prefix, "turn"))
+	r := strings.NewReplacer("{t}", t, "{w}", w, "{c}", c, "{p}", prefix, "{ch}", channelName(prefix, "free"), "{tch}", channelName(prefix, "turn"),
+		"{nobody_listens}", pgNobodyListens(channelName(prefix, "free")))
 	if d == Postgres {
 		s.notifyChannel, s.turnChannel = channelName(prefix, "free"), channelName(prefix, "turn")
 		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgStorage, pgCluster, pgClusterRow, pgEpoch, pgNextToken, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue, pgAdmit, pgAdopt} {
 			s.ddl = append(s.ddl, r.Replace(stmt))
 		}
+		s.grantRow, s.releaseRow = pgRowStatements(r)
 		s.grant = r.Replace(`SELECT outcome, token, expires_at, ttl_ns, margin_ns, remaining_us FROM {p}grant($1, $2, $3, $4, $5, $6)`)
 		s.renew = r.Replace(`SELECT outcome, token, expires_at FROM {p}renew($1, $2, $3, $4)`)
 		s.release = r.Replace(`SELECT {p}release($1, $2)`)
@@ -343,7 +347,8 @@ END
 $fn$`
 
 // Release and force_release notify in their own transaction: the waiter
-// hears of the release when it commits. A release by the holder leaves no
+// hears of the release when it commits. They notify only when a listener
+// session may be listening (pgNobodyListens, pglisten.go). A release by the holder leaves no
 // lock delay; a forced one starts the lease's from that moment.
 const pgRelease = `CREATE OR REPLACE FUNCTION {p}release(p_key BYTEA, p_id TEXT) RETURNS INT
 LANGUAGE plpgsql AS $fn$
@@ -363,7 +368,9 @@ BEGIN
 		RETURN 3;
 	END IF;
 	UPDATE {t} AS l SET released = true, delay_until = '-infinity' WHERE l.key = p_key;
-	PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
+	IF NOT {nobody_listens} THEN
+		PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
+	END IF;
 	RETURN 0;
 END
 $fn$`
@@ -381,7 +388,9 @@ BEGIN
 	IF NOT FOUND THEN
 		RETURN false;
 	END IF;
-	PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
+	IF NOT {nobody_listens} THEN
+		PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
+	END IF;
 	RETURN true;
 END
 $fn$`
@@ -438,7 +447,9 @@ BEGIN
 		RETURN NULL;
 	END IF;
 	nxt := left(encode(sha256(convert_to(nxt, 'UTF8')), 'hex'), 32);
-	PERFORM pg_notify('{tch}', encode(p_key, 'hex') || ':' || nxt);
+	IF NOT {nobody_listens} THEN
+		PERFORM pg_notify('{tch}', encode(p_key, 'hex') || ':' || nxt);
+	END IF;
 	RETURN nxt;
 END
 $fn$`

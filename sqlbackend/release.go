@@ -7,9 +7,10 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// Release implements backend.Backend: one statement on PostgreSQL (the
-// release function, which also notifies waiters when it commits), one
-// BEGIN IMMEDIATE transaction on SQLite.
+// Release implements backend.Backend: one statement on PostgreSQL (an
+// UPDATE of the live lease, see pgrow.go, or when that refuses the release
+// function; both notify listening waiters when they commit), one BEGIN
+// IMMEDIATE transaction on SQLite.
 func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	if err := b.ready(ctx); err != nil {
 		return err
@@ -18,6 +19,12 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 		return err
 	}
 	if b.dialect == Postgres {
+		if ok, err := b.releaseRow(ctx, key, leaseID); err != nil {
+			return err
+		} else if ok {
+			b.hub.wakeKey(key)
+			return nil
+		}
 		var outcome int
 		if err := b.db.QueryRowContext(ctx, b.sql.release, []byte(key), leaseID).Scan(&outcome); err != nil {
 			return b.classify(ctx, "release", err)

@@ -20,7 +20,7 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 	}
 	if b.dialect == Postgres {
 		var token int64
-		err := b.db.QueryRowContext(ctx, b.sql.token, []byte(key)).Scan(&token)
+		err := b.pgQueryRow(ctx, b.sql.token, []any{[]byte(key)}, &token)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return 0, false, nil

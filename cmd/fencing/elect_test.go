@@ -54,6 +54,9 @@ func TestElect(t *testing.T) {
 		if code := a.wait(30 * time.Second); code != exitLost {
 			t.Errorf("candidate a (--once) exited %d after losing, want %d; stderr:\n%s", code, exitLost, a.errb.String())
 		}
+		if e := a.errb.String(); !strings.Contains(e, "fencing: elect: lease lost") || strings.Contains(e, "hold:") {
+			t.Errorf("candidate a's loss is not reported as elect's:\n%s", e)
+		}
 		var tokB uint64
 		var idB string
 		fmt.Sscan(b.line(30*time.Second), &tokB, &idB)
@@ -104,6 +107,9 @@ func TestElectCampaignsAgain(t *testing.T) {
 		p.wait(30 * time.Second)
 		if !strings.Contains(p.errb.String(), "campaigning again") {
 			t.Errorf("stderr does not say it campaigned again:\n%s", p.errb.String())
+		}
+		if stderr := p.errb.String(); !strings.Contains(stderr, "fencing: elect: lease lost") || strings.Contains(stderr, "hold:") {
+			t.Errorf("stderr does not report the loss as elect's own:\n%s", stderr)
 		}
 	})
 }

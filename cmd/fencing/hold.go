@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"os/signal"
 	"strconv"
 	"time"
@@ -63,7 +62,11 @@ own release, when the command exits, leaves no delay; with --wait, hold sleeps
 out the delay of the key's last lease.
 The command runs in a process group of its own (unless its stdin is a terminal),
 and the signal goes to the whole group. SIGINT, SIGTERM and SIGHUP sent to hold
-are passed on to the command.
+are passed on to the command. On Unix a watchdog process (this program again)
+starts the command: should hold die (SIGKILL, the OOM
+killer), it sends the command SIGTERM at once and SIGKILL after --grace or
+before the lease's deadline, whichever is first; should hold stay frozen past
+the deadline, it stops the command as a lost lease does.
 
 Exit status: the command's own; 3 the key is held (without --wait, or still held
 after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
@@ -209,50 +212,50 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fenci
 
 // runHeld runs argv under h and returns its exit status. When the lease is
 // lost it stops the command and returns exitLost.
+// Its messages name the command that runs it (hold, elect, sem).
 func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key string, argv []string) (int, error) {
-	child := exec.Command(argv[0], argv[1:]...)
-	child.Env = append(os.Environ(), "FENCING_KEY="+key, "FENCING_TOKEN="+strconv.FormatUint(h.Token(), 10))
-	child.Stdin, child.Stdout, child.Stderr = cmd.InOrStdin(), cmd.OutOrStdout(), cmd.ErrOrStderr()
-	ownGroup(child, isTerminal(child.Stdin))
+	lease := h.Lease()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forwarded...)
 	defer signal.Stop(sigs)
-	if err := child.Start(); err != nil {
-		fmt.Fprintf(cmd.ErrOrStderr(), "fencing: hold: %v\n", err)
+	child, err := startCommand(commandSpec{
+		name:   cmd.Name(),
+		argv:   argv,
+		env:    append(os.Environ(), "FENCING_KEY="+key, "FENCING_TOKEN="+strconv.FormatUint(lease.Token, 10)),
+		stdin:  cmd.InOrStdin(),
+		stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(),
+		grace: grace, ttl: lease.TTL, deadline: lease.Deadline,
+	})
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "fencing: %s: %v\n", cmd.Name(), err)
 		return 127, nil
 	}
-	exited := make(chan error, 1)
-	go func() { exited <- child.Wait() }()
-
+	defer child.close()
+	// The watchdog ends the command should this process die or freeze past
+	// the lease's deadline: it learns of each renewal.
+	poll := time.NewTicker(deadlinePoll(lease.TTL))
+	defer poll.Stop()
 	lost := h.Done()
-	var kill <-chan time.Time
 	for {
 		select {
-		case <-exited:
-			if lost == nil { // the lease was lost while it ran
+		case <-child.done():
+			// A deadline that passed counts as a loss even before the
+			// lease's own timer has run (this process was frozen, say).
+			if lost == nil || h.Err() != nil || time.Until(h.Lease().Deadline) <= 0 {
 				return exitLost, exitCode(exitLost)
 			}
-			return statusOf(child.ProcessState), nil
+			return child.status(), nil
 		case sig := <-sigs:
-			signalCmd(child, sig)
+			child.signal(sig)
+		case <-poll.C:
+			if d := h.Lease().Deadline; !d.Equal(lease.Deadline) {
+				lease.Deadline = d
+				child.setDeadline(d)
+			}
 		case <-lost:
 			lost = nil
-			fmt.Fprintf(cmd.ErrOrStderr(), "fencing: hold: %v; stopping the command (SIGTERM, SIGKILL after %v)\n", h.Err(), grace)
-			signalCmd(child, sigTerm)
-			t := time.NewTimer(grace)
-			defer t.Stop()
-			kill = t.C
-		case <-kill:
-			kill = nil
-			signalCmd(child, sigKill)
+			fmt.Fprintf(cmd.ErrOrStderr(), "fencing: %s: %v; stopping the command (SIGTERM, SIGKILL after %v)\n", cmd.Name(), h.Err(), grace)
+			child.stop()
 		}
 	}
-}
-
-// statusOf is the exit status of a finished process as a shell reports it.
-func statusOf(ps *os.ProcessState) int {
-	if n, ok := signalNumber(ps); ok {
-		return 128 + n
-	}
-	return ps.ExitCode()
 }

@@ -51,6 +51,9 @@ type exitCode int
 func (c exitCode) Error() string { return fmt.Sprintf("exit status %d", int(c)) }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == watchdogArg {
+		os.Exit(watchdogMain(os.Args[2:]))
+	}
 	// go-redis logs its dial retries to stderr; the errors it returns say
 	// the same, once, in fencing's own words.
 	redis.SetLogger(&logging.VoidLogger{})

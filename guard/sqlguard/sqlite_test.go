@@ -25,6 +25,12 @@ func openSQLite(t testing.TB) *sql.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	// One connection creates the file and turns WAL on before any test's
+	// connections race to: a fresh file's first switch to WAL can refuse
+	// another connection at once (SQLITE_BUSY without the busy timeout).
+	if _, err := db.Exec("SELECT 1"); err != nil {
+		t.Fatal(err)
+	}
 	return db
 }
 

@@ -27,6 +27,10 @@ const (
 	// (a server that stops answering); bytes read meanwhile are held and
 	// carried once the mode changes.
 	Pause
+	// ResetReplies carries requests to the server and answers each reply
+	// by resetting the client's connection (a TCP RST): the server acts,
+	// the client reads "connection reset by peer" after sending.
+	ResetReplies
 )
 
 // Verdict is what an OnReply hook decides for the reply bytes it is shown.
@@ -321,6 +325,11 @@ func (p *Proxy) carry(c *Conn, dst net.Conn, b []byte, reply bool) bool {
 			continue
 		case mode == DropReplies && reply:
 			return true
+		case mode == ResetReplies && reply:
+			if tc, ok := c.client.(*net.TCPConn); ok {
+				_ = tc.SetLinger(0) // Close sends RST, not FIN
+			}
+			return false
 		}
 		if reply && delay > 0 {
 			time.Sleep(delay)

@@ -43,8 +43,9 @@ const (
 type Server struct {
 	dir     string // owned by the server's user: data/, the socket, the log
 	port    int
-	durable bool // fsync on (Config.Durable)
-	archive bool // WAL archived into ArchiveDir (Config.Archive)
+	durable bool     // fsync on (Config.Durable)
+	archive bool     // WAL archived into ArchiveDir (Config.Archive)
+	env     []string // Config.Env
 	bin     string
 	cred    *syscall.Credential
 
@@ -138,6 +139,10 @@ type Config struct {
 	// Archive turns on WAL archiving (archive_mode) into a directory of
 	// the server's, for point-in-time recovery (StartRecovery).
 	Archive bool
+	// Env is added to the postgres process's environment (not initdb's):
+	// for example faketime.Clock's Env, to run the server on a clock of
+	// the test's.
+	Env []string
 }
 
 // StartConfig is Start with a Config.
@@ -155,7 +160,7 @@ func StartConfig(t testing.TB, cfg Config) *Server {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	s := &Server{dir: dir, durable: cfg.Durable, archive: cfg.Archive, bin: bin, cred: cred}
+	s := &Server{dir: dir, durable: cfg.Durable, archive: cfg.Archive, env: cfg.Env, bin: bin, cred: cred}
 	initdb := exec.Command(filepath.Join(bin, "initdb"),
 		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := run(initdb, dir, cred); err != nil {
@@ -218,6 +223,9 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = s.dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	if len(s.env) > 0 {
+		cmd.Env = append(os.Environ(), s.env...)
+	}
 	var log bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &log, &log
 	if err := cmd.Start(); err != nil {
