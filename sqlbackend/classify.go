@@ -56,6 +56,11 @@ func (b *Backend) classify(ctx context.Context, what string, err error) error {
 			return fmt.Errorf("sqlbackend: %s: %w", what, err)
 		}
 	} else if notSent(err) {
+		if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+			// A dial cut short by ctx reports a timeout of its own
+			// ("i/o timeout"): the caller is told its context ended.
+			return fmt.Errorf("sqlbackend: %s: not sent: %w: %w", what, cerr, err)
+		}
 		return fmt.Errorf("sqlbackend: %s: not sent: %w", what, err)
 	}
 	return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrOutcomeUnknown, err)
