@@ -181,7 +181,9 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.
 // Release ends the live lease leaseID on key at once: its token stops
 // checking true, and the key is free. Releasing a lease already released is
 // not an error; releasing an expired one returns ErrLeaseExpired and one
-// that is not the key's lease ErrLeaseNotFound.
+// that is not the key's lease ErrLeaseNotFound, except on a resend after a
+// lost answer (see WithOutcomeRetries): the lost attempt may have released
+// it before another lease took the key, so that is not an error either.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.begin(ctx)
 	release := func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) }
@@ -191,7 +193,14 @@ func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	}
 	_, err := attempt(c, ctx, release)
 	if err != nil {
+		uncertain := errors.Is(err, ErrOutcomeUnknown)
 		_, err = resend(c, ctx, start, struct{}{}, err, func() (struct{}, error) { return attempt(c, ctx, release) })
+		if uncertain && errors.Is(err, ErrLeaseNotFound) {
+			// The attempt whose answer was lost may have ended the lease,
+			// and another since taken the key: released, as far as can be
+			// known, and not the caller's either way.
+			err = nil
+		}
 	}
 	c.obs.done(ctx, sp, opRelease, key, 0, err)
 	if err != nil {

@@ -458,6 +458,48 @@ func TestOutcomeUnknownRenewAndReleaseAreResent(t *testing.T) {
 	}
 }
 
+// takenAfterLostRelease loses the answer of the first Release, which went
+// through, and lets another client take the key before the resend arrives.
+type takenAfterLostRelease struct {
+	backend.Backend
+	lost bool
+}
+
+func (b *takenAfterLostRelease) Release(ctx context.Context, key, leaseID string) error {
+	err := b.Backend.Release(ctx, key, leaseID)
+	if err != nil || b.lost {
+		return err
+	}
+	b.lost = true
+	if _, err := fencing.New(b.Backend).Grant(ctx, key, time.Minute); err != nil {
+		return err
+	}
+	return errLost
+}
+
+// A resent Release that finds another lease on the key reports the release
+// done: the lost first attempt may have ended the lease, and the key has
+// moved on either way.
+func TestOutcomeUnknownReleaseResentAfterHandoff(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t)
+	c := fencing.New(&takenAfterLostRelease{Backend: e.mem})
+	lease, err := c.Grant(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Release(ctx, "k", lease.ID); err != nil {
+		t.Fatalf("Release whose first answer was lost, the key taken since: %v, want nil", err)
+	}
+	if token, live, _ := c.Token(ctx, "k"); !live || token != lease.Token+1 {
+		t.Fatalf("Token = %d, %v; want the next client's %d, live", token, live, lease.Token+1)
+	}
+	// Without a lost answer, a lease that is not the key's is still refused.
+	if err := c.Release(ctx, "k", lease.ID); !errors.Is(err, fencing.ErrLeaseNotFound) {
+		t.Fatalf("Release of a superseded lease = %v, want ErrLeaseNotFound", err)
+	}
+}
+
 func TestOutcomeUnknownWithoutRetries(t *testing.T) {
 	ctx := context.Background()
 	l, _ := newLossy(t, 1)

@@ -164,7 +164,7 @@ func (s suite) testTokenExhaustion(t *testing.T) {
 	}
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	ttl, margin := s.holdTTL()
+	ttl, margin := s.holdTTL(t)
 	if h, err := c.Lock(lctx, key, ttl, fencing.WithMargin(margin)); !errors.Is(err, fencing.ErrTokenSpaceExhausted) {
 		if err == nil {
 			h.Release(ctx)

@@ -478,7 +478,7 @@ func (s suite) testDoneContext(t *testing.T) {
 	}
 	for _, ctx := range []context.Context{canceled, expired} {
 		want := ctx.Err()
-		ttl, margin := s.holdTTL()
+		ttl, margin := s.holdTTL(t)
 		h, err := c.Hold(ctx, key, ttl, fencing.WithMargin(margin))
 		if err == nil {
 			h.Release(context.Background())

@@ -16,9 +16,12 @@ import (
 // Cases for fencing.Coordinator's Hold, Lock and Do on the backend: the
 // renewer, the waiter and their wake-ups run against the real store.
 
-// holdTTL is the TTL of held leases: short, but honoured as asked.
-func (s suite) holdTTL() (ttl, margin time.Duration) {
-	ttl = max(s.traits.MinTTL, 400*time.Millisecond)
+// holdTTL is the TTL and margin of held leases: short, but long enough for
+// the renewer to keep them on this host (see renewedTTL), and honoured as
+// asked.
+func (s suite) holdTTL(t *testing.T) (ttl, margin time.Duration) {
+	t.Helper()
+	ttl = s.renewedTTL(t, max(s.traits.MinTTL, 400*time.Millisecond))
 	return ttl, ttl / 4
 }
 
@@ -32,9 +35,8 @@ func (s suite) pass(t *testing.T, d time.Duration) {
 	}
 }
 
-func (s suite) hold(t *testing.T, c *fencing.Coordinator, key string, opts ...fencing.HoldOption) *fencing.Held {
+func (s suite) hold(t *testing.T, c *fencing.Coordinator, key string, ttl, margin time.Duration, opts ...fencing.HoldOption) *fencing.Held {
 	t.Helper()
-	ttl, margin := s.holdTTL()
 	h, err := c.Hold(context.Background(), key, ttl, append([]fencing.HoldOption{fencing.WithMargin(margin)}, opts...)...)
 	if err != nil {
 		t.Fatalf("Hold(%q): %v", key, err)
@@ -46,8 +48,8 @@ func (s suite) hold(t *testing.T, c *fencing.Coordinator, key string, opts ...fe
 // testHoldRenews: a held lease outlives several TTLs, keeping its token.
 func (s suite) testHoldRenews(t *testing.T) {
 	c, _ := s.coordinator(t)
-	ttl, _ := s.holdTTL()
-	h := s.hold(t, c, "hold")
+	ttl, margin := s.holdTTL(t)
+	h := s.hold(t, c, "hold", ttl, margin)
 	first := h.Lease()
 	for range 6 {
 		s.pass(t, ttl/2)
@@ -80,8 +82,8 @@ func (s suite) testHoldRenews(t *testing.T) {
 func (s suite) testHoldLost(t *testing.T) {
 	b := s.backend(t)
 	c := fencing.New(b)
-	ttl, margin := s.holdTTL()
-	h := s.hold(t, c, "lost")
+	ttl, margin := s.holdTTL(t)
+	h := s.hold(t, c, "lost", ttl, margin)
 	switch f, ok := b.(backend.ForceReleaser); {
 	case ok:
 		if _, err := f.ForceRelease(context.Background(), "lost"); err != nil {
@@ -113,7 +115,7 @@ func (s suite) testHoldLost(t *testing.T) {
 // frees the key.
 func (s suite) testHoldParentCanceled(t *testing.T) {
 	c, _ := s.coordinator(t)
-	ttl, margin := s.holdTTL()
+	ttl, margin := s.holdTTL(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	h, err := c.Hold(ctx, "parent", ttl, fencing.WithMargin(margin))
 	if err != nil {
@@ -132,7 +134,7 @@ func (s suite) testHoldParentCanceled(t *testing.T) {
 // before, with a larger token.
 func (s suite) testLockWaitsForRelease(t *testing.T) {
 	c, _ := s.coordinator(t)
-	ttl, margin := s.holdTTL()
+	ttl, margin := s.holdTTL(t)
 	holder := s.grant(t, c, "lock", long, time.Second)
 	got := make(chan *fencing.Held, 1)
 	errc := make(chan error, 1)
@@ -171,7 +173,7 @@ func (s suite) testLockWaitsForRelease(t *testing.T) {
 // key over when its lease expires.
 func (s suite) testLockAfterExpiry(t *testing.T) {
 	c, _ := s.coordinator(t)
-	ttl, margin := s.holdTTL()
+	ttl, margin := s.holdTTL(t)
 	gone, returned := s.grantShort(t, c, "abandoned")
 	done := make(chan error, 1)
 	var token atomic.Uint64
@@ -199,7 +201,7 @@ func (s suite) testLockAfterExpiry(t *testing.T) {
 // round, never two at once, with tokens increasing in grant order.
 func (s suite) testLockManyWaiters(t *testing.T) {
 	c, _ := s.coordinator(t)
-	ttl, margin := s.holdTTL()
+	ttl, margin := s.holdTTL(t)
 	const waiters, rounds = 6, 3
 	var (
 		inside  atomic.Int32
@@ -251,7 +253,7 @@ func (s suite) testLockManyWaiters(t *testing.T) {
 // takes nothing, and leaves the key to its holder.
 func (s suite) testLockCanceled(t *testing.T) {
 	c, _ := s.coordinator(t)
-	ttl, margin := s.holdTTL()
+	ttl, margin := s.holdTTL(t)
 	holder := s.grant(t, c, "canceled", long, time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
@@ -269,7 +271,7 @@ func (s suite) testLockCanceled(t *testing.T) {
 // testDoRenews: Do keeps its lease for as long as fn runs.
 func (s suite) testDoRenews(t *testing.T) {
 	c, _ := s.coordinator(t)
-	ttl, margin := s.holdTTL()
+	ttl, margin := s.holdTTL(t)
 	var token uint64
 	err := c.Do(context.Background(), "do", ttl, func(ctx context.Context, lease fencing.Lease) error {
 		token = lease.Token

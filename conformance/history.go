@@ -48,7 +48,7 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 	holdTTL, holdMargin := timeout, margin
 	if s.traits.Now == nil {
 		timeout, margin = s.short()
-		holdTTL, holdMargin = s.holdTTL()
+		holdTTL, holdMargin = s.holdTTL(t)
 		pause = timeout / 4
 		deadline = time.Now().Add(4*(timeout+margin) + 2*time.Second)
 	}

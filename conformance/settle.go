@@ -36,7 +36,7 @@ func (a *answerLost) Grant(ctx context.Context, req backend.Request) (backend.Le
 // the caller told it may still hold the key.
 func (s suite) testHoldSettlesUnknownGrant(t *testing.T) {
 	ctx := context.Background()
-	ttl, margin := s.holdTTL()
+	ttl, margin := s.holdTTL(t)
 
 	b := s.backend(t)
 	c := fencing.New(&answerLost{Backend: b}, fencing.WithOutcomeRetries(0))

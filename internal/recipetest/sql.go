@@ -5,12 +5,14 @@ import (
 	"database/sql"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 	_ "modernc.org/sqlite"             // the "sqlite" driver
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
@@ -22,11 +24,12 @@ import (
 func SQLite(t *testing.T) World {
 	path := filepath.Join(t.TempDir(), "recipes.db")
 	dsn := "file:" + path + "?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)&_pragma=synchronous(FULL)"
-	SQLBackend(t, "sqlite", dsn, sqlbackend.SQLite, "", true) // the tables, once
+	b := SQLBackend(t, "sqlite", dsn, sqlbackend.SQLite, "", true) // the tables, once
 	newBackend := func(t *testing.T) backend.Backend {
 		return SQLBackend(t, "sqlite", dsn, sqlbackend.SQLite, "", false)
 	}
-	return World{Name: "sqlite", TTL: time.Second, Margin: 500 * time.Millisecond, ObserveLag: 600 * time.Millisecond, NewBackend: newBackend}
+	ttl := shortTTL(t, b, time.Second)
+	return World{Name: "sqlite", TTL: ttl, Margin: ttl / 2, ObserveLag: 600 * time.Millisecond, NewBackend: newBackend}
 }
 
 // Postgres returns a world on a PostgreSQL child process of its own
@@ -36,11 +39,12 @@ func Postgres(t *testing.T) World {
 	s := pgtest.Start(t)
 	prefix := fmt.Sprintf("recipe%d_", prefixes.Add(1))
 	// The recipes' tests need no durability: the server runs with fsync off.
-	SQLBackend(t, "pgx", s.DSN(), sqlbackend.Postgres, prefix, true, sqlbackend.WithoutSafetyChecks()) // the tables and functions, once
+	b := SQLBackend(t, "pgx", s.DSN(), sqlbackend.Postgres, prefix, true, sqlbackend.WithoutSafetyChecks()) // the tables and functions, once
 	newBackend := func(t *testing.T) backend.Backend {
 		return SQLBackend(t, "pgx", s.DSN(), sqlbackend.Postgres, prefix, false, sqlbackend.WithoutSafetyChecks(), sqlbackend.WithListener(s.DSN()))
 	}
-	return World{Name: "postgres", TTL: time.Second, Margin: 500 * time.Millisecond, Prefix: prefix, NewBackend: newBackend}
+	ttl := shortTTL(t, b, time.Second)
+	return World{Name: "postgres", TTL: ttl, Margin: ttl / 2, Prefix: prefix, NewBackend: newBackend}
 }
 
 // SQLBackend opens dsn with driver and returns a backend on it, first
@@ -67,4 +71,36 @@ func SQLBackend(t testing.TB, driver, dsn string, dialect sqlbackend.Dialect, pr
 	}
 	t.Cleanup(func() { b.Close(); db.Close() })
 	return b
+}
+
+// roundTripFactor is how many observed store round trips a short lease on
+// a real server lasts: a renewer needs one per renewal, and a loaded host
+// (or -race) delays its timers about as much as it delays the store.
+const roundTripFactor = 50
+
+// shortTTL returns a short lease's TTL on b's store: roundTripFactor times
+// the median round trip of a few grants and releases observed now, and at
+// least floor. Tests that are not about expiry then hold on a loaded host.
+func shortTTL(t testing.TB, b backend.Backend, floor time.Duration) time.Duration {
+	t.Helper()
+	c := fencing.New(b)
+	ctx := context.Background()
+	var took []time.Duration
+	for range 4 {
+		start := time.Now()
+		l, err := c.Grant(ctx, "recipetest-round-trip", time.Minute)
+		took = append(took, time.Since(start))
+		if err != nil {
+			t.Fatalf("Grant (measuring the round trip): %v", err)
+		}
+		start = time.Now()
+		if err := c.Release(ctx, "recipetest-round-trip", l.ID); err != nil {
+			t.Fatalf("Release (measuring the round trip): %v", err)
+		}
+		took = append(took, time.Since(start))
+	}
+	slices.Sort(took)
+	ttl := max(floor, roundTripFactor*took[len(took)/2])
+	t.Logf("store round trip %v: short TTL %v", took[len(took)/2], ttl)
+	return ttl
 }
