@@ -79,8 +79,8 @@
 //     Do holds its lease while fn runs.
 //
 // A harness may also implement TokenPresetter, so the suite can reach the
-// end of the token space; without it that case passes with a log line
-// saying it did not run (a harness capability, not a backend failure).
+// end of the token space; without it that case is skipped with a message
+// that begins "harness capability:" (not a backend failure).
 //
 // # Crashing the server
 //
