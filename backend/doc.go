@@ -58,7 +58,9 @@
 // capabilities.go, which package fencing finds by type assertion: Notifier
 // (waiting for a key to come free), Inspector (a key's state), ForceReleaser
 // (ending a lease without its ID), Lister (enumerating keys) and Queuer (a
-// first-come, first-served line of waiters per key).
+// first-come, first-served line of waiters per key). A backend whose store
+// has no clock implements ObservedExpiry, which states the one rule it
+// keeps differently: expiry, decided by observation.
 //
 // The conformance package holds a backend to this contract.
 package backend
