@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 
@@ -22,8 +23,15 @@ func ExampleWithFIFO() {
 	if err != nil {
 		panic(err)
 	}
+	// Wait until the line holds n waiters, read from the store.
+	awaitLine := func(n int) {
+		for inLine(ctx, mem, "jobs/deploy") != n {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	awaitLine(0) // first has left the line it passed through
 	var wg sync.WaitGroup
-	for _, name := range []string{"blue", "green", "red"} {
+	for i, name := range []string{"blue", "green", "red"} {
 		wg.Go(func() {
 			h, err := c.Lock(ctx, "jobs/deploy", time.Minute, fencing.WithFIFO())
 			if err != nil {
@@ -32,7 +40,7 @@ func ExampleWithFIFO() {
 			fmt.Println(name, "holds token", h.Token())
 			h.Release(ctx)
 		})
-		time.Sleep(50 * time.Millisecond) // in line before the next begins to wait
+		awaitLine(i + 1) // in line before the next begins to wait
 	}
 	first.Release(ctx)
 	wg.Wait()
@@ -40,4 +48,17 @@ func ExampleWithFIFO() {
 	// blue holds token 2
 	// green holds token 3
 	// red holds token 4
+}
+
+// inLine returns how many waiters are in key's line, read from the store:
+// the number ahead of a probe that joins the line's end and leaves at once.
+func inLine(ctx context.Context, q backend.Queuer, key string) int {
+	p, err := q.Enqueue(ctx, key, "probe", time.Minute)
+	if err != nil {
+		panic(err)
+	}
+	if err := q.Dequeue(ctx, key, "probe"); err != nil {
+		panic(err)
+	}
+	return p.Ahead
 }

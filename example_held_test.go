@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 
@@ -85,19 +86,27 @@ func ExampleCoordinator_Lock() {
 // so the caller can settle it instead of being locked out by its own lease.
 func ExampleOutcomeError() {
 	ctx := context.Background()
-	c := fencing.New(memorybackend.New())
+	mem := memorybackend.New()
+	c := fencing.New(mem)
 
+	// The grant took the key in the store, and its answer was lost on the
+	// way back: the caller holds only the error, which names the lease.
+	mem.Grant(ctx, backend.Request{Key: "k", LeaseID: "id-from-the-error", Timeout: time.Minute})
 	var err error = &fencing.OutcomeError{Op: "grant", Key: "k", LeaseID: "id-from-the-error", Err: fencing.ErrOutcomeUnknown}
+	fmt.Println(err)
+
 	var oe *fencing.OutcomeError
 	if errors.As(err, &oe) {
 		// The grant may have taken the key: release it, or Renew to adopt it.
-		relErr := c.Release(ctx, oe.Key, oe.LeaseID)
-		fmt.Println("settled:", relErr == nil || errors.Is(relErr, fencing.ErrLeaseNotFound))
+		if err := c.Release(ctx, oe.Key, oe.LeaseID); err != nil && !errors.Is(err, fencing.ErrLeaseNotFound) {
+			fmt.Println("not settled:", err)
+		}
 	}
-	fmt.Println(err)
+	st, _ := c.Inspect(ctx, "k")
+	fmt.Println("held after settling:", st.Live, "highest token:", st.MaxToken)
 	// Output:
-	// settled: true
 	// grant "k": outcome unknown
+	// held after settling: false highest token: 1
 }
 
 func ExampleCoordinator_Inspect() {

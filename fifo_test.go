@@ -78,6 +78,10 @@ type watched struct {
 	// stall makes Dequeue wait for its context, as a server that does
 	// not answer would.
 	stall atomic.Bool
+	// sawHeld, when set, is signalled each time a call finds the key
+	// held: a grant refused with ErrLeaseHeld, or Inspect showing a live
+	// lease.
+	sawHeld chan struct{}
 	// rtt delays each Release, as a server's round trip would: on memory,
 	// it lets a waiter woken before the release finished try too soon.
 	rtt time.Duration
@@ -97,7 +101,11 @@ func (b *watched) Grant(ctx context.Context, req backend.Request) (backend.Lease
 		return backend.Lease{}, errCut
 	}
 	b.grants.Add(1)
-	return b.Backend.Grant(ctx, req)
+	l, err := b.Backend.Grant(ctx, req)
+	if errors.Is(err, backend.ErrLeaseHeld) {
+		b.held()
+	}
+	return l, err
 }
 
 func (b *watched) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
@@ -161,7 +169,21 @@ func (b *watched) Inspect(ctx context.Context, key string) (backend.KeyState, er
 	if b.cut.Load() {
 		return backend.KeyState{}, errCut
 	}
-	return b.Backend.(backend.Inspector).Inspect(ctx, key)
+	st, err := b.Backend.(backend.Inspector).Inspect(ctx, key)
+	if err == nil && st.Live {
+		b.held()
+	}
+	return st, err
+}
+
+// held signals sawHeld, if set, without blocking.
+func (b *watched) held() {
+	if b.sawHeld != nil {
+		select {
+		case b.sawHeld <- struct{}{}:
+		default:
+		}
+	}
 }
 
 func (b *watched) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
@@ -600,12 +622,13 @@ func TestLockFIFOReleaseBounded(t *testing.T) {
 }
 
 // TestLockFIFOAdvisoryLine: the line is advisory. A Hold, which does not
-// wait in it, takes the key while it is free; the waiter at the head is
-// refused, subscribes to the release, and gets the key when the Hold
-// releases it, ahead of the waiter behind.
+// wait in it, takes the key while it is free; the waiter at the head
+// subscribes to the release, sees the key held, and gets the key when the
+// Hold releases it, ahead of the waiter behind.
 func TestLockFIFOAdvisoryLine(t *testing.T) {
 	fifoWorlds(t, func(t *testing.T, w recipetest.World) {
 		p := newProcs(t, w, 3)
+		p.b[1].sawHeld = make(chan struct{}, 1)
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		outside, err := p.c[0].Hold(ctx, "advisory", w.TTL) // ignores the line
@@ -618,7 +641,15 @@ func TestLockFIFOAdvisoryLine(t *testing.T) {
 		}
 		behind := lockAsync(ctx, p.c[2], "advisory", w.TTL)
 		p.joined(t)
-		time.Sleep(100 * time.Millisecond) // the head has been refused and waits
+		// The head, subscribed to the release, has seen the key held and
+		// waits: only the release can let it through.
+		select {
+		case <-p.b[1].sawHeld:
+		case r := <-head:
+			t.Fatalf("the head's Lock returned %v while the Hold was live", r)
+		case <-ctx.Done():
+			t.Fatal("the head never saw the key held")
+		}
 		if err := outside.Release(ctx); err != nil {
 			t.Fatal(err)
 		}

@@ -84,8 +84,8 @@
 // unchanged for its ttl + margin, and then grants it with a larger token.
 //
 // A harness may also implement TokenPresetter, so the suite can reach the
-// end of the token space; without it that case passes with a log line
-// saying it did not run (a harness capability, not a backend failure).
+// end of the token space; without it that case is skipped with a message
+// that begins "harness capability:" (not a backend failure).
 //
 // # Crashing the server
 //

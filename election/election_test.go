@@ -18,6 +18,7 @@ import (
 	"github.com/fencing-go/fencing/election"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/faultbackend"
 	"github.com/fencing-go/fencing/internal/recipetest"
 	"github.com/fencing-go/fencing/memorybackend"
 )
@@ -179,7 +180,19 @@ func TestTakeoverAfterStall(t *testing.T) {
 			stall, resume = sb.Stall, sb.Resume
 		}
 		old := election.New(leaderCoord, "office", w.TTL, election.WithHoldOptions(holdOpts()...))
-		next := election.New(w.Coordinator(t), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
+		// The successor's process signals each grant refused for the
+		// leader's live term.
+		refused := make(chan struct{}, 1)
+		nextBackend := faultbackend.New(w.NewBackend(t), func(_ context.Context, op faultbackend.Op, _ string, err error) error {
+			if op == faultbackend.Grant && errors.Is(err, backend.ErrLeaseHeld) {
+				select {
+				case refused <- struct{}{}:
+				default:
+				}
+			}
+			return err
+		})
+		next := election.New(fencing.New(nextBackend, fencing.WithDefaultMargin(w.Margin)), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
 		a, err := old.Campaign(ctx, "stalled")
 		if err != nil {
 			t.Fatal(err)
@@ -196,11 +209,12 @@ func TestTakeoverAfterStall(t *testing.T) {
 			}
 			won <- h
 		}()
-		time.Sleep(100 * time.Millisecond) // the successor waits
-		select {
+		select { // the successor was refused and waits
+		case <-refused:
 		case <-won:
 			t.Fatal("the successor won while the leader was live")
-		default:
+		case <-time.After(time.Minute):
+			t.Fatal("the successor's campaign was never refused")
 		}
 		stall()
 		var b *fencing.Held

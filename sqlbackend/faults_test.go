@@ -219,6 +219,8 @@ func runChild(role, path string) {
 		time.Sleep(time.Minute)
 		os.Exit(1)
 	}
+	// New, then the first Grant, wait for the victim's write lock.
+	fmt.Println("waiting")
 	b, err := sqlbackend.New(db, sqlbackend.SQLite)
 	if err != nil {
 		fmt.Println("error", err)
@@ -317,6 +319,7 @@ func TestSQLiteProcesses(t *testing.T) {
 	results := make([]result, workers)
 	var wg sync.WaitGroup
 	var cmds []*exec.Cmd
+	waiting := make(chan struct{}, workers)
 	for i := range workers {
 		cmd, out := child("worker")
 		cmds = append(cmds, cmd)
@@ -325,7 +328,9 @@ func TestSQLiteProcesses(t *testing.T) {
 			defer wg.Done()
 			for out.Scan() {
 				f := strings.Fields(out.Text())
-				if len(f) == 2 && f[0] == "token" {
+				if out.Text() == "waiting" {
+					waiting <- struct{}{}
+				} else if len(f) == 2 && f[0] == "token" {
 					n, _ := strconv.ParseUint(f[1], 10, 64)
 					results[i].tokens = append(results[i].tokens, n)
 				} else {
@@ -334,7 +339,15 @@ func TestSQLiteProcesses(t *testing.T) {
 			}
 		}()
 	}
-	time.Sleep(300 * time.Millisecond) // the workers wait for the victim's lock
+	// Every worker has started, and goes on to wait for the victim's
+	// lock.
+	for range workers {
+		select {
+		case <-waiting:
+		case <-time.After(time.Minute):
+			t.Fatal("a worker never started")
+		}
+	}
 	victim.Process.Signal(syscall.SIGKILL)
 	victim.Wait()
 	wg.Wait()

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -114,7 +115,25 @@ type proc struct {
 	lines chan string // stdout, line by line; closed at EOF
 	done  chan struct{}
 	err   error
-	errb  strings.Builder
+	errb  syncBuilder // read while the process writes
+}
+
+// syncBuilder is a strings.Builder safe for a writer and readers at once.
+type syncBuilder struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuilder) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuilder) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func start(t *testing.T, args ...string) *proc {

@@ -48,8 +48,13 @@ func TestElect(t *testing.T) {
 		if r := want(t, 0, s.args("leader", "office")...); !strings.Contains(r.stdout, `led by "cand-a"`) {
 			t.Errorf("leader: %s", r.stdout)
 		}
-		b := start(t, s.args("elect", "office", "--identity", "cand-b", "--ttl", "2s", "--", "sh", "-c", script)...)
-		time.Sleep(300 * time.Millisecond) // b campaigns
+		b := start(t, s.args("elect", "office", "-v", "--identity", "cand-b", "--ttl", "2s", "--", "sh", "-c", script)...)
+		// b campaigns: its log shows a grant refused for a's live term.
+		for deadline := time.Now().Add(30 * time.Second); !strings.Contains(b.errb.String(), "key held by a live lease"); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("candidate b's campaign was never refused; stderr:\n%s", b.errb.String())
+			}
+		}
 		want(t, 0, s.args("release", "office", "--force", "--yes")...)
 		if code := a.wait(30 * time.Second); code != exitLost {
 			t.Errorf("candidate a (--once) exited %d after losing, want %d; stderr:\n%s", code, exitLost, a.errb.String())

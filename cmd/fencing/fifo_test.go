@@ -1,12 +1,19 @@
 package main
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/etcdbackend"
+	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/redisbackend"
+	"github.com/fencing-go/fencing/sqlbackend"
 )
 
 // hold --wait --fifo on shared servers: three holds in three processes,
@@ -41,30 +48,20 @@ func TestHoldWaitFIFO(t *testing.T) {
 		}
 		first := hold("first")
 		t1 := token(first)
-		var before waitState
-		if s.waitState != nil {
-			before = s.waitState(t)
-		}
-		joined := func() { // the waiter just started is in line
-			if s.waitState == nil {
-				time.Sleep(1500 * time.Millisecond)
-				return
-			}
-			for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				if now := s.waitState(t); now.subs > before.subs {
-					before = now
-					break
-				}
+		// joined waits until the store's line holds n waiters.
+		q := lineReader(t, s)
+		joined := func(n int) {
+			for deadline := time.Now().Add(30 * time.Second); inLine(t, q, "fifo") != n; time.Sleep(5 * time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Fatalf("%s: the waiter's watch of the line not seen", s.name)
+					t.Fatalf("%s: the line never held %d waiters", s.name, n)
 				}
 			}
-			time.Sleep(500 * time.Millisecond) // its Enqueue follows the watch
 		}
+		joined(0) // the first hold has left the line it passed through
 		second := hold("second")
-		joined()
+		joined(1)
 		third := hold("third")
-		joined()
+		joined(2)
 		release("first")
 		if code := first.wait(30 * time.Second); code != 0 {
 			t.Fatalf("the first hold exited %d; stderr:\n%s", code, first.errb.String())
@@ -90,4 +87,38 @@ func TestHoldFIFONeedsWait(t *testing.T) {
 	if r.code != exitUsage || !strings.Contains(r.stderr, "--fifo goes with --wait") {
 		t.Fatalf("hold --fifo without --wait: want exit 2 and a usage message, got %v", r)
 	}
+}
+
+// lineReader returns a backend on s's store, with the commands' key prefix,
+// to read its lines.
+func lineReader(t *testing.T, s server) backend.Queuer {
+	t.Helper()
+	var b backend.Backend
+	switch s.name {
+	case "etcd":
+		b = recipetest.EtcdBackend(t, []string{s.flags[1]}, etcdbackend.DefaultPrefix)
+	case "redis":
+		b = recipetest.RedisBackend(t, s.flags[1], redisbackend.DefaultPrefix)
+	case "sqlite":
+		b = recipetest.SQLBackend(t, "sqlite", "file:"+s.flags[1]+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)", sqlbackend.SQLite, "", false)
+	default:
+		t.Fatalf("no line reader for %s", s.name)
+	}
+	return b.(backend.Queuer)
+}
+
+// inLine returns how many waiters are in key's line: the number ahead of a
+// probe that joins the line's end and leaves at once.
+func inLine(t *testing.T, q backend.Queuer, key string) int {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, err := q.Enqueue(ctx, key, "probe", 5*time.Second)
+	if err != nil {
+		t.Fatalf("probe: Enqueue: %v", err)
+	}
+	if err := q.Dequeue(ctx, key, "probe"); err != nil {
+		t.Fatalf("probe: Dequeue: %v", err)
+	}
+	return p.Ahead
 }
