@@ -235,3 +235,34 @@ type Place struct {
 	// grants whole seconds); TTL >= the ttl asked for.
 	TTL time.Duration
 }
+
+// ObservedExpiry is implemented by a backend whose store has no clock that
+// can end a lease (the Kubernetes API server never expires a Lease). Such a
+// backend keeps the contract in package doc with one rule changed, the
+// expiry rule; every other rule (tokens, one live lease, idempotent resends,
+// late renewals, token checks, bad input) holds as written:
+//
+//   - Each state of a key's record is timed on the backend's own monotonic
+//     clock from when that backend first saw it: for its own writes, from
+//     just before the write was sent; for a state another process wrote,
+//     from the read that first returned it. A lease is live, for that
+//     backend, until ttl + margin has passed since then, with no change to
+//     the record meanwhile. A renewal changes the record, so every
+//     observer starts again.
+//   - A grant takes a key only when the backend has seen its record
+//     unchanged for the lease's ttl + margin (and its lock delay, if any),
+//     and writes only if the record is still the state it read (a
+//     compare-and-swap), so a write the holder made meanwhile wins.
+//   - So a backend that has just started, or another process, waits a whole
+//     ttl + margin from its first read before it takes an abandoned lease;
+//     and Inspect's ExpiresAt, HeldError.Remaining and the like are that
+//     backend's estimates.
+//
+// The holder's promise to itself is unchanged (Deadline = send + ttl on its
+// monotonic clock): its write landed after that send, and any observer saw
+// it no earlier than it landed, so no observer takes the key before the
+// holder's Deadline while clock rates differ by less than margin/ttl.
+type ObservedExpiry interface {
+	// ObservedExpiry is a marker; it does nothing.
+	ObservedExpiry()
+}

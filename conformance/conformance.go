@@ -27,6 +27,7 @@ func Run(t *testing.T, h Harness) {
 		{"KeysIndependent", s.testKeysIndependent},
 		{"RacingGrantsOneWinner", s.testRacingGrants},
 		{"ExpiryOnCoordinatorClock", s.testExpiry},
+		{"ObservedExpiry", s.testObservedExpiry},
 		{"RenewKeepsTokenAndExtendsFromNow", s.testRenewExtendsFromNow},
 		{"RenewForeignOrStaleID", s.testRenewForeignOrStale},
 		{"LateRenewalChangesNothing", s.testLateRenewal},

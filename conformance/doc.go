@@ -78,6 +78,11 @@
 //     waiters one at a time in token order, and gives up with its context;
 //     Do holds its lease while fn runs.
 //
+// A backend whose store has no clock (backend.ObservedExpiry) is held to
+// the observed-expiry rule instead: with a harness that implements
+// Observer, a new observer refuses an abandoned lease until it has seen it
+// unchanged for its ttl + margin, and then grants it with a larger token.
+//
 // A harness may also implement TokenPresetter, so the suite can reach the
 // end of the token space; without it that case passes with a log line
 // saying it did not run (a harness capability, not a backend failure).

@@ -98,8 +98,11 @@ func RunRestart(t *testing.T, r Restarter) {
 			t.Fatal(err)
 		}
 	}
-	if highest := max(short.Token, long.Token); next.Token <= highest {
-		t.Errorf("grant after the restart got token %d; the highest before was %d", next.Token, highest)
+	// Tokens increase per key (the contract in package backend): on a
+	// backend whose tokens come from a store-wide counter (the Kubernetes
+	// backend's resourceVersions) the other key's may be larger.
+	if next.Token <= short.Token {
+		t.Errorf("grant after the restart got token %d; the key's highest before was %d", next.Token, short.Token)
 	}
 	if traits.DenseTokens && next.Token != short.Token+1 {
 		t.Errorf("grant after the restart got token %d, want %d: the counter lost or reissued a grant", next.Token, short.Token+1)

@@ -3,6 +3,7 @@ package sqlbackend
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"strings"
@@ -88,9 +89,19 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
 		return err
 	}); err != nil {
+		// The driver can report a context's end for a BEGIN that did
+		// begin: the connection is not put back in the pool.
+		_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		if ctx.Err() != nil {
+			return fmt.Errorf("sqlbackend: check the SQLite database: %w", err)
+		}
 		return &SafetyError{Setting: "write access", Value: err.Error(), Fix: "open a file this process may write (not mode=ro), in a writable directory"}
 	}
-	defer conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK")
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "ROLLBACK"); err != nil {
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
 	var version int64
 	err := conn.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version)
 	if err == nil { // the same value, rolled back: a write that changes nothing

@@ -46,3 +46,36 @@ func TestSQLiteFailedCommitIsUnknown(t *testing.T) {
 		t.Fatalf("the retry with the same lease ID = %+v, %v; want the committed lease, token 1, adopted", l, err)
 	}
 }
+
+// TestSQLiteBeginThatRanButFailed: modernc's driver can report a context's
+// end for a BEGIN IMMEDIATE that did begin (the statement finished as the
+// context ended). The connection is then inside a transaction: put back in
+// the pool, every later operation on it would fail with "cannot start a
+// transaction within a transaction". It must be discarded.
+func TestSQLiteBeginThatRanButFailed(t *testing.T) {
+	ctx := context.Background()
+	var fail atomic.Bool
+	db := sqlfault.Open(t, "sqlite", sqliteDSN(filepath.Join(t.TempDir(), "fencing.db")), func(query string, err error) error {
+		if query == "BEGIN IMMEDIATE" && err == nil && fail.CompareAndSwap(true, false) {
+			return context.Canceled
+		}
+		return err
+	})
+	db.SetMaxOpenConns(1) // the connection that began is the one the next call gets
+	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := b.CreateTables(ctx); err != nil {
+		t.Fatal(err)
+	}
+	fail.Store(true)
+	if _, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "a", Timeout: time.Minute}); !errors.Is(err, context.Canceled) || fail.Load() {
+		t.Fatalf("Grant whose BEGIN reported a canceled context (injected: %v) = %v; want that error", !fail.Load(), err)
+	}
+	l, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "b", Timeout: time.Minute})
+	if err != nil || l.Token != 1 {
+		t.Fatalf("the next Grant = %+v, %v; want token 1 on a connection in no transaction", l, err)
+	}
+}

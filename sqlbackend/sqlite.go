@@ -162,6 +162,9 @@ func (b *Backend) sqliteTx(ctx context.Context, what string, fn func(c *sql.Conn
 		_, err := conn.ExecContext(ctx, "BEGIN IMMEDIATE")
 		return err
 	}); err != nil {
+		// The driver can report a context's end for a BEGIN that did
+		// begin: the connection may be inside a transaction.
+		discard = true
 		return fmt.Errorf("sqlbackend: %s: begin: %w", what, err)
 	}
 	if err := fn(conn, b.hostNow()); err != nil {

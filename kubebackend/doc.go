@@ -1,0 +1,57 @@
+// Package kubebackend is a fencing backend on Kubernetes: one
+// coordination.k8s.io/v1 Lease per key, through client-go. It lives in its
+// own Go module, so that a user of the other backends never has client-go
+// in their module graph.
+//
+// Besides backend.Backend it implements backend.Notifier (a watch on the
+// Lease), backend.Inspector, backend.ForceReleaser, backend.Lister and the
+// lock delay. It does not implement backend.Queuer: a line of waiters
+// would be one more object written per waiter per renewal, and
+// fencing.WithFIFO reports errors.ErrUnsupported.
+//
+// # Records
+//
+// A key's Lease is named by LeaseName: the key itself when it is a valid
+// object name, a hash otherwise; the key is stored on it either way. Its
+// spec is client-go's leader-election record (holderIdentity, the owner;
+// leaseDurationSeconds; acquireTime; renewTime; leaseTransitions), so that
+// kubectl get lease reads sensibly and a client-go LeaderElector on the same
+// name respects a fencing lease, and the other way round. The token, the
+// hash of the lease ID (never the ID: Leases are readable) and the
+// durations are annotations under fencing-go.github.io/.
+//
+// # Tokens
+//
+// Every write is an update that carries the resourceVersion it read, so the
+// API server applies it only to that state (compare-and-swap). A grant's
+// token is the resourceVersion of the state it replaces, read as an
+// integer (etcd's revision: the API server documents resourceVersions of
+// one resource as comparable integers from 1.35 on). It is larger than every
+// earlier token on the key, because each token was written into a state
+// whose resourceVersion is larger than the token, and the grant replaces a
+// state no older than that; and since etcd's revision is cluster-wide, a
+// Lease deleted and created again by an operator starts above every
+// resourceVersion the old one had. The stored token is kept too, and a
+// grant mints at least one more than it (a Lease restored from a backup).
+//
+// # Time
+//
+// The API server never expires a Lease and has no clock to read, so expiry
+// is observed: see backend.ObservedExpiry, which the backend implements.
+// Each backend times every state of a Lease on its own monotonic clock from
+// when it first saw it, and takes a key only after seeing its Lease
+// unchanged for the lease's ttl + margin (a LeaderElector's Lease: its
+// leaseDurationSeconds). A process that has just started waits a whole
+// ttl + margin before it takes an abandoned lease. ExpiresAt,
+// KeyState.ExpiresAt and HeldError.Remaining are this backend's estimates.
+//
+// # Outcomes
+//
+// An update whose answer was lost (a timeout, a reset connection, a 5xx
+// answer) wraps backend.ErrOutcomeUnknown; the resend with the same lease ID
+// reads the Lease and settles it: the lease ID's hash on the Lease says
+// whether the grant landed.
+//
+// docs/kubernetes.md covers permissions (a Role), costs and the comparison
+// with client-go's leader election.
+package kubebackend

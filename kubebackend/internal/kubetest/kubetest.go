@@ -1,0 +1,398 @@
+// Package kubetest starts a real etcd and kube-apiserver as child processes
+// on loopback for the kubebackend tests, from the binaries that
+// scripts/build-kube-binaries.sh builds (FENCING_ETCD and
+// FENCING_KUBE_APISERVER). Without them a test skips with a message, or
+// fails when CI is set.
+package kubetest
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+)
+
+// Tokens of the token-auth file: the admin (system:masters) sets up
+// namespaces and RBAC; the user is what a fencing client runs as, with a
+// Role on leases only.
+const (
+	adminToken = "fencing-admin-token"
+	userToken  = "fencing-user-token"
+	// User is the user name of the limited identity.
+	User = "fencing-user"
+)
+
+// Binaries returns the paths of kube-apiserver and etcd, or skips t (fails
+// it when CI is set) when they are not built.
+func Binaries(t testing.TB) (apiserver, etcd string) {
+	t.Helper()
+	apiserver, etcd = os.Getenv("FENCING_KUBE_APISERVER"), os.Getenv("FENCING_ETCD")
+	for _, p := range []string{apiserver, etcd} {
+		if st, err := os.Stat(p); p == "" || err != nil || st.IsDir() {
+			msg := "kube-apiserver and etcd are not built: run eval \"$(scripts/build-kube-binaries.sh)\" (sets FENCING_KUBE_APISERVER and FENCING_ETCD)"
+			if os.Getenv("CI") != "" {
+				t.Fatal(msg)
+			}
+			t.Skip(msg)
+		}
+	}
+	return apiserver, etcd
+}
+
+// Etcd is an etcd server run as a child process.
+type Etcd struct {
+	URL  string
+	cmd  *exec.Cmd
+	exit chan struct{}
+}
+
+// Process is the etcd process (to stop or kill it).
+func (e *Etcd) Process() *os.Process { return e.cmd.Process }
+
+// APIServer is a kube-apiserver run as a child process.
+type APIServer struct {
+	URL     string
+	dir     string
+	args    []string
+	bin     string
+	cmd     *exec.Cmd
+	exit    chan struct{}
+	stopped bool
+}
+
+// Process is the kube-apiserver process.
+func (a *APIServer) Process() *os.Process { return a.cmd.Process }
+
+// Server is an etcd and a kube-apiserver on it.
+type Server struct {
+	Etcd *Etcd
+	API  *APIServer
+	// Admin is a client with every permission.
+	Admin kubernetes.Interface
+}
+
+// StartEtcd starts etcd with its data in dir.
+func StartEtcd(t testing.TB, bin, dir string) (*Etcd, error) {
+	client, peer := freePort(t), freePort(t)
+	curl, purl := "http://127.0.0.1:"+client, "http://127.0.0.1:"+peer
+	cmd := exec.Command(bin,
+		"--name=default", "--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+curl, "--advertise-client-urls="+curl,
+		"--listen-peer-urls="+purl, "--initial-advertise-peer-urls="+purl,
+		"--initial-cluster=default="+purl, "--log-level=error")
+	e := &Etcd{URL: curl, cmd: cmd}
+	var err error
+	if e.exit, err = startLogged(cmd, filepath.Join(dir, "etcd.log")); err != nil {
+		return nil, err
+	}
+	t.Cleanup(func() { stop(cmd, e.exit) })
+	return e, waitHTTP(e.exit, curl+"/health", "", 2*time.Minute)
+}
+
+// StartAPIServer starts kube-apiserver on etcd, its files in dir (which a
+// restart reuses: the same certificates and keys).
+func StartAPIServer(t testing.TB, bin, dir, etcdURL string) (*APIServer, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return nil, err
+	}
+	keyFile := filepath.Join(dir, "sa.key")
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600); err != nil {
+		return nil, err
+	}
+	tokens := filepath.Join(dir, "tokens.csv")
+	csv := adminToken + ",admin,admin-uid,system:masters\n" + userToken + "," + User + "," + User + "-uid\n"
+	if err := os.WriteFile(tokens, []byte(csv), 0o600); err != nil {
+		return nil, err
+	}
+	port := freePort(t)
+	a := &APIServer{URL: "https://127.0.0.1:" + port, dir: dir, bin: bin, args: []string{
+		"--etcd-servers=" + etcdURL,
+		"--bind-address=127.0.0.1", "--secure-port=" + port,
+		"--cert-dir=" + filepath.Join(dir, "certs"),
+		"--advertise-address=127.0.0.1", "--endpoint-reconciler-type=none",
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--service-account-key-file=" + keyFile,
+		"--service-account-signing-key-file=" + keyFile,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--token-auth-file=" + tokens,
+		"--authorization-mode=RBAC",
+	}}
+	if err := a.Start(t); err != nil {
+		return nil, err
+	}
+	t.Cleanup(a.Stop)
+	return a, nil
+}
+
+// Start starts the API server's process (again, after Kill or Stop).
+func (a *APIServer) Start(t testing.TB) error {
+	a.cmd = exec.Command(a.bin, a.args...)
+	var err error
+	if a.exit, err = startLogged(a.cmd, filepath.Join(a.dir, "kube-apiserver.log")); err != nil {
+		return err
+	}
+	a.stopped = false
+	if err := waitHTTP(a.exit, a.URL+"/readyz", adminToken, 3*time.Minute); err != nil {
+		log, _ := os.ReadFile(filepath.Join(a.dir, "kube-apiserver.log"))
+		if len(log) > 4000 {
+			log = log[len(log)-4000:]
+		}
+		return fmt.Errorf("%w; the end of its log:\n%s", err, log)
+	}
+	return nil
+}
+
+// Kill sends SIGKILL to the API server and waits for it to exit.
+func (a *APIServer) Kill() {
+	_ = a.cmd.Process.Signal(syscall.SIGKILL)
+	<-a.exit
+	a.stopped = true
+}
+
+// Stop ends the API server (SIGTERM, then SIGKILL).
+func (a *APIServer) Stop() {
+	if !a.stopped {
+		stop(a.cmd, a.exit)
+		a.stopped = true
+	}
+}
+
+// Config returns a client configuration for the admin, or for User with
+// user set.
+func (a *APIServer) Config(user bool) *rest.Config {
+	tok := adminToken
+	if user {
+		tok = userToken
+	}
+	return &rest.Config{
+		Host:            a.URL,
+		BearerToken:     tok,
+		TLSClientConfig: rest.TLSClientConfig{Insecure: true},
+		QPS:             -1, // no client-side rate limit: tests measure the server
+		Timeout:         30 * time.Second,
+	}
+}
+
+// Start starts an etcd and a kube-apiserver for t, stopped when t ends.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	apiBin, etcdBin := Binaries(t)
+	dir := t.TempDir()
+	e, err := StartEtcd(t, etcdBin, dir)
+	if err != nil {
+		t.Fatalf("etcd: %v", err)
+	}
+	a, err := StartAPIServer(t, apiBin, filepath.Join(dir, "api"), e.URL)
+	if err != nil {
+		t.Fatalf("kube-apiserver: %v", err)
+	}
+	admin, err := kubernetes.NewForConfig(a.Config(false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &Server{Etcd: e, API: a, Admin: admin}
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Server
+	sharedErr  string
+	sharedStop []func()
+)
+
+// Shared returns one server for the whole test binary, started by the
+// first test that asks; Main stops it.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	Binaries(t)
+	sharedOnce.Do(func() {
+		r := &cleanups{}
+		defer func() {
+			if p := recover(); p != nil {
+				sharedErr = fmt.Sprint(p)
+			}
+		}()
+		shared = Start(r)
+		sharedStop = r.fns
+	})
+	if shared == nil {
+		t.Fatalf("starting the shared kube-apiserver: %s", sharedErr)
+	}
+	return shared
+}
+
+// Main runs the tests and then stops the shared server: call it from
+// TestMain.
+func Main(m *testing.M) {
+	code := m.Run()
+	for i := len(sharedStop) - 1; i >= 0; i-- {
+		sharedStop[i]()
+	}
+	os.Exit(code)
+}
+
+// Namespace creates a fresh namespace and a Role and RoleBinding that let
+// User get, list, watch, create, update and delete leases there, and
+// nothing else; it returns the namespace and a client acting as User.
+func (s *Server) Namespace(t testing.TB) (string, kubernetes.Interface) {
+	t.Helper()
+	ctx := context.Background()
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	ns := "t-" + hex.EncodeToString(b[:])
+	if _, err := s.Admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create namespace: %v", err)
+	}
+	role := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencing"},
+		Rules: []rbacv1.PolicyRule{{
+			APIGroups: []string{"coordination.k8s.io"},
+			Resources: []string{"leases"},
+			Verbs:     []string{"get", "list", "watch", "create", "update", "delete"},
+		}},
+	}
+	if _, err := s.Admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create role: %v", err)
+	}
+	rb := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "fencing"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "fencing"},
+		Subjects:   []rbacv1.Subject{{Kind: "User", APIGroup: "rbac.authorization.k8s.io", Name: User}},
+	}
+	if _, err := s.Admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create role binding: %v", err)
+	}
+	user, err := kubernetes.NewForConfig(s.API.Config(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The authorizer learns of a new binding from its informer: wait
+	// until the user can list leases there.
+	for start := time.Now(); ; time.Sleep(50 * time.Millisecond) {
+		_, err := user.CoordinationV1().Leases(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		if err == nil {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			t.Fatalf("the user cannot list leases in %s a minute after its RoleBinding: %v", ns, err)
+		}
+	}
+	return ns, user
+}
+
+// cleanups is a testing.TB for the shared server, whose cleanups run at
+// the end of Main.
+type cleanups struct {
+	testing.TB
+	fns []func()
+}
+
+func (c *cleanups) Helper()                   {}
+func (c *cleanups) Cleanup(f func())          { c.fns = append(c.fns, f) }
+func (c *cleanups) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+func (c *cleanups) Fatal(a ...any)            { panic(fmt.Sprint(a...)) }
+func (c *cleanups) Skip(a ...any)             { panic(fmt.Sprint(a...)) }
+func (c *cleanups) TempDir() string {
+	d, err := os.MkdirTemp("", "kubetest")
+	if err != nil {
+		panic(err)
+	}
+	c.fns = append(c.fns, func() { os.RemoveAll(d) })
+	return d
+}
+
+func freePort(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
+}
+
+// startLogged starts cmd with its output in logFile, and returns a channel
+// closed when it exits.
+func startLogged(cmd *exec.Cmd, logFile string) (chan struct{}, error) {
+	f, err := os.Create(logFile)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = f, f
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	exit := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		f.Close()
+		close(exit)
+	}()
+	return exit, nil
+}
+
+// stop sends SIGTERM to cmd's process (by its PID), and SIGKILL if it has
+// not exited 10 seconds later.
+func stop(cmd *exec.Cmd, exit chan struct{}) {
+	_ = cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-exit:
+	case <-time.After(10 * time.Second):
+		_ = cmd.Process.Kill()
+		<-exit
+	}
+}
+
+// waitHTTP polls url until it answers 200, the process exits or limit
+// passes.
+func waitHTTP(exit chan struct{}, url, token string, limit time.Duration) error {
+	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer c.CloseIdleConnections()
+	deadline := time.Now().Add(limit)
+	for {
+		req, _ := http.NewRequest(http.MethodGet, url, nil)
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := c.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-exit:
+			return fmt.Errorf("%s: the process exited before it was ready", url)
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready after %v (last error %v)", url, limit, err)
+		}
+	}
+}
