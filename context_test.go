@@ -11,20 +11,11 @@ import (
 )
 
 // A held lease's context carries its key and token, and so does every
-// context made from it; a context of the caller's own carries what
-// ContextWithToken put in it, and guard reads the same key.
+// context made from it, replacing one its parent carried; guard reads them
+// (guard.TokenFromContext). Re-tagging a child for another resource leaves
+// the held lease's context as it was.
 func TestContextToken(t *testing.T) {
-	if _, _, ok := fencing.TokenFromContext(context.Background()); ok {
-		t.Fatal("TokenFromContext(Background) reports a token")
-	}
-	ctx := fencing.ContextWithToken(context.Background(), "orders/42", 7)
-	if r, tok, ok := guard.TokenFromContext(ctx); !ok || r != "orders/42" || tok != 7 {
-		t.Fatalf("guard.TokenFromContext = %q, %d, %v; want orders/42, 7, true", r, tok, ok)
-	}
-	ctx = guard.ContextWithToken(ctx, "orders/43", 8) // one token per context: the newer wins
-	if r, tok, ok := fencing.TokenFromContext(ctx); !ok || r != "orders/43" || tok != 8 {
-		t.Fatalf("after a second ContextWithToken: %q, %d, %v; want orders/43, 8, true", r, tok, ok)
-	}
+	ctx := guard.ContextWithToken(context.Background(), "orders/43", 8)
 
 	mem := memorybackend.New()
 	defer mem.Close()
@@ -45,11 +36,18 @@ func TestContextToken(t *testing.T) {
 	child, cancel := context.WithTimeout(h.Context(), time.Minute)
 	defer cancel()
 	for name, ctx := range map[string]context.Context{"Held.Context": h.Context(), "its child": child} {
-		if r, tok, ok := fencing.TokenFromContext(ctx); !ok || r != "k" || tok != h.Token() || tok != 2 {
+		if r, tok, ok := guard.TokenFromContext(ctx); !ok || r != "k" || tok != h.Token() || tok != 2 {
 			t.Errorf("%s: TokenFromContext = %q, %d, %v; want k, %d, true", name, r, tok, ok, h.Token())
 		}
 		if v := ctx.Value(other{}); v != "kept" {
 			t.Errorf("%s: the parent's value = %v, want kept", name, v)
 		}
+	}
+	retagged := guard.ContextWithToken(h.Context(), "other", h.Token()+100)
+	if r, tok, ok := guard.TokenFromContext(retagged); !ok || r != "other" || tok != h.Token()+100 {
+		t.Fatalf("Held.Context re-tagged: TokenFromContext = %q, %d, %v; want other, %d, true", r, tok, ok, h.Token()+100)
+	}
+	if r, tok, _ := guard.TokenFromContext(h.Context()); r != "k" || tok != h.Token() {
+		t.Fatalf("Held.Context after re-tagging a child: %q, %d; want k, %d", r, tok, h.Token())
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"errors"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/guard"
 )
 
 // Errors returned by the Coordinator and every backend. Test them with
@@ -46,9 +45,6 @@ var (
 	// retries within the context did not settle it. The error is an
 	// *OutcomeError carrying the lease ID.
 	ErrOutcomeUnknown = backend.ErrOutcomeUnknown
-	// ErrStaleToken: a resource-side guard refused a write whose token is
-	// lower than the highest it has admitted (see package guard).
-	ErrStaleToken = guard.ErrStaleToken
 
 	// ErrLeaseLost: a held lease (Hold, Lock, Do) ended before its holder
 	// released it: the coordinator rejected a renewal, the Deadline of the

@@ -47,7 +47,7 @@ func Example_quickstart() {
 
 	// A kept its token and writes late, as a paused holder would.
 	err = orders.Write(ctx, "orders/42", a.Token(), func() error { total[42] = 300; return nil })
-	fmt.Println("A late:", errors.Is(err, fencing.ErrStaleToken))
+	fmt.Println("A late:", errors.Is(err, guard.ErrStaleToken))
 	fmt.Println("total:", total[42])
 	// Output:
 	// A writes: <nil>

@@ -227,7 +227,7 @@ func (h *Held) Token() uint64 { return h.Lease().Token }
 // Context returns a context that ends when the lease does (see Held). Its
 // cause (context.Cause) says why: an error wrapping ErrLeaseLost after a
 // loss, the parent's cause, or the holder's release. It carries the lease's
-// key and token (TokenFromContext), for the carriers in guard/httpguard and
+// key and token (guard.TokenFromContext), for the carriers in guard/httpguard and
 // guard/grpcguard to send to the service that writes.
 func (h *Held) Context() context.Context { return h.ctx }
 
@@ -269,7 +269,7 @@ func (c heldContext) Deadline() (time.Time, bool) {
 	return d, true
 }
 
-// Value carries the lease's key and token (see TokenFromContext).
+// Value carries the lease's key and token (see guard.TokenFromContext).
 // Any other key is looked up once the Deadline has been checked (so that
 // context.Cause reports a loss the expiry timer has yet to report).
 func (c heldContext) Value(k any) any {

@@ -13,7 +13,6 @@ import (
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/guard"
 )
 
 // Metrics. A Coordinator records them through the OpenTelemetry metric API
@@ -22,11 +21,11 @@ import (
 // are few and bounded: the backend, the operation and the outcome, never
 // the key or the lease ID. docs/metrics.md lists them with a Prometheus
 // setup.
+//
+// The instrumentation scope is guard.MeterName, the guards' too; the
+// guards' own metric (guard.MetricStaleTokens) is recorded on the provider
+// each guard is given, not on the Coordinator's.
 const (
-	// MeterName is the instrumentation scope of every instrument, the
-	// guards' too (guard.MeterName).
-	MeterName = guard.MeterName
-
 	// MetricOperationDuration is a histogram (seconds) of the Coordinator's
 	// requests to its backend, by backend, operation and outcome: one
 	// sample per call, from its first attempt to its last, so the resends
@@ -51,10 +50,11 @@ const (
 	// MetricLockWait is a histogram (seconds) of how long Lock waited
 	// before it got the key.
 	MetricLockWait = "fencing.lock.wait.duration"
-	// MetricStaleTokens is guard.MetricStaleTokens: writes a resource-side
-	// guard refused for a stale token, by guard.
-	MetricStaleTokens = guard.MetricStaleTokens
 )
+
+// meterName is the instrumentation scope, guard.MeterName (the root does
+// not import package guard).
+const meterName = "github.com/fencing-go/fencing"
 
 // Attribute keys.
 const (
@@ -62,7 +62,6 @@ const (
 	AttrOperation = attribute.Key("fencing.operation")
 	AttrOutcome   = attribute.Key("fencing.outcome")
 	AttrReason    = attribute.Key("fencing.reason")
-	AttrGuard     = guard.AttrGuard
 )
 
 // WithMeterProvider makes the Coordinator record its metrics on mp (default
@@ -192,7 +191,7 @@ func (o *observer) init(b backend.Backend) {
 	if isGlobalDelegate(mp) {
 		o.global = mp
 	}
-	m := mp.Meter(MeterName)
+	m := mp.Meter(meterName)
 	var err error
 	o.duration, err = m.Float64Histogram(MetricOperationDuration, metric.WithUnit("s"),
 		metric.WithDescription("Duration of fencing requests, by backend, operation and outcome."),
@@ -429,12 +428,4 @@ func (o *observer) logged(ctx context.Context, k op, key string, token uint64, e
 		attrs = append(attrs, slog.Any("error", err)) // errors never show lease IDs
 	}
 	o.log.LogAttrs(ctx, level, msg, attrs...)
-}
-
-// GuardMetrics is guard.Metrics, the stale-token counter of the guards.
-type GuardMetrics = guard.Metrics
-
-// NewGuardMetrics is guard.NewMetrics: a nil mp records nothing.
-func NewGuardMetrics(mp metric.MeterProvider, name string) *GuardMetrics {
-	return guard.NewMetrics(mp, name)
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 
@@ -52,8 +52,8 @@ func (m *meter) collect(name string) []point {
 	}
 	var out []point
 	for _, sm := range rm.ScopeMetrics {
-		if sm.Scope.Name != fencing.MeterName {
-			m.t.Errorf("scope %q, want %q", sm.Scope.Name, fencing.MeterName)
+		if sm.Scope.Name != guard.MeterName {
+			m.t.Errorf("scope %q, want %q (the guards' too)", sm.Scope.Name, guard.MeterName)
 		}
 		for _, md := range sm.Metrics {
 			if md.Name != name {
@@ -258,23 +258,6 @@ func TestMetricsGlobalProviderInstalledLater(t *testing.T) {
 	if got := m.value(fencing.MetricOperationDuration, op("release", "ok")); got != 2 {
 		t.Errorf("release durations = %d, want 2; points %v", got, m.collect(fencing.MetricOperationDuration))
 	}
-}
-
-func TestGuardMetrics(t *testing.T) {
-	m := newMeter(t)
-	g := fencing.NewGuardMetrics(m.mp, "testguard")
-	ctx := context.Background()
-	stale := fmt.Errorf("write: %w", fencing.ErrStaleToken)
-	if err := g.Observe(ctx, stale); err != stale {
-		t.Errorf("Observe changed the error: %v", err)
-	}
-	g.Observe(ctx, nil)
-	g.Observe(ctx, errors.New("other"))
-	if got := m.value(fencing.MetricStaleTokens, "fencing.guard=testguard"); got != 1 {
-		t.Errorf("stale tokens = %d, want 1", got)
-	}
-	var none *fencing.GuardMetrics
-	none.Observe(ctx, stale) // a nil GuardMetrics records nothing
 }
 
 func TestLoggerNeverShowsLeaseID(t *testing.T) {

@@ -9,8 +9,6 @@ import (
 	"time"
 	"unicode"
 	"unicode/utf8"
-
-	"github.com/fencing-go/fencing/internal/staletoken"
 )
 
 // Backend is a store that grants leases with fencing tokens.
@@ -129,9 +127,6 @@ var (
 	ErrOutcomeUnknown = errors.New("outcome unknown")
 	// ErrClosed is returned by a backend after Close.
 	ErrClosed = errors.New("backend closed")
-	// ErrStaleToken is guard.ErrStaleToken, kept here for code that
-	// imported it from this package: no backend returns it.
-	ErrStaleToken = staletoken.Err
 )
 
 // CheckKey returns an error wrapping ErrInvalidKey unless key is 1 to

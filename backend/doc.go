@@ -57,10 +57,12 @@
 // Optional capabilities are small interfaces of their own, in
 // capabilities.go, which package fencing finds by type assertion: Notifier
 // (waiting for a key to come free), Inspector (a key's state), ForceReleaser
-// (ending a lease without its ID), Lister (enumerating keys) and Queuer (a
-// first-come, first-served line of waiters per key). A backend whose store
-// has no clock implements ObservedExpiry, which states the one rule it
-// keeps differently: expiry, decided by observation.
+// (ending a lease without its ID), Lister (enumerating keys), Queuer (a
+// first-come, first-served line of waiters per key) and InProcess (a marker
+// for a store whose requests never leave the process, sent without the
+// Coordinator's request timeout). A backend whose store has no clock
+// implements ObservedExpiry, which states the one rule it keeps
+// differently: expiry, decided by observation.
 //
 // The conformance package holds a backend to this contract.
 package backend

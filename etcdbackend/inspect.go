@@ -114,9 +114,6 @@ func (b *Backend) fillTime(ctx context.Context, st *backend.KeyState, id int64) 
 // DefaultListLimit is the page size of List when the caller gives none.
 const DefaultListLimit = 100
 
-// DefaultPageSize is DefaultListLimit, the name every backend uses.
-const DefaultPageSize = DefaultListLimit
-
 // errCursor is returned by List for a cursor it did not hand out.
 var errCursor = errors.New("etcdbackend: invalid list cursor")
 

@@ -18,8 +18,9 @@ var ErrNoToken = errors.New("no fencing token in the context")
 // carried: one token per context. A held lease's context carries its own
 // (fencing.Held.Context); the carriers in guard/httpguard and
 // guard/grpcguard send the context's token to the service that writes and
-// put it in that service's request context. fencing.ContextWithToken is
-// the same function.
+// put it in that service's request context. This package is the one home
+// of the token's context key: the fencing package carries the same key in
+// Held.Context without importing this one.
 //
 // The token is not checked here: the carriers refuse token 0 and bad
 // resource names before sending, and guards refuse them on Admit.
@@ -28,8 +29,8 @@ func ContextWithToken(ctx context.Context, resource string, token uint64) contex
 }
 
 // TokenFromContext returns the fencing token ctx carries and the resource
-// it is for; ok is false when ctx carries none. fencing.TokenFromContext is
-// the same function.
+// it is for; ok is false when ctx carries none, and a held lease's context
+// (fencing.Held.Context) carries its key and token.
 func TokenFromContext(ctx context.Context) (resource string, token uint64, ok bool) {
 	return tokenctx.From(ctx)
 }

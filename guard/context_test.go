@@ -31,3 +31,16 @@ func TestAdmitContext(t *testing.T) {
 		t.Fatalf("AdmitContext with token 0: got %v, want ErrInvalidToken", err)
 	}
 }
+
+// One token per context: a second ContextWithToken replaces the first, and
+// a context nobody tagged carries none.
+func TestContextWithTokenReplaces(t *testing.T) {
+	if _, _, ok := guard.TokenFromContext(context.Background()); ok {
+		t.Fatal("TokenFromContext(Background) reports a token")
+	}
+	ctx := guard.ContextWithToken(context.Background(), "orders/42", 7)
+	ctx = guard.ContextWithToken(ctx, "orders/43", 8)
+	if r, tok, ok := guard.TokenFromContext(ctx); !ok || r != "orders/43" || tok != 8 {
+		t.Fatalf("after a second ContextWithToken: %q, %d, %v; want orders/43, 8, true", r, tok, ok)
+	}
+}

@@ -6,7 +6,6 @@ import (
 	"fmt"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/staletoken"
 )
 
 // Guard admits fencing tokens for resources.
@@ -29,9 +28,8 @@ type Guard interface {
 var (
 	// ErrStaleToken is returned for a write or Admit whose token is lower
 	// than the fence: the highest token the resource has admitted. Nothing
-	// of that write was applied. fencing.ErrStaleToken and
-	// backend.ErrStaleToken are the same value.
-	ErrStaleToken = staletoken.Err
+	// of that write was applied. sqlbackend's AdmitTx returns it too.
+	ErrStaleToken = errors.New("stale token")
 	// ErrInvalidToken is returned for token 0 (never minted) and, by a
 	// guard whose store cannot hold it, for a token out of the store's
 	// range (see sqlguard.TokenRangeError). Nothing was changed.

@@ -4,13 +4,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"testing"
 
 	"go.opentelemetry.io/otel"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/internal/metrictest"
 )
@@ -28,8 +28,30 @@ func TestMemoryCountsStaleTokens(t *testing.T) {
 	if err := g.Write(ctx, "r", 4, func() error { return nil }); !errors.Is(err, guard.ErrStaleToken) {
 		t.Fatalf("Write 4 after 5: %v, want ErrStaleToken", err)
 	}
-	if got := mp.Sum(t, fencing.MetricStaleTokens); got != 1 {
-		t.Fatalf("%s = %d, want 1 (one stale write refused)", fencing.MetricStaleTokens, got)
+	if got := mp.Sum(t, guard.MetricStaleTokens); got != 1 {
+		t.Fatalf("%s = %d, want 1 (one stale write refused)", guard.MetricStaleTokens, got)
+	}
+}
+
+// A guard of one's own counts its stale writes with a *Metrics: Observe
+// counts an error wrapping ErrStaleToken, by guard, and returns every error
+// unchanged; a nil *Metrics records nothing.
+func TestMetricsObserve(t *testing.T) {
+	mp := metrictest.New(t)
+	g := guard.NewMetrics(mp, "testguard")
+	ctx := context.Background()
+	stale := fmt.Errorf("write: %w", guard.ErrStaleToken)
+	if err := g.Observe(ctx, stale); err != stale {
+		t.Errorf("Observe changed the error: %v", err)
+	}
+	g.Observe(ctx, nil)
+	g.Observe(ctx, errors.New("other"))
+	if got := mp.Sum(t, guard.MetricStaleTokens); got != 1 {
+		t.Errorf("%s = %d, want 1", guard.MetricStaleTokens, got)
+	}
+	var none *guard.Metrics
+	if err := none.Observe(ctx, stale); err != stale {
+		t.Errorf("a nil *Metrics changed the error: %v", err)
 	}
 }
 

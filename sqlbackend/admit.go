@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/guard"
 )
 
 // AdmitTx admits a write in the caller's own transaction tx, on the database
@@ -16,8 +17,8 @@ import (
 // advisory lock, which many concurrent AdmitTx share without writing to
 // the lease row; at REPEATABLE READ and SERIALIZABLE the row's FOR SHARE
 // lock), on SQLite tx takes the database's write lock. Otherwise it returns an
-// error wrapping backend.ErrStaleToken (fencing.ErrStaleToken), and the
-// caller rolls tx back, so nothing of the write is applied.
+// error wrapping guard.ErrStaleToken, and the caller rolls tx back, so
+// nothing of the write is applied.
 //
 // This is stronger than a high-water-mark fence (package guard's sqlguard):
 // a fence refuses a token lower than one it has seen, so a stale holder
@@ -52,9 +53,9 @@ func (b *Backend) AdmitTx(ctx context.Context, tx *sql.Tx, key string, token uin
 	}
 	switch {
 	case !ok:
-		return fmt.Errorf("%w: no live lease", backend.ErrStaleToken)
+		return fmt.Errorf("%w: no live lease", guard.ErrStaleToken)
 	case token > MaxToken || live != int64(token):
-		return fmt.Errorf("%w: token %d is not the live lease's", backend.ErrStaleToken, token)
+		return fmt.Errorf("%w: token %d is not the live lease's", guard.ErrStaleToken, token)
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -76,7 +77,7 @@ func TestAdmitTxRefusesStaleToken(t *testing.T) {
 			return tx.Commit()
 		}
 		for _, tok := range []uint64{old.Token, cur.Token + 1, 0, 1 << 63} {
-			if err := write(1, tok); !errors.Is(err, backend.ErrStaleToken) {
+			if err := write(1, tok); !errors.Is(err, guard.ErrStaleToken) {
 				t.Fatalf("AdmitTx(token %d) with live token %d: %v, want ErrStaleToken", tok, cur.Token, err)
 			}
 		}
@@ -101,7 +102,7 @@ func TestAdmitTxRefusesStaleToken(t *testing.T) {
 		if err := b.Release(ctx, "orders", "new"); err != nil {
 			t.Fatal(err)
 		}
-		if err := write(3, cur.Token); !errors.Is(err, backend.ErrStaleToken) {
+		if err := write(3, cur.Token); !errors.Is(err, guard.ErrStaleToken) {
 			t.Fatalf("AdmitTx after the release: %v, want ErrStaleToken", err)
 		}
 	})

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/internal/faketime"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -39,7 +40,7 @@ func TestPostgresServerClockSteps(t *testing.T) {
 		}
 		defer tx.Rollback()
 		err = b.AdmitTx(ctx, tx, "k", token)
-		if err != nil && !errors.Is(err, backend.ErrStaleToken) {
+		if err != nil && !errors.Is(err, guard.ErrStaleToken) {
 			t.Fatalf("AdmitTx(%d): %v", token, err)
 		}
 		return err == nil

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -77,7 +78,7 @@ func ExampleBackend_AdmitTx() {
 		return tx.Commit()
 	}
 	err := write(old.Token, 100)
-	fmt.Println("old holder:", errors.Is(err, fencing.ErrStaleToken))
+	fmt.Println("old holder:", errors.Is(err, guard.ErrStaleToken))
 	var n int
 	db.QueryRowContext(ctx, `SELECT count(*) FROM orders`).Scan(&n)
 	fmt.Println("rows:", n)

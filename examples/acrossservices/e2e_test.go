@@ -120,15 +120,15 @@ type chain struct {
 }
 
 func (c *chain) Admit(ctx context.Context, resource string, token uint64) error {
-	return c.d.holder.put(fencing.ContextWithToken(ctx, resource, token), "admit", "")
+	return c.d.holder.put(guard.ContextWithToken(ctx, resource, token), "admit", "")
 }
 
 func (c *chain) Write(ctx context.Context, resource string, token uint64, value string) error {
-	return c.d.holder.put(fencing.ContextWithToken(ctx, resource, token), "write", value)
+	return c.d.holder.put(guard.ContextWithToken(ctx, resource, token), "write", value)
 }
 
 func (c *chain) FailedWrite(ctx context.Context, resource string, token uint64, value string) error {
-	return c.d.holder.put(fencing.ContextWithToken(ctx, resource, token), "fail", value)
+	return c.d.holder.put(guard.ContextWithToken(ctx, resource, token), "fail", value)
 }
 
 func (c *chain) Read(ctx context.Context, resource string) (string, error) {
@@ -197,7 +197,7 @@ func TestLateHolderRefusedEverywhere(t *testing.T) {
 		for i := range n {
 			err := d.holder.put(ctx, "write", fmt.Sprintf("late %d", i))
 			var stale *guard.StaleTokenError
-			if !errors.As(err, &stale) || !errors.Is(err, fencing.ErrStaleToken) || stale.Token != 1 || stale.Fence != fence || stale.Resource != key {
+			if !errors.As(err, &stale) || !errors.Is(err, guard.ErrStaleToken) || stale.Token != 1 || stale.Fence != fence || stale.Resource != key {
 				t.Fatalf("late write %d: got %v (%+v), want token 1 refused below fence %d", i, err, stale, fence)
 			}
 		}
@@ -207,7 +207,7 @@ func TestLateHolderRefusedEverywhere(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx1 := fencing.ContextWithToken(ctx, key, first.Token)
+	ctx1 := guard.ContextWithToken(ctx, key, first.Token)
 	if err := d.holder.put(ctx1, "write", "first"); err != nil {
 		t.Fatalf("the first holder's write: %v", err)
 	}
@@ -225,7 +225,7 @@ func TestLateHolderRefusedEverywhere(t *testing.T) {
 	if second.Token <= first.Token {
 		t.Fatalf("second token %d, first %d", second.Token, first.Token)
 	}
-	ctx2 := fencing.ContextWithToken(ctx, key, second.Token)
+	ctx2 := guard.ContextWithToken(ctx, key, second.Token)
 
 	// The second holder fences at B only, over gRPC.
 	if err := callB(ctx2, d.bConn, "admit", nil); err != nil {

@@ -114,7 +114,7 @@ func run(ctx context.Context) error {
 		return err
 	}
 	// A Held's Context carries its token; a bare Lease's token goes in by hand.
-	ctx1 := fencing.ContextWithToken(ctx, key, first.Token)
+	ctx1 := guard.ContextWithToken(ctx, key, first.Token)
 	fmt.Printf("holder 1 has token %d and writes %q: %v\n", first.Token, "from holder 1", holder.put(ctx1, "write", "from holder 1"))
 
 	clock.Advance(first.TTL + first.Margin + time.Second)
@@ -124,7 +124,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx2 := fencing.ContextWithToken(ctx, key, second.Token)
+	ctx2 := guard.ContextWithToken(ctx, key, second.Token)
 	// Holder 2 fences at B first (a call of its own to B, with no write).
 	fmt.Printf("holder 2 has token %d and fences at B: %v\n", second.Token, callB(ctx2, conn, "admit", nil))
 	err = holder.put(ctx1, "write", "late, from holder 1")
@@ -132,7 +132,7 @@ func run(ctx context.Context) error {
 
 	fmt.Printf("holder 2 writes %q: %v\n", "from holder 2", holder.put(ctx2, "write", "from holder 2"))
 	err = holder.put(ctx1, "write", "late, from holder 1")
-	fmt.Printf("holder 1 retries again: stale: %v\n  (refused by A's database; B was not called)\n", errors.Is(err, fencing.ErrStaleToken))
+	fmt.Printf("holder 1 retries again: stale: %v\n  (refused by A's database; B was not called)\n", errors.Is(err, guard.ErrStaleToken))
 
 	var inA string
 	if err := db.QueryRowContext(ctx, "SELECT value FROM orders WHERE resource = ?", []byte(key)).Scan(&inA); err != nil {

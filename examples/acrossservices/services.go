@@ -16,7 +16,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/grpcguard"
 	"github.com/fencing-go/fencing/guard/httpguard"
@@ -71,7 +70,7 @@ func (a *serviceA) put(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	// The middleware put the caller's token in the context; the gRPC client
 	// interceptor sends it on to B from the same context.
-	resource, token, _ := fencing.TokenFromContext(ctx)
+	resource, token, _ := guard.TokenFromContext(ctx)
 	value, err := io.ReadAll(r.Body)
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -129,7 +128,7 @@ type bServer interface {
 }
 
 func (b *serviceB) do(ctx context.Context, op string, value []byte) error {
-	resource, token, ok := fencing.TokenFromContext(ctx)
+	resource, token, ok := guard.TokenFromContext(ctx)
 	if !ok {
 		return guard.ErrNoToken
 	}

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/etcdguard"
@@ -157,7 +156,7 @@ func TestCountsStaleTokens(t *testing.T) {
 	if err := g.Admit(ctx, "r", 6); !errors.Is(err, guard.ErrStaleToken) {
 		t.Fatalf("Admit 6 after 7: %v, want ErrStaleToken", err)
 	}
-	if got := mp.Sum(t, fencing.MetricStaleTokens); got != 1 {
-		t.Fatalf("%s = %d, want 1", fencing.MetricStaleTokens, got)
+	if got := mp.Sum(t, guard.MetricStaleTokens); got != 1 {
+		t.Fatalf("%s = %d, want 1", guard.MetricStaleTokens, got)
 	}
 }

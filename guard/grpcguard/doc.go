@@ -3,10 +3,10 @@
 //
 // The client dials with UnaryClientInterceptor and StreamClientInterceptor:
 // every call whose context carries a token (a fencing.Held's Context, or
-// one made with fencing.ContextWithToken) sends it in the fencing-token
+// one made with guard.ContextWithToken) sends it in the fencing-token
 // metadata. The server runs UnaryServerInterceptor and
 // StreamServerInterceptor, which put the token in the handler's context,
-// where the handler finds it with fencing.TokenFromContext and passes it to
+// where the handler finds it with guard.TokenFromContext and passes it to
 // its store guard with the write:
 //
 //	conn, err := grpc.NewClient(addr,
@@ -18,7 +18,7 @@
 //		grpc.StreamInterceptor(grpcguard.StreamServerInterceptor()))
 //
 //	func (s *server) SetTotal(ctx context.Context, req *pb.SetTotalRequest) (*pb.SetTotalReply, error) {
-//		resource, token, ok := fencing.TokenFromContext(ctx)
+//		resource, token, ok := guard.TokenFromContext(ctx)
 //		if !ok {
 //			return nil, status.Error(codes.FailedPrecondition, "no fencing token")
 //		}

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/grpcguard"
 )
@@ -45,8 +44,8 @@ func Example() {
 	defer conn.Close()
 
 	// In a holder, the context is held.Context(): it carries the token.
-	ctx2 := fencing.ContextWithToken(context.Background(), "orders/42", 2)
-	ctx1 := fencing.ContextWithToken(context.Background(), "orders/42", 1)
+	ctx2 := guard.ContextWithToken(context.Background(), "orders/42", 2)
+	ctx1 := guard.ContextWithToken(context.Background(), "orders/42", 1)
 	fmt.Println("token 2:", set(ctx2, conn, "200"))
 	err = set(ctx1, conn, "150") // the previous holder, late
 	var stale *guard.StaleTokenError

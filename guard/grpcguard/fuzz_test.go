@@ -11,7 +11,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
-	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/grpcguard"
 )
 
@@ -43,7 +43,7 @@ func FuzzIncoming(f *testing.F) {
 		var called bool
 		handler := func(ctx context.Context, _ any) (any, error) {
 			called = true
-			resource, token, _ = fencing.TokenFromContext(ctx)
+			resource, token, _ = guard.TokenFromContext(ctx)
 			return nil, nil
 		}
 		_, err := grpcguard.UnaryServerInterceptor(grpcguard.RequireToken())(ctx, nil, &grpc.UnaryServerInfo{FullMethod: "/m"}, handler)
@@ -78,6 +78,6 @@ func outgoingValue(resource string, token uint64) (string, error) {
 		}
 		return nil
 	}
-	err := grpcguard.UnaryClientInterceptor()(fencing.ContextWithToken(context.Background(), resource, token), "/m", nil, nil, nil, invoker)
+	err := grpcguard.UnaryClientInterceptor()(guard.ContextWithToken(context.Background(), resource, token), "/m", nil, nil, nil, invoker)
 	return sent, err
 }

@@ -118,7 +118,7 @@ func outgoing(ctx context.Context) (context.Context, error) {
 
 // UnaryServerInterceptor returns an interceptor that puts the call's
 // fencing-token metadata in the handler's context (guard.TokenFromContext,
-// fencing.TokenFromContext). Malformed metadata, token 0, a bad resource
+// guard.TokenFromContext). Malformed metadata, token 0, a bad resource
 // name or more than one value are refused with codes.InvalidArgument. A
 // call without a token reaches the handler with none, for it to decide,
 // unless RequireToken or WithWriter was given.

@@ -19,7 +19,6 @@ import (
 	"google.golang.org/protobuf/types/known/emptypb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/grpcguard"
@@ -45,7 +44,7 @@ type store struct {
 func (s *store) set(ctx context.Context, v string) error {
 	s.mu.Lock()
 	s.calls++
-	s.resource, s.token, s.hadToken = fencing.TokenFromContext(ctx)
+	s.resource, s.token, s.hadToken = guard.TokenFromContext(ctx)
 	resource := s.resource
 	s.mu.Unlock()
 	write := func() error {
@@ -157,7 +156,7 @@ func sets(ctx context.Context, conn *grpc.ClientConn, vs ...string) error {
 }
 
 func tokenCtx(resource string, token uint64) context.Context {
-	return fencing.ContextWithToken(context.Background(), resource, token)
+	return guard.ContextWithToken(context.Background(), resource, token)
 }
 
 func TestCarry(t *testing.T) {

@@ -3,10 +3,10 @@
 //
 // The client wraps its transport with Transport: every request whose
 // context carries a token (a fencing.Held's Context, or one made with
-// fencing.ContextWithToken) goes out with a Fencing-Token header. The
+// guard.ContextWithToken) goes out with a Fencing-Token header. The
 // service wraps its handler with Middleware, which puts the header's token
 // in the request's context, where the handler finds it with
-// fencing.TokenFromContext (or guard.TokenFromContext) and passes it to its
+// guard.TokenFromContext (or guard.TokenFromContext) and passes it to its
 // store guard with the write.
 //
 // # The header
@@ -50,7 +50,7 @@
 // handler passes the context's token to the store guard itself:
 //
 //	func (s *server) setTotal(w http.ResponseWriter, r *http.Request) {
-//		resource, token, ok := fencing.TokenFromContext(r.Context())
+//		resource, token, ok := guard.TokenFromContext(r.Context())
 //		if !ok {
 //			http.Error(w, "send a Fencing-Token header", http.StatusPreconditionRequired)
 //			return

@@ -8,7 +8,6 @@ import (
 	"net/http/httptest"
 	"strings"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/httpguard"
 )
@@ -19,7 +18,7 @@ import (
 func Example() {
 	totals := map[string]string{}
 	setTotal := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		resource, _, _ := fencing.TokenFromContext(r.Context())
+		resource, _, _ := guard.TokenFromContext(r.Context())
 		body, _ := io.ReadAll(r.Body)
 		totals[resource] = string(body) // under the resource's lock
 	})
@@ -30,7 +29,7 @@ func Example() {
 
 	put := func(token uint64, total string) {
 		// In a holder, ctx is held.Context(): it carries the lease's token.
-		ctx := fencing.ContextWithToken(context.Background(), "orders/42", token)
+		ctx := guard.ContextWithToken(context.Background(), "orders/42", token)
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPut, srv.URL+"/total", strings.NewReader(total))
 		resp, err := client.Do(req)
 		if err != nil {

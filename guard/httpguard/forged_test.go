@@ -81,7 +81,7 @@ func (s *forgedService) write(t *testing.T, key string) (int, string, uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, body := get(t, s.c, fencing.ContextWithToken(ctx, key, l.Token), s.srv.URL)
+	resp, body := get(t, s.c, guard.ContextWithToken(ctx, key, l.Token), s.srv.URL)
 	if err := s.coord.Release(ctx, key, l.ID); err != nil {
 		t.Fatal(err)
 	}

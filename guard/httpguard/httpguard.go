@@ -188,7 +188,7 @@ func WriteRefused(w http.ResponseWriter, resource string, err error) bool {
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
 
 // Middleware parses the Fencing-Token header of each request into the
-// request's context (guard.TokenFromContext, fencing.TokenFromContext) and
+// request's context (guard.TokenFromContext, guard.TokenFromContext) and
 // calls next. A malformed header (or more than one) is answered with 400
 // Bad Request and a text/plain body saying what is wrong, and next is not
 // called. A request without the header goes to next with no token in its

@@ -14,7 +14,6 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/httpguard"
@@ -33,7 +32,7 @@ type seen struct {
 func (s *seen) handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		s.calls.Add(1)
-		res, tok, ok := fencing.TokenFromContext(r.Context())
+		res, tok, ok := guard.TokenFromContext(r.Context())
 		s.resource.Store(res)
 		s.token.Store(tok)
 		s.hadToken.Store(ok)
@@ -73,7 +72,7 @@ func TestCarry(t *testing.T) {
 	var s seen
 	srv, c := serve(t, httpguard.Middleware(s.handler()))
 	for _, res := range []string{"orders/42", "a b\"c;%\x00\xff", "é", strings.Repeat("k", backend.MaxKeyLength)} {
-		ctx := fencing.ContextWithToken(context.Background(), res, 1<<63+5)
+		ctx := guard.ContextWithToken(context.Background(), res, 1<<63+5)
 		resp, _ := get(t, c, ctx, srv.URL)
 		if resp.StatusCode != http.StatusOK || !s.hadToken.Load() || s.resource.Load() != res || s.token.Load() != 1<<63+5 {
 			t.Fatalf("resource %q: status %d, handler saw %q, %d, %v", res, resp.StatusCode, s.resource.Load(), s.token.Load(), s.hadToken.Load())
@@ -130,7 +129,7 @@ func TestTransportRefusesBadTokens(t *testing.T) {
 		{"", 1, backend.ErrInvalidKey},
 		{strings.Repeat("k", backend.MaxKeyLength+1), 1, backend.ErrInvalidKey},
 	} {
-		req, _ := http.NewRequestWithContext(fencing.ContextWithToken(context.Background(), tc.resource, tc.token), http.MethodPost, srv.URL, strings.NewReader("body"))
+		req, _ := http.NewRequestWithContext(guard.ContextWithToken(context.Background(), tc.resource, tc.token), http.MethodPost, srv.URL, strings.NewReader("body"))
 		resp, err := c.Do(req)
 		if err == nil {
 			resp.Body.Close()
@@ -151,7 +150,7 @@ func TestRequireToken(t *testing.T) {
 	if resp.StatusCode != http.StatusPreconditionRequired || !strings.Contains(body, "no fencing token") || s.calls.Load() != 0 {
 		t.Fatalf("no token: status %d, body %q, handler calls %d; want 428", resp.StatusCode, body, s.calls.Load())
 	}
-	resp, _ = get(t, c, fencing.ContextWithToken(context.Background(), "r", 1), srv.URL)
+	resp, _ = get(t, c, guard.ContextWithToken(context.Background(), "r", 1), srv.URL)
 	if resp.StatusCode != http.StatusOK || s.calls.Load() != 1 {
 		t.Fatalf("with a token: status %d, handler calls %d", resp.StatusCode, s.calls.Load())
 	}
@@ -165,7 +164,7 @@ func TestWithWriter(t *testing.T) {
 	var value atomic.Value
 	inside, release := make(chan struct{}), make(chan struct{})
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, tok, _ := fencing.TokenFromContext(r.Context())
+		_, tok, _ := guard.TokenFromContext(r.Context())
 		if r.URL.Query().Has("block") {
 			close(inside)
 			<-release
@@ -174,7 +173,7 @@ func TestWithWriter(t *testing.T) {
 	})
 	srv, c := serve(t, httpguard.Middleware(h, httpguard.WithWriter(g)))
 	ctx := func(tok uint64) context.Context {
-		return fencing.ContextWithToken(context.Background(), "orders/42", tok)
+		return guard.ContextWithToken(context.Background(), "orders/42", tok)
 	}
 
 	if resp, _ := get(t, c, ctx(1), srv.URL); resp.StatusCode != http.StatusOK || value.Load() != "1" {
@@ -249,7 +248,7 @@ func TestTransportReplacesCallersHeader(t *testing.T) {
 	srv, c := serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		got.Store(r.Header.Values(httpguard.TokenHeader))
 	}))
-	ctx := fencing.ContextWithToken(context.Background(), "orders/42", 9)
+	ctx := guard.ContextWithToken(context.Background(), "orders/42", 9)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, srv.URL, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -282,7 +281,7 @@ func TestCheckResponseNamesItsOwnResource(t *testing.T) {
 		}
 		return &http.Response{StatusCode: http.StatusConflict, Header: http.Header{httpguard.FenceHeader: {fence}}, Request: req}
 	}
-	ctx := fencing.ContextWithToken(context.Background(), "orders/42", 3)
+	ctx := guard.ContextWithToken(context.Background(), "orders/42", 3)
 	for _, c := range []struct {
 		name  string
 		fence string

@@ -8,7 +8,6 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/redisguard"
@@ -220,7 +219,7 @@ func TestCountsStaleTokens(t *testing.T) {
 	if err := g.Write(ctx, "r", 6, redisguard.Set(redisguard.Tag("r")+"v", "x")); !errors.Is(err, guard.ErrStaleToken) {
 		t.Fatalf("Write 6 after 7: %v, want ErrStaleToken", err)
 	}
-	if got := mp.Sum(t, fencing.MetricStaleTokens); got != 1 {
-		t.Fatalf("%s = %d, want 1", fencing.MetricStaleTokens, got)
+	if got := mp.Sum(t, guard.MetricStaleTokens); got != 1 {
+		t.Fatalf("%s = %d, want 1", guard.MetricStaleTokens, got)
 	}
 }

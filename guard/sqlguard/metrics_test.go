@@ -9,7 +9,6 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/sqlguard"
 	"github.com/fencing-go/fencing/internal/metrictest"
@@ -36,7 +35,7 @@ func TestCountsStaleTokens(t *testing.T) {
 	if err := g.Takeover(ctx, db, "r", 6); !errors.Is(err, guard.ErrStaleToken) {
 		t.Fatalf("Admit 6 after 7: %v, want ErrStaleToken", err)
 	}
-	if got := mp.Sum(t, fencing.MetricStaleTokens); got != 1 {
-		t.Fatalf("%s = %d, want 1", fencing.MetricStaleTokens, got)
+	if got := mp.Sum(t, guard.MetricStaleTokens); got != 1 {
+		t.Fatalf("%s = %d, want 1", guard.MetricStaleTokens, got)
 	}
 }

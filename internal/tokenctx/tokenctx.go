@@ -1,7 +1,7 @@
 // Package tokenctx holds the context key of a fencing token, so that the
-// root package (Held.Context, fencing.ContextWithToken) and package guard
-// (guard.ContextWithToken, the carriers) share one key without guard
-// importing the root package.
+// root package (Held.Context) and package guard (guard.ContextWithToken,
+// guard.TokenFromContext, the carriers) share one key without either
+// importing the other.
 package tokenctx
 
 import "context"
