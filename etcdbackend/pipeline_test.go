@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
 
 // txnSignal is a KV service that closes sent when the first Txn goes out.
