@@ -116,9 +116,13 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		if renewErr != nil {
 			// The key is attached to an etcd lease that had run out (etcd
 			// ends it, and the key with it) or whose renewal is unknown: a
-			// resend answers which (%v: not a lease that ran out before
-			// the Txn, which Grant would try again with another).
-			return backend.Lease{}, fmt.Errorf("%w: etcdbackend: grant: %v", backend.ErrOutcomeUnknown, renewErr)
+			// resend answers which. A lease found gone is named in words
+			// (%v): Grant tries rpctypes.ErrLeaseNotFound again with another
+			// lease, which is right only for a Txn that attached nothing.
+			if errors.Is(renewErr, rpctypes.ErrLeaseNotFound) {
+				return backend.Lease{}, fmt.Errorf("%w: etcdbackend: grant: the key was attached to an etcd lease found gone (%v)", backend.ErrOutcomeUnknown, renewErr)
+			}
+			return backend.Lease{}, fmt.Errorf("%w: etcdbackend: grant: %w", backend.ErrOutcomeUnknown, renewErr)
 		}
 		b.pool.granted(el.id, el.set)
 		if dl.id != 0 {
