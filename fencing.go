@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencing-go/fencing/backend"
 )
 
@@ -186,7 +188,14 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.
 // it before another lease took the key, so that is not an error either.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.begin(ctx)
-	release := func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) }
+	ctx, ts := c.obs.startSpan(ctx, SpanRelease, key, trace.SpanKindClient)
+	sends := 0
+	release := func(ctx context.Context) (struct{}, error) {
+		if sends++; sends > 1 {
+			ts.event("resend")
+		}
+		return struct{}{}, c.backend.Release(ctx, key, leaseID)
+	}
 	var start time.Time // read only when the resend budget needs it
 	if c.reqTimeout > 0 {
 		start = c.clock.now()
@@ -203,6 +212,7 @@ func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 		}
 	}
 	c.obs.done(ctx, sp, opRelease, key, 0, err)
+	ts.end(0, err)
 	if err != nil {
 		return requestError("release", key, leaseID, err)
 	}
@@ -276,7 +286,17 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
+	ctx, ts := c.obs.requestSpan(ctx, op, req.Key, req.Owner)
 	one := func(ctx context.Context) (backend.Lease, error) { return call(ctx, req) }
+	if ts.s != nil {
+		sends := 0
+		one = func(ctx context.Context) (backend.Lease, error) {
+			if sends++; sends > 1 {
+				ts.event("resend")
+			}
+			return call(ctx, req)
+		}
+	}
 	start := sent
 	if !sentBefore.IsZero() {
 		start = c.clock.now() // this call's first attempt, for the resend budget
@@ -291,6 +311,8 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 		}
 	}
 	c.obs.request(ctx, op, req.Key, sent, rec.Token, err)
+	ts.end(rec.Token, err)
+	attemptEvent(ctx, err)
 	if err != nil {
 		return Lease{}, requestError(op, req.Key, req.LeaseID, err)
 	}

@@ -53,12 +53,12 @@ const (
 // backend stops answering (ErrNoAnswer, see WithRequestTimeout), Lock
 // releases that lease and returns an *OutcomeError with Settled set. A
 // canceled waiter leaves no subscription or goroutine behind.
-func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (*Held, error) {
-	start := c.obs.lockStart(ctx)
+func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (h *Held, err error) {
 	cfg, err := c.holdConfig(ttl, opts)
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
+	obs := c.obs.lockBegin(ctx, key, cfg.fifo) // traces and metrics (trace.go)
 	// wctx bounds the wait; the held lease lives under ctx.
 	wctx := ctx
 	if cfg.waitTimeout > 0 {
@@ -66,6 +66,8 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 		wctx, cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
 		defer cancel()
 	}
+	defer func() { c.obs.lockEnd(ctx, wctx, obs, h, err) }()
+	wctx = obs.waitContext(wctx)
 	w := waiter{c: c, key: key, poll: cfg.pollInterval}
 	var lastHeld error // the latest refusal for a live lease
 	// giveUp is Lock's error once the wait ended (or failed) with err.
@@ -121,7 +123,6 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 		var oe *OutcomeError
 		switch {
 		case err == nil:
-			c.obs.locked(ctx, start)
 			h := c.startHeld(ctx, lease, ttl, cfg)
 			if ln != nil {
 				ln.handTo(h)
