@@ -189,13 +189,7 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.begin(ctx)
 	ctx, ts := c.obs.startSpan(ctx, SpanRelease, key, trace.SpanKindClient)
-	sends := 0
-	release := func(ctx context.Context) (struct{}, error) {
-		if sends++; sends > 1 {
-			ts.event("resend")
-		}
-		return struct{}{}, c.backend.Release(ctx, key, leaseID)
-	}
+	release := resends(ts, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) })
 	var start time.Time // read only when the resend budget needs it
 	if c.reqTimeout > 0 {
 		start = c.clock.now()
@@ -287,16 +281,7 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 		sent = sentBefore
 	}
 	ctx, ts := c.obs.requestSpan(ctx, op, req.Key, req.Owner)
-	one := func(ctx context.Context) (backend.Lease, error) { return call(ctx, req) }
-	if ts.s != nil {
-		sends := 0
-		one = func(ctx context.Context) (backend.Lease, error) {
-			if sends++; sends > 1 {
-				ts.event("resend")
-			}
-			return call(ctx, req)
-		}
-	}
+	one := resends(ts, func(ctx context.Context) (backend.Lease, error) { return call(ctx, req) })
 	start := sent
 	if !sentBefore.IsZero() {
 		start = c.clock.now() // this call's first attempt, for the resend budget

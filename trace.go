@@ -116,6 +116,21 @@ func (t tspan) end(token uint64, err error) {
 	t.s.End()
 }
 
+// resends returns call, recording each call after the first as a
+// "resend" event of ts when tracing.
+func resends[T any](ts tspan, call func(context.Context) (T, error)) func(context.Context) (T, error) {
+	if ts.s == nil {
+		return call
+	}
+	sends := 0
+	return func(ctx context.Context) (T, error) {
+		if sends++; sends > 1 {
+			ts.event("resend")
+		}
+		return call(ctx)
+	}
+}
+
 // requestSpan starts the span of a grant or renewal (name "grant" or
 // "renew") of req, unless ctx carries a Lock's wait (waitSpan), whose
 // attempts are events of the wait span instead.
