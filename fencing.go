@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencing-go/fencing/backend"
 )
 
@@ -186,7 +188,8 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.
 // it before another lease took the key, so that is not an error either.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.begin(ctx)
-	release := func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) }
+	ctx, ts := c.obs.startSpan(ctx, SpanRelease, key, trace.SpanKindClient)
+	release := resends(ts, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) })
 	var start time.Time // read only when the resend budget needs it
 	if c.reqTimeout > 0 {
 		start = c.clock.now()
@@ -203,6 +206,7 @@ func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 		}
 	}
 	c.obs.done(ctx, sp, opRelease, key, 0, err)
+	ts.end(0, err)
 	if err != nil {
 		return requestError("release", key, leaseID, err)
 	}
@@ -280,12 +284,13 @@ func (c *Coordinator) send(ctx context.Context, k op, req backend.Request, sentB
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
-	one := func(ctx context.Context) (backend.Lease, error) {
+	ctx, ts := c.obs.requestSpan(ctx, opNames[k], req.Key, req.Owner)
+	one := resends(ts, func(ctx context.Context) (backend.Lease, error) {
 		if k == opRenew {
 			return c.backend.Renew(ctx, req)
 		}
 		return c.backend.Grant(ctx, req)
-	}
+	})
 	start := sent
 	if !sentBefore.IsZero() {
 		start = c.clock.now() // this call's first attempt, for the resend budget
@@ -300,6 +305,8 @@ func (c *Coordinator) send(ctx context.Context, k op, req backend.Request, sentB
 		}
 	}
 	c.obs.request(ctx, k, req.Key, sent, rec.Token, err)
+	ts.end(rec.Token, err)
+	attemptEvent(ctx, err)
 	if err != nil {
 		return Lease{}, requestError(opNames[k], req.Key, req.LeaseID, err)
 	}

@@ -143,6 +143,10 @@ type Held struct {
 	line     *line       // WithFIFO's entry in the key's line (fifo.go); nil without
 	released sync.Once
 	relErr   error
+
+	span   tspan     // SpanHeld (trace.go)
+	since  time.Time // when the lease was got, for MetricHeldDuration
+	closed bool      // span ended and held duration recorded; guarded by mu
 }
 
 // errReleased is the Context's cause after Release.
@@ -199,8 +203,10 @@ func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) 
 }
 
 func (c *Coordinator) startHeld(parent context.Context, lease Lease, ttl time.Duration, cfg holdConfig) *Held {
-	ctx, cancel := context.WithCancelCause(parent)
-	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease, max: newMaxHold(lease, ttl, cfg)}
+	sctx, span := c.obs.heldSpan(parent, lease, cfg.owner)
+	ctx, cancel := context.WithCancelCause(sctx)
+	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease, max: newMaxHold(lease, ttl, cfg),
+		span: span, since: time.Now()}
 	h.ctx = heldContext{Context: ctx, h: h}
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(time.Until(lease.Deadline), h.expire)
@@ -317,6 +323,9 @@ func (h *Held) Release(ctx context.Context) error {
 		h.stopTimers()
 		h.max.holderReleases() // the holder releases it: no release at the cap
 		lost, lease := h.err, h.lease
+		if lost == nil {
+			h.closeLocked("released")
+		}
 		h.mu.Unlock()
 		h.cancel(errReleased) // ends an in-flight renewal too
 		// Free the key first, then wait for the renewer: a renewal that
@@ -359,6 +368,17 @@ func (h *Held) loseLocked(err error) {
 	h.stopTimers()
 	h.cancel(err)
 	h.c.obs.leaseLost(h.key, h.lease.Token, err)
+	h.closeLocked(lostReasonNames[lostReasonOf(err)])
+}
+
+// closeLocked ends the lease's span and records how long it was held, once;
+// h.mu is held.
+func (h *Held) closeLocked(end string) {
+	if h.closed {
+		return
+	}
+	h.closed = true
+	h.c.obs.heldEnd(h.span, h.since, end)
 }
 
 // expire runs when the Deadline of the last confirmed request passes.
@@ -495,6 +515,7 @@ func (h *Held) afterEnd(parent context.Context, lease Lease) {
 	h.ended = true
 	h.err = context.Cause(parent)
 	h.stopTimers()
+	h.closeLocked("canceled")
 	h.mu.Unlock()
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), lease.Deadline)
 	defer cancel()

@@ -37,12 +37,14 @@ import (
 // backend stops answering (ErrNoAnswer, see WithRequestTimeout), Lock
 // releases that lease and returns an *OutcomeError with Settled set. A
 // canceled waiter leaves no subscription or goroutine behind.
-func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (*Held, error) {
-	start := c.obs.lockStart(ctx)
+func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (h *Held, err error) {
 	l, err := c.newLockCall(ctx, key, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
+	obs := c.obs.lockBegin(ctx, key, l.cfg.fifo) // traces and metrics (trace.go)
+	defer func() { c.obs.lockEnd(ctx, l.wctx, obs, h, err) }()
+	l.wctx = obs.waitContext(l.wctx)
 	defer l.close()
 	if err := l.queue(); err != nil {
 		return nil, l.giveUp(err)
@@ -54,7 +56,6 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, err
 	}
-	c.obs.locked(ctx, start)
 	return l.hold(lease), nil
 }
 

@@ -221,6 +221,15 @@ type Queuer interface {
 	NotifyTurn(ctx context.Context, key, waiterID string) (Subscription, error)
 }
 
+// LineReader is implemented by a Queuer that can count the waiters in a
+// key's line without joining it, for operators (the command-line tool's
+// top).
+type LineReader interface {
+	// LineLength returns how many live entries key's line has now. It is
+	// a read: it changes nothing, and drops no expired entry.
+	LineLength(ctx context.Context, key string) (int, error)
+}
+
 // Place is a waiter's place in a key's line (Queuer.Enqueue).
 type Place struct {
 	// Ahead is how many live entries are ahead of the waiter's; zero means
