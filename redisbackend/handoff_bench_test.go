@@ -48,7 +48,7 @@ func BenchmarkLockHandoff(b *testing.B) {
 				defer rb.Close()
 				g := &grantCounter{Backend: rb}
 				c := fencing.New(g)
-				var opts []fencing.HoldOption
+				var opts []fencing.LockOption
 				if fifo {
 					opts = append(opts, fencing.WithFIFO())
 				}

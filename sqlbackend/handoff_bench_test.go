@@ -89,7 +89,7 @@ func benchHandoff(b *testing.B, h *harness, extra []sqlbackend.Option, backends,
 		}
 		cs = append(cs, fencing.New(grantCounter{sb, &grants}))
 	}
-	var opts []fencing.HoldOption
+	var opts []fencing.LockOption
 	if fifo {
 		opts = append(opts, fencing.WithFIFO())
 	}

@@ -183,13 +183,14 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fenci
 	if hf.maxHold > 0 {
 		opts = append(opts, fencing.WithMaxHold(hf.maxHold))
 	}
-	if hf.fifo {
-		opts = append(opts, fencing.WithFIFO())
-	}
 	stop = func() { cancel(nil) }
 	if hf.wait {
+		lockOpts := lockOptions(opts)
+		if hf.fifo {
+			lockOpts = append(lockOpts, fencing.WithFIFO())
+		}
 		spin := startSpinner(cmd.ErrOrStderr(), "waiting for "+quote(key))
-		h, err = s.c.Lock(ctx, key, hf.ttl, opts...)
+		h, err = s.c.Lock(ctx, key, hf.ttl, lockOpts...)
 		spin.Stop()
 	} else {
 		h, err = s.c.Hold(ctx, key, hf.ttl, opts...)
@@ -258,4 +259,13 @@ func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key strin
 			child.stop()
 		}
 	}
+}
+
+// lockOptions returns Hold's options as Lock's, to add Lock's own to.
+func lockOptions(opts []fencing.HoldOption) []fencing.LockOption {
+	lock := make([]fencing.LockOption, len(opts), len(opts)+1)
+	for i, o := range opts {
+		lock[i] = o
+	}
+	return lock
 }
