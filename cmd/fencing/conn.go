@@ -278,7 +278,7 @@ func (f *connFlags) openEtcd(ctx context.Context, s *session) error {
 	// bounds it.
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	b, err := etcdbackend.NewContext(cctx, cli, opts...)
+	b, err := etcdbackend.New(cctx, cli, opts...)
 	if err != nil {
 		cli.Close()
 		return s.reachError(err)
@@ -329,14 +329,14 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	if f.redisAddr == "" {
 		return fmt.Errorf("%w: the redis backend needs --redis-addr (or FENCING_REDIS_ADDR)", errUsage)
 	}
-	var mode redisbackend.ConfigMode
+	var mode backend.CheckMode
 	switch f.redisConfigCheck {
 	case "refuse":
-		mode = redisbackend.ConfigRefuse
+		mode = backend.CheckRefuse
 	case "warn":
-		mode = redisbackend.ConfigWarn
+		mode = backend.CheckWarn
 	case "ignore":
-		mode = redisbackend.ConfigIgnore
+		mode = backend.CheckSkip
 	default:
 		return fmt.Errorf("%w: --redis-config-check %q: want refuse, warn or ignore", errUsage, f.redisConfigCheck)
 	}
@@ -351,11 +351,11 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 		client.Close()
 		return s.reachError(err)
 	}
-	opts := []redisbackend.Option{redisbackend.WithConfigCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
+	opts := []redisbackend.Option{redisbackend.WithSafetyCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
 	if f.prefix != "" {
 		opts = append(opts, redisbackend.WithPrefix(f.prefix))
 	}
-	b, err := redisbackend.NewContext(cctx, client, opts...)
+	b, err := redisbackend.New(cctx, client, opts...)
 	if err != nil {
 		client.Close()
 		var cerr *redisbackend.ConfigError

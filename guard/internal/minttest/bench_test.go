@@ -45,14 +45,14 @@ func BenchmarkMintCheck(b *testing.B) {
 			return sqlBackend(b, pgtest.Start(b).DB(b), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
 		}},
 		{"etcd", func(b *testing.B) backend.Backend {
-			be, err := etcdbackend.New(etcdtest.Client(b))
+			be, err := etcdbackend.New(context.Background(), etcdtest.Client(b))
 			if err != nil {
 				b.Fatal(err)
 			}
 			return be
 		}},
 		{"redis", func(b *testing.B) backend.Backend {
-			be, err := redisbackend.New(redistest.Start(b, redistest.Config{AppendOnly: true}).Client())
+			be, err := redisbackend.New(context.Background(), redistest.Start(b, redistest.Config{AppendOnly: true}).Client())
 			if err != nil {
 				b.Fatal(err)
 			}
