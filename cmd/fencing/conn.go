@@ -24,7 +24,6 @@ import (
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/redisbackend"
-	"github.com/fencing-go/fencing/sqlbackend"
 )
 
 // envPrefix starts the environment variable of every backend flag:
@@ -303,9 +302,9 @@ func (s *session) authError(err error) error {
 	var mark error
 	switch {
 	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty),
-		errors.Is(err, sqlbackend.ErrAuthRefused):
+		errors.Is(err, backend.ErrAuthRefused):
 		mark = errAuth
-	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, sqlbackend.ErrPermissionDenied):
+	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, backend.ErrPermissionDenied):
 		mark = errPermission
 	default:
 		return nil

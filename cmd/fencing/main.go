@@ -15,7 +15,6 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/sqlbackend"
 )
 
 // Exit codes. A command run by hold exits with its own code; these are the
@@ -157,9 +156,9 @@ func exitCodeOf(err error) int {
 	case errors.Is(err, fencing.ErrLeaseLost), errors.Is(err, fencing.ErrLeaseExpired), errors.Is(err, fencing.ErrLeaseNotFound):
 		return exitLost
 	case errors.Is(err, errAuth), errors.Is(err, errPermission), errors.Is(err, backend.ErrAuthRefused), errors.Is(err, backend.ErrPermissionDenied),
-		errors.Is(err, sqlbackend.ErrAuthRefused), errors.Is(err, sqlbackend.ErrPermissionDenied):
+		errors.Is(err, backend.ErrAuthRefused), errors.Is(err, backend.ErrPermissionDenied):
 		return exitAuth
-	case errors.Is(err, errUnreachable), errors.Is(err, sqlbackend.ErrUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
+	case errors.Is(err, errUnreachable), errors.Is(err, backend.ErrUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
 		errors.Is(err, context.DeadlineExceeded):
 		return exitUnreachable
 	}

@@ -42,7 +42,7 @@ func BenchmarkMintCheck(b *testing.B) {
 		}},
 		{"postgres", func(b *testing.B) backend.Backend {
 			// The test server runs with fsync off, for speed.
-			return sqlBackend(b, pgtest.Start(b).DB(b), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+			return sqlBackend(b, pgtest.Start(b).DB(b), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 		}},
 		{"etcd", func(b *testing.B) backend.Backend {
 			be, err := etcdbackend.New(context.Background(), etcdtest.Client(b))
@@ -89,7 +89,7 @@ func BenchmarkMintCheck(b *testing.B) {
 }
 
 func sqlBackend(b *testing.B, db *sql.DB, d sqlbackend.Dialect, opts ...sqlbackend.Option) backend.Backend {
-	be, err := sqlbackend.New(db, d, opts...)
+	be, err := sqlbackend.New(context.Background(), db, d, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}
