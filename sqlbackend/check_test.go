@@ -43,7 +43,7 @@ func TestSQLiteSafetyChecks(t *testing.T) {
 		_, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 		wantSafety(t, c.params, err, c.setting)
 		if _, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite, sqlbackend.WithSafetyCheck(backend.CheckSkip)); err != nil {
-			t.Fatalf("%s with WithoutSafetyChecks: %v", c.params, err)
+			t.Fatalf("%s with CheckSkip: %v", c.params, err)
 		}
 	}
 	for _, params := range []string{"&_pragma=journal_mode(WAL)", "&_pragma=journal_mode(DELETE)&_pragma=synchronous(EXTRA)"} {
@@ -88,7 +88,7 @@ func TestPostgresSafetyChecks(t *testing.T) {
 		_, err := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres) // a new pool: new sessions
 		wantSafety(t, c.set, err, c.setting)
 		if _, err := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip)); err != nil {
-			t.Fatalf("%s with WithoutSafetyChecks: %v", c.set, err)
+			t.Fatalf("%s with CheckSkip: %v", c.set, err)
 		}
 		if _, err := srv.DB(t).ExecContext(ctx, "BEGIN READ WRITE; "+c.reset+"; COMMIT"); err != nil {
 			t.Fatal(err)
