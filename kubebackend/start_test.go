@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 // TestNewErrors: New reports a bad configuration and a failed check with
