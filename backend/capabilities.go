@@ -162,6 +162,9 @@ type Lister interface {
 	// next page ("" after the last). The order is the backend's own; every
 	// key leased before the listing began and still stored appears exactly
 	// once across the pages. limit <= 0 means a backend's default page.
+	// A cursor that no List of the backend returned may fail with an
+	// error wrapping ErrInvalidCursor (a backend whose cursor is a key
+	// takes any string).
 	List(ctx context.Context, prefix, cursor string, limit int) (page []KeyInfo, next string, err error)
 }
 

@@ -254,7 +254,7 @@ func fencingParticipant(option fencing.LockOption) func(t *testing.T, endpoint, 
 	return func(t *testing.T, endpoint, prefix string) *participant {
 		t.Helper()
 		p := new(participant)
-		b, err := etcdbackend.New(countedClient(t, endpoint, &p.rpcs), etcdbackend.WithPrefix(prefix))
+		b, err := etcdbackend.New(context.Background(), countedClient(t, endpoint, &p.rpcs), etcdbackend.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}

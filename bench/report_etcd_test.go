@@ -126,7 +126,7 @@ func etcdPrefix(what string) string {
 
 func etcdCoordinator(t *testing.T, cli *clientv3.Client) *fencing.Coordinator {
 	t.Helper()
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(etcdPrefix("fencing")))
+	b, err := etcdbackend.New(context.Background(), cli, etcdbackend.WithPrefix(etcdPrefix("fencing")))
 	if err != nil {
 		t.Fatal(err)
 	}

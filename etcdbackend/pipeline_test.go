@@ -71,7 +71,7 @@ func (s heldStream) Recv() (*pb.LeaseKeepAliveResponse, error) {
 // second result.
 func pipelineBackend(t *testing.T, gone bool) (*Backend, *repliesAfter, *repliesAfter) {
 	cli := etcdtest.Client(t)
-	b, err := New(cli, WithPrefix("pipeline-test/"))
+	b, err := New(t.Context(), cli, WithPrefix("pipeline-test/"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,7 +23,7 @@ func newBackend(t *testing.T) (*kubebackend.Backend, kubernetes.Interface, strin
 	t.Helper()
 	srv := kubetest.Shared(t)
 	ns, client := srv.Namespace(t)
-	b, err := kubebackend.New(client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestLostReplyIsOutcomeUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := kubebackend.New(client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}

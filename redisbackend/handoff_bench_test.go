@@ -41,7 +41,7 @@ func BenchmarkLockHandoff(b *testing.B) {
 		for _, fifo := range []bool{false, true} {
 			b.Run(fmt.Sprintf("waiters=%d/fifo=%v", n, fifo), func(b *testing.B) {
 				client := srv.Client()
-				rb, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger()), redisbackend.WithPrefix(fmt.Sprintf("handoff%d%v:", n, fifo)))
+				rb, err := redisbackend.New(context.Background(), client, redisbackend.WithLogger(quietLogger()), redisbackend.WithPrefix(fmt.Sprintf("handoff%d%v:", n, fifo)))
 				if err != nil {
 					b.Fatal(err)
 				}

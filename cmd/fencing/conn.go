@@ -24,7 +24,6 @@ import (
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/redisbackend"
-	"github.com/fencing-go/fencing/sqlbackend"
 )
 
 // envPrefix starts the environment variable of every backend flag:
@@ -282,7 +281,7 @@ func (f *connFlags) openEtcd(ctx context.Context, s *session) error {
 	// bounds it.
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	b, err := etcdbackend.NewContext(cctx, cli, opts...)
+	b, err := etcdbackend.New(cctx, cli, opts...)
 	if err != nil {
 		cli.Close()
 		return s.reachError(err)
@@ -307,9 +306,9 @@ func (s *session) authError(err error) error {
 	var mark error
 	switch {
 	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty),
-		errors.Is(err, sqlbackend.ErrAuthRefused):
+		errors.Is(err, backend.ErrAuthRefused):
 		mark = errAuth
-	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, sqlbackend.ErrPermissionDenied):
+	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, backend.ErrPermissionDenied):
 		mark = errPermission
 	default:
 		if mark = kubeAuthError(err); mark == nil {
@@ -335,14 +334,14 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	if f.redisAddr == "" {
 		return fmt.Errorf("%w: the redis backend needs --redis-addr (or FENCING_REDIS_ADDR)", errUsage)
 	}
-	var mode redisbackend.ConfigMode
+	var mode backend.CheckMode
 	switch f.redisConfigCheck {
 	case "refuse":
-		mode = redisbackend.ConfigRefuse
+		mode = backend.CheckRefuse
 	case "warn":
-		mode = redisbackend.ConfigWarn
+		mode = backend.CheckWarn
 	case "ignore":
-		mode = redisbackend.ConfigIgnore
+		mode = backend.CheckSkip
 	default:
 		return fmt.Errorf("%w: --redis-config-check %q: want refuse, warn or ignore", errUsage, f.redisConfigCheck)
 	}
@@ -357,11 +356,11 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 		client.Close()
 		return s.reachError(err)
 	}
-	opts := []redisbackend.Option{redisbackend.WithConfigCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
+	opts := []redisbackend.Option{redisbackend.WithSafetyCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
 	if f.prefix != "" {
 		opts = append(opts, redisbackend.WithPrefix(f.prefix))
 	}
-	b, err := redisbackend.NewContext(cctx, client, opts...)
+	b, err := redisbackend.New(cctx, client, opts...)
 	if err != nil {
 		client.Close()
 		var cerr *redisbackend.ConfigError

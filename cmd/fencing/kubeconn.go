@@ -2,14 +2,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/spf13/pflag"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/kubebackend"
 )
 
@@ -55,17 +56,16 @@ func (f *connFlags) openKube(ctx context.Context, s *session) error {
 	if err != nil {
 		return fmt.Errorf("%w: %s: %w", errUsage, s.where, err)
 	}
-	// One list of a Lease tells at once whether the server answers, knows
-	// the credentials and lets this user read Leases there;
-	// --request-timeout bounds it.
+	// New's check, one list of a Lease, tells at once whether the server
+	// answers, knows the credentials and lets this user read Leases
+	// there; --request-timeout bounds it.
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	if _, err := client.CoordinationV1().Leases(ns).List(cctx, metav1.ListOptions{Limit: 1}); err != nil {
-		return s.reachError(err)
-	}
-	b, err := kubebackend.New(client, ns)
-	if err != nil {
+	b, err := kubebackend.New(cctx, client, ns)
+	if errors.Is(err, backend.ErrInvalidConfig) {
 		return fmt.Errorf("%w: %w", errUsage, err)
+	} else if err != nil {
+		return s.reachError(err)
 	}
 	s.b, s.close = b, func() { b.Close() }
 	return nil
