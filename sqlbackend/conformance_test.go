@@ -40,3 +40,8 @@ func TestPgBouncerConformance(t *testing.T) {
 	h := &harness{db: bouncer.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithoutSafetyChecks()}}
 	conformance.Run(t, h)
 }
+
+func TestMySQLConformance(t *testing.T) {
+	_, h := newMySQL(t)
+	conformance.Run(t, h)
+}

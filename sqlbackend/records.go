@@ -86,6 +86,12 @@ type statements struct {
 	// SQLite's queue statements, inside BEGIN IMMEDIATE.
 	renewEntry, dropExpired, upsertEntry, ahead, anyEntry, removeEntry, behind string
 
+	// MySQL (mysql.go): the row locked, the clock, the line locked, and
+	// the order of the arguments of each statement with numbered
+	// parameters.
+	lockRead, now, lockLine string
+	order                   map[string][]int
+
 	// PostgreSQL: the cluster (cluster.go).
 	adopt, clusterIDs string
 
@@ -135,6 +141,10 @@ func newStatements(d Dialect, prefix string) statements {
 		s.turn = r.Replace(`SELECT s.k, s.id, coalesce((SELECT max(a.seq) FROM {w} AS a WHERE a.key = e.key AND a.seq < e.seq AND a.expires_at > c.n), 0) ` +
 			`FROM (SELECT clock_timestamp() AS n) AS c CROSS JOIN unnest($1::bytea[], $2::text[]) AS s(k, id) ` +
 			`JOIN {w} AS e ON e.key = s.k AND e.waiter_id = s.id AND e.expires_at > c.n`)
+		return s
+	}
+	if d == MySQL {
+		mysqlStatements(&s, r)
 		return s
 	}
 	bare := channelName(prefix, "waiters") // the table's name without its schema, as CREATE INDEX ... ON takes it
