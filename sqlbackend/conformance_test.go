@@ -1,9 +1,12 @@
 package sqlbackend_test
 
 import (
+	"context"
 	"testing"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/mysqltest"
 	"github.com/fencing-go/fencing/internal/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -45,3 +48,30 @@ func TestMySQLConformance(t *testing.T) {
 	_, h := newMySQL(t)
 	conformance.Run(t, h)
 }
+
+// TestMySQLRestart: mariadbd, syncing every commit, is killed (SIGKILL)
+// and started again on its data.
+func TestMySQLRestart(t *testing.T) {
+	srv := mysqltest.StartConfig(t, mysqltest.Config{Durable: true})
+	h := &harness{db: srv.DB(t), dialect: sqlbackend.MySQL}
+	conformance.RunRestart(t, &mysqlRestarter{srv: srv, h: h})
+}
+
+// mysqlRestarter is a conformance.Restarter on a MariaDB server of the
+// test: one pool, which reconnects after the restart (same port).
+type mysqlRestarter struct {
+	srv *mysqltest.Server
+	h   *harness
+}
+
+func (r *mysqlRestarter) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
+	b, err := sqlbackend.New(r.h.db, sqlbackend.MySQL, sqlbackend.WithTablePrefix("restart_"))
+	if err != nil {
+		return nil, err
+	}
+	return b, b.CreateTables(ctx)
+}
+
+func (r *mysqlRestarter) Kill(testing.TB)            { r.srv.Crash() }
+func (r *mysqlRestarter) Start(t testing.TB)         { r.srv.Restart(t) }
+func (r *mysqlRestarter) Traits() conformance.Traits { return r.h.Traits() }

@@ -185,3 +185,14 @@ func newMySQL(t testing.TB) (*mysqltest.Server, *harness) {
 	srv := mysqltest.Start(t)
 	return srv, &harness{db: srv.DB(t), dialect: sqlbackend.MySQL}
 }
+
+// openMySQL opens dsn with go-sql-driver/mysql and closes it when t ends.
+func openMySQL(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}

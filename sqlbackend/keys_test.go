@@ -61,10 +61,9 @@ func TestSQLGuardInTheSameSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		gd := sqlguard.SQLite
-		if h.dialect == sqlbackend.Postgres {
-			gd = sqlguard.Postgres
-		}
+		gd := map[sqlbackend.Dialect]sqlguard.Dialect{
+			sqlbackend.SQLite: sqlguard.SQLite, sqlbackend.Postgres: sqlguard.Postgres, sqlbackend.MySQL: sqlguard.MySQL,
+		}[h.dialect]
 		g, err := sqlguard.New(gd)
 		if err != nil {
 			t.Fatal(err)
