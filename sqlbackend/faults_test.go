@@ -3,8 +3,8 @@ package sqlbackend_test
 import (
 	"bufio"
 	"context"
-	"database/sql"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
