@@ -239,7 +239,7 @@ func (b *Backend) mysqlTxOnce(ctx context.Context, what string, fn func(c querie
 		if errors.Is(err, driver.ErrBadConn) && ctx.Err() == nil {
 			return &retryError{err}
 		}
-		return fmt.Errorf("sqlbackend: %s: begin: %w", what, err)
+		return txError(ctx, what+": begin", err)
 	}
 	if err := fn(mysqlArgs{conn, &b.sql}, hostNow{}); err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.checkTime)
@@ -261,7 +261,7 @@ func (b *Backend) mysqlTxOnce(ctx context.Context, what string, fn func(c querie
 			return b.schemaError(ctx, what, err)
 		}
 		// Nothing was applied: the transaction did not commit.
-		return fmt.Errorf("sqlbackend: %s: %w", what, err)
+		return txError(ctx, what, err)
 	}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBound)
 	defer cancel()
@@ -273,6 +273,17 @@ func (b *Backend) mysqlTxOnce(ctx context.Context, what string, fn func(c querie
 		return fmt.Errorf("sqlbackend: %s: commit: %w: %w", what, backend.ErrOutcomeUnknown, err)
 	}
 	return nil
+}
+
+// txError wraps the error of a statement before COMMIT. When ctx has
+// ended, it wraps ctx's error too: the driver reports a connection it
+// closed for the ended context as driver.ErrBadConn or its own error, and
+// the caller gives up with its context.
+func txError(ctx context.Context, what string, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("sqlbackend: %s: %w: %w", what, cerr, err)
+	}
+	return fmt.Errorf("sqlbackend: %s: %w", what, err)
 }
 
 // mysqlNumber returns the error number of a MySQL server error in err's
