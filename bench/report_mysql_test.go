@@ -9,7 +9,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // the "mysql" driver
 
-	"github.com/fencing-go/fencing/internal/mysqltest"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 

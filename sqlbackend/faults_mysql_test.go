@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/faultproxy"
-	"github.com/fencing-go/fencing/internal/mysqltest"
+	"github.com/fencing-go/fencing/internal/testing/faultproxy"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 

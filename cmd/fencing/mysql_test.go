@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing-go/fencing/internal/mysqltest"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 )
 
 // On MariaDB, a hold in one shell excludes a hold in another, get in a

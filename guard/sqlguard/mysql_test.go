@@ -6,7 +6,7 @@ import (
 
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard/sqlguard"
-	"github.com/fencing-go/fencing/internal/mysqltest"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 )
 
 func TestMySQLConformance(t *testing.T) {

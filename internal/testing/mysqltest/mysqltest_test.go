@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/fencing-go/fencing/internal/mysqltest"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 )
 
 // Two servers run side by side, each with its own data; a crashed one

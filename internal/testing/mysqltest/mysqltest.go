@@ -28,7 +28,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // registers the "mysql" driver
 
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 const (
