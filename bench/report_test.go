@@ -50,6 +50,7 @@ var reportSections = []struct {
 	{"redis", redisSection},           // vs redislock, redsync and PING; server CPU from INFO commandstats
 	{"etcd", etcdSection},             // vs concurrency.Mutex (fresh and shared Session), Txn and Get floors
 	{"sql", sqlSection},               // PostgreSQL vs pglock's table lease, advisory locks, SELECT 1; SQLite vs flock, the handoff too
+	{"mysql", mysqlSection},           // MariaDB vs GET_LOCK+RELEASE_LOCK, a one-row UPDATE commit, SELECT 1
 	{"contention", contentionSection}, // etcd: the Lock handoff with 1, 8 and 32 waiters, FIFO on and off, vs concurrency.Mutex
 }
 

@@ -69,6 +69,19 @@ func (b *Backend) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64
 		}
 		return live.Int64, live.Valid, nil
 	}
+	if b.dialect == MySQL {
+		// A shared lock on the row (or, with no row, on the gap where it
+		// would go), which every grant, renewal and release waits for: it
+		// reads the latest commit, and the server's clock after it.
+		r, found, now, err := b.scanRow(ctx, mysqlArgs{tx, &b.sql}, b.sql.admit, key)
+		if err != nil {
+			return 0, false, b.classify(ctx, "admit", err)
+		}
+		if !found || !r.live(now) {
+			return 0, false, nil
+		}
+		return r.token, true, nil
+	}
 	// A write that changes nothing takes the write lock (or fails, if
 	// another connection holds it past the busy timeout); from then on tx
 	// reads the latest commit and no other writer can run.
@@ -78,11 +91,11 @@ func (b *Backend) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64
 		}
 		return 0, false, fmt.Errorf("sqlbackend: admit: take the write lock: %w", err)
 	}
-	r, found, err := b.readRow(ctx, tx, key)
+	r, found, now, err := b.readRow(ctx, tx, key)
 	if err != nil {
 		return 0, false, fmt.Errorf("sqlbackend: admit: %w", err)
 	}
-	if !found || !r.live(b.hostNow()) {
+	if !found || !r.live(now) {
 		return 0, false, nil
 	}
 	return r.token, true, nil

@@ -35,7 +35,18 @@ func insertOrder(h *harness, table string) string {
 	return "INSERT INTO " + table + " (id) VALUES (?)"
 }
 
+// forEachDialect runs fn on each dialect, on a database of its own.
 func forEachDialect(t *testing.T, fn func(t *testing.T, h *harness)) {
+	forEachUpgradable(t, fn)
+	t.Run("mysql", func(t *testing.T) {
+		_, h := newMySQL(t)
+		fn(t, h)
+	})
+}
+
+// forEachUpgradable runs fn on each dialect that an earlier release of
+// the package spoke (not MySQL), for the upgrade tests.
+func forEachUpgradable(t *testing.T, fn func(t *testing.T, h *harness)) {
 	t.Run("sqlite", func(t *testing.T) {
 		fn(t, &harness{db: openSQLite(t), dialect: sqlbackend.SQLite})
 	})

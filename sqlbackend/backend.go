@@ -39,9 +39,13 @@ var (
 	// (modernc.org/sqlite, mattn/go-sqlite3), on a file that the processes
 	// of one host share.
 	SQLite = Dialect{"sqlite"}
+	// MySQL is MySQL 8.0 or later, or MariaDB 10.6 or later, with InnoDB
+	// tables and github.com/go-sql-driver/mysql (add interpolateParams=true
+	// to the DSN: one round trip per statement, not two).
+	MySQL = Dialect{"mysql"}
 )
 
-// String returns the dialect's name: "postgres" or "sqlite".
+// String returns the dialect's name: "postgres", "sqlite" or "mysql".
 func (d Dialect) String() string { return d.name }
 
 // errInvalidConfig is wrapped by New's errors about its arguments (a nil
@@ -74,7 +78,7 @@ type Backend struct {
 	closed    atomic.Bool
 	notPgx    atomic.Bool // the pool's driver is not pgx's stdlib (pgQueryRow)
 	hub       hub
-	writer    chan struct{} // SQLite: held by the transaction that runs (sqliteTx)
+	writer    chan struct{} // SQLite: held by the transaction that runs (rowTx)
 }
 
 // Option configures a Backend.
@@ -136,8 +140,8 @@ func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Bac
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", errInvalidConfig)
 	}
-	if dialect != Postgres && dialect != SQLite {
-		return nil, fmt.Errorf("%w: no dialect (use sqlbackend.Postgres or sqlbackend.SQLite)", errInvalidConfig)
+	if dialect != Postgres && dialect != SQLite && dialect != MySQL {
+		return nil, fmt.Errorf("%w: no dialect (use sqlbackend.Postgres, sqlbackend.SQLite or sqlbackend.MySQL)", errInvalidConfig)
 	}
 	if !prefixPattern.MatchString(b.prefix) {
 		return nil, fmt.Errorf("%w: table prefix %q is not an unquoted identifier, optionally schema-qualified", errInvalidConfig, b.prefix)
@@ -181,14 +185,17 @@ func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Bac
 // they start together: on PostgreSQL the transaction first takes a
 // transaction-scoped advisory lock (createLockKey), so the calls run one
 // after the other (PgBouncer's transaction pooling keeps it); on SQLite
-// the write lock of BEGIN IMMEDIATE orders them. Each finds the work of
-// the one before it done.
+// the write lock of BEGIN IMMEDIATE orders them; on MySQL the tables'
+// metadata locks. Each finds the work of the one before it done.
 func (b *Backend) CreateTables(ctx context.Context) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
+	if b.dialect == MySQL {
+		return b.createTablesMySQL(ctx)
+	}
 	if b.dialect == SQLite {
-		return b.sqliteTx(ctx, "create tables", func(c *sql.Conn, _ hostNow) error {
+		return b.rowTx(ctx, "create tables", func(c querier, _ hostNow) error {
 			for _, stmt := range b.sql.ddl {
 				if _, err := c.ExecContext(ctx, stmt); err != nil {
 					return err

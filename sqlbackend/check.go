@@ -38,7 +38,12 @@ func (e *SafetyError) Unwrap() error { return backend.ErrUnsafeStore }
 // transactions before the loss; in rollback mode, the file can corrupt).
 // It reads one connection of the pool: the others come from the same
 // connection string.
+//
+// On MySQL it is checkMySQL.
 func (b *Backend) checkSafety(ctx context.Context) error {
+	if b.dialect == MySQL {
+		return b.checkMySQL(ctx)
+	}
 	if b.dialect == Postgres {
 		var fsync, syncCommit, readOnly string
 		var standby bool
@@ -132,6 +137,9 @@ func (b *Backend) schemaError(ctx context.Context, what string, err error) error
 func (b *Backend) schemaGaps(ctx context.Context) (missing []string, tables bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, listenCheckWait)
 	defer cancel()
+	if b.dialect == MySQL {
+		return b.mysqlSchemaGaps(ctx)
+	}
 	if b.dialect == Postgres {
 		var hasColumns, hasWaiters, hasGrant, hasEnqueue bool
 		err := b.db.QueryRowContext(ctx, `SELECT to_regclass($1) IS NOT NULL, `+

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -152,8 +153,11 @@ func TestMissingTables(t *testing.T) {
 func TestSchemaQualifiedPrefix(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		prefix := "main.app_"
-		if h.dialect == sqlbackend.Postgres {
+		switch h.dialect {
+		case sqlbackend.Postgres:
 			prefix = "public.app_"
+		case sqlbackend.MySQL:
+			prefix = mysqltest.Database + ".app_"
 		}
 		b, err := sqlbackend.New(context.Background(), h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix(prefix))...)
 		if err != nil {

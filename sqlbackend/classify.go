@@ -46,6 +46,9 @@ func (b *Backend) classify(ctx context.Context, what string, err error) error {
 	if missingSchema(err) {
 		return b.schemaError(ctx, what, err)
 	}
+	if _, ok := mysqlNumber(err); ok { // the server answered: it rolled the statement back
+		return fmt.Errorf("sqlbackend: %s: %w", what, err)
+	}
 	var st sqlStater
 	if errors.As(err, &st) {
 		code := st.SQLState()
@@ -70,6 +73,9 @@ func (b *Backend) classify(ctx context.Context, what string, err error) error {
 // column: no tables, or the tables of an earlier release (schemaError
 // tells which).
 func missingSchema(err error) bool {
+	if n, ok := mysqlNumber(err); ok {
+		return n == 1146 || n == 1054 // no such table; unknown column
+	}
 	var st sqlStater
 	if errors.As(err, &st) {
 		switch st.SQLState() {

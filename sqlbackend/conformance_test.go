@@ -1,10 +1,12 @@
 package sqlbackend_test
 
 import (
+	"context"
 	"testing"
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -41,3 +43,35 @@ func TestPgBouncerConformance(t *testing.T) {
 	h := &harness{db: bouncer.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithSafetyCheck(backend.CheckSkip)}}
 	conformance.Run(t, h)
 }
+
+func TestMySQLConformance(t *testing.T) {
+	_, h := newMySQL(t)
+	conformance.Run(t, h)
+}
+
+// TestMySQLRestart: mariadbd, syncing every commit, is killed (SIGKILL)
+// and started again on its data.
+func TestMySQLRestart(t *testing.T) {
+	srv := mysqltest.StartConfig(t, mysqltest.Config{Durable: true})
+	h := &harness{db: srv.DB(t), dialect: sqlbackend.MySQL}
+	conformance.RunRestart(t, &mysqlRestarter{srv: srv, h: h})
+}
+
+// mysqlRestarter is a conformance.Restarter on a MariaDB server of the
+// test: one pool, which reconnects after the restart (same port).
+type mysqlRestarter struct {
+	srv *mysqltest.Server
+	h   *harness
+}
+
+func (r *mysqlRestarter) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
+	b, err := sqlbackend.New(context.Background(), r.h.db, sqlbackend.MySQL, sqlbackend.WithTablePrefix("restart_"))
+	if err != nil {
+		return nil, err
+	}
+	return b, b.CreateTables(ctx)
+}
+
+func (r *mysqlRestarter) Kill(testing.TB)            { r.srv.Crash() }
+func (r *mysqlRestarter) Start(t testing.TB)         { r.srv.Restart(t) }
+func (r *mysqlRestarter) Traits() conformance.Traits { return r.h.Traits() }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -38,6 +39,13 @@ func TestPostgresCreateTablesTogether(t *testing.T) {
 	dsns := []string{srv.DSN(), bouncer.DSN()}
 	createTogether(t, "postgres", func(run int) (string, []string) {
 		return fmt.Sprintf("fresh%d_", run), dsns
+	})
+}
+
+func TestMySQLCreateTablesTogether(t *testing.T) {
+	srv := mysqltest.Start(t)
+	createTogether(t, "mysql", func(run int) (string, []string) {
+		return fmt.Sprintf("fresh%d_", run), []string{srv.DSN()}
 	})
 }
 
@@ -150,6 +158,10 @@ func openWhere(dialect, where, prefix string) (*sql.DB, sqlbackend.Dialect, []sq
 		db, err := sqlOpenPgx(where)
 		// The test server runs with fsync off.
 		return db, sqlbackend.Postgres, append(opts, sqlbackend.WithSafetyCheck(backend.CheckSkip)), err
+	}
+	if dialect == "mysql" {
+		db, err := sql.Open("mysql", where)
+		return db, sqlbackend.MySQL, opts, err
 	}
 	db, err := sql.Open("sqlite", where)
 	return db, sqlbackend.SQLite, opts, err

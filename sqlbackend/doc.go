@@ -1,9 +1,11 @@
 // Package sqlbackend is a fencing backend on a SQL database: PostgreSQL for
-// teams that run it already, and SQLite, a file that fences the processes of
-// one host with nothing installed. It keeps the contract of package backend
-// on both, over database/sql: the pool is the caller's (New never opens and
-// Close never closes it), with any driver (the tests use pgx v5's stdlib
-// adapter and modernc.org/sqlite).
+// teams that run it already, MySQL (8.0 or later) and MariaDB (10.6 or
+// later), and SQLite, a file that fences the processes of one host with
+// nothing installed. It keeps the contract of package backend on all three,
+// over database/sql: the pool is the caller's (New never opens and Close
+// never closes it), with any driver on PostgreSQL and SQLite (the tests use
+// pgx v5's stdlib adapter and modernc.org/sqlite) and go-sql-driver/mysql
+// on MySQL.
 //
 //	db, _ := sql.Open("pgx", "postgres://app@db/app")
 //	b, err := sqlbackend.New(ctx, db, sqlbackend.Postgres) // ctx bounds the safety check
@@ -60,6 +62,20 @@
 // lease). An error that proves nothing was sent (the dial refused, the
 // driver's driver.ErrBadConn) and any error the server answered with are
 // plain errors.
+//
+// # MySQL and MariaDB
+//
+// Every writing operation is one InnoDB transaction on one connection of
+// the pool: the key's row is read with the server's clock, SYSDATE(6), in
+// one SELECT ... FOR UPDATE (the clock is read once the lock is held), the
+// decision is the SQLite dialect's, in Go, and the row is written back.
+// A statement that fails before COMMIT applied nothing; a COMMIT without an
+// answer is backend.ErrOutcomeUnknown. Tokens are dense, as on SQLite. New
+// refuses innodb_flush_log_at_trx_commit other than 1, sync_binlog other
+// than 1 with the binary log on, read_only, a session time zone with
+// daylight saving and a table that is not InnoDB (see mysql.go and
+// docs/sql.md). Waiters poll. Add interpolateParams=true to the DSN: one
+// round trip per statement rather than two.
 //
 // # SQLite
 //

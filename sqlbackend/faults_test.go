@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -30,8 +31,13 @@ import (
 // after it, and Inspect's MaxToken has kept it.
 func TestPostgresCrashTokensNeverGoBack(t *testing.T) {
 	srv := pgtest.StartConfig(t, pgtest.Config{Durable: true})
-	db := srv.DB(t)
-	b, err := sqlbackend.New(context.Background(), db, sqlbackend.Postgres)
+	crashTokensNeverGoBack(t, srv.DB(t), sqlbackend.Postgres, srv.Crash, srv.Restart)
+}
+
+// crashTokensNeverGoBack runs grants on db while crash kills its server,
+// then restarts it and checks the tokens.
+func crashTokensNeverGoBack(t *testing.T, db *sql.DB, dialect sqlbackend.Dialect, crash func(), restart func(testing.TB)) {
+	b, err := sqlbackend.New(context.Background(), db, dialect)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,11 +76,11 @@ func TestPostgresCrashTokensNeverGoBack(t *testing.T) {
 		}()
 	}
 	time.Sleep(500 * time.Millisecond)
-	srv.Crash()
+	crash()
 	time.Sleep(200 * time.Millisecond)
 	close(stop)
 	wg.Wait()
-	srv.Restart(t)
+	restart(t)
 	mu.Lock()
 	defer mu.Unlock()
 	if len(acked) < keys {

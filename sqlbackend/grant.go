@@ -71,8 +71,8 @@ func verdict(outcome int) error {
 
 func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	var lease backend.Lease
-	err := b.sqliteTx(ctx, "grant", func(c *sql.Conn, now hostNow) error {
-		r, found, err := b.readRow(ctx, c, req.Key)
+	err := b.rowTx(ctx, "grant", func(c querier, now hostNow) error {
+		r, found, now, err := b.lockRow(ctx, c, req.Key)
 		if err != nil {
 			return err
 		}
@@ -83,7 +83,7 @@ func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend
 			case !r.live(now):
 				return backend.ErrLeaseExpired
 			}
-			lease = b.sqliteLease(req.Key, &r, now)
+			lease = b.rowLease(req.Key, &r, now)
 			return nil
 		}
 		if found && r.live(now) {
@@ -95,7 +95,7 @@ func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend
 		if r.token >= MaxToken {
 			return backend.ErrTokenSpaceExhausted
 		}
-		r = sqliteRow{
+		r = leaseRow{
 			token: r.token + 1, leaseID: req.LeaseID, boot: now.boot,
 			expires: now.since + int64(req.Timeout+req.Margin), ttl: int64(req.Timeout), margin: int64(req.Margin),
 			owner: req.Owner, lockDelay: int64(req.LockDelay),
@@ -104,7 +104,7 @@ func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend
 		if err := b.writeRow(ctx, c, req.Key, r, found); err != nil {
 			return err
 		}
-		lease = b.sqliteLease(req.Key, &r, now)
+		lease = b.rowLease(req.Key, &r, now)
 		return nil
 	})
 	if err != nil {
@@ -113,7 +113,7 @@ func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend
 	return lease, nil
 }
 
-func (b *Backend) sqliteLease(key string, r *sqliteRow, now hostNow) backend.Lease {
+func (b *Backend) rowLease(key string, r *leaseRow, now hostNow) backend.Lease {
 	return backend.Lease{
 		Key: key, LeaseID: r.leaseID, Token: uint64(r.token),
 		TTL: time.Duration(r.ttl), Margin: time.Duration(r.margin), ExpiresAt: r.expiresAt(now),

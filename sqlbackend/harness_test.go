@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -159,8 +160,11 @@ func (h *harness) Traits() conformance.Traits {
 func (h *harness) PresetToken(ctx context.Context, b backend.Backend, key string, token uint64) error {
 	table := b.(*sqlbackend.Backend).Table()
 	q := fmt.Sprintf(`INSERT INTO %s (key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns) VALUES (?, ?, 'preset', 1, '', 0, 0, 0)`, table)
-	if h.dialect == sqlbackend.Postgres {
+	switch h.dialect {
+	case sqlbackend.Postgres:
 		q = fmt.Sprintf(`INSERT INTO %s (key, token, lease_id, released, expires_at, ttl_ns, margin_ns) VALUES ($1, $2, 'preset', true, '-infinity', 0, 0)`, table)
+	case sqlbackend.MySQL:
+		q = fmt.Sprintf("INSERT INTO %s (`key`, token, lease_id, released, expires_at, ttl_ns, margin_ns) VALUES (?, ?, 'preset', 1, 0, 0, 0)", table)
 	}
 	_, err := h.db.ExecContext(ctx, q, []byte(key), int64(token))
 	return err
@@ -172,4 +176,23 @@ func (h *harness) PresetToken(ctx context.Context, b backend.Backend, key string
 func newPostgres(t testing.TB) (*pgtest.Server, *harness) {
 	srv := pgtest.Start(t)
 	return srv, &harness{db: srv.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithSafetyCheck(backend.CheckSkip)}}
+}
+
+// newMySQL starts a MariaDB server for the test (skipped without one,
+// failed in CI) and returns a harness on it, with the safety checks on:
+// the test server keeps MariaDB's settings (only its file syncs are off).
+func newMySQL(t testing.TB) (*mysqltest.Server, *harness) {
+	srv := mysqltest.Start(t)
+	return srv, &harness{db: srv.DB(t), dialect: sqlbackend.MySQL}
+}
+
+// openMySQL opens dsn with go-sql-driver/mysql and closes it when t ends.
+func openMySQL(t testing.TB, dsn string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("mysql", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
 }

@@ -35,14 +35,28 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 	// the read. Anything else (no lease live, a read that failed) is asked
 	// again in a transaction that holds the write lock, as Redis's
 	// pipelined token check falls back to its script.
-	if r, found, err := b.readRow(ctx, b.db, key); err == nil && found {
-		if now := b.hostNow(); r.live(now) {
-			return r.state(now), nil
+	//
+	// On MySQL the one read is the answer whatever it shows: the row is
+	// read in a snapshot (never waiting for a writer) at S, the server's
+	// clock after it at N. A lease live at N was live at S; a key with no
+	// live lease at N had none at some moment in [S, N] (the lease of S
+	// ended by N, and a later grant needs a moment with none).
+	r, found, now, err := b.readRow(ctx, b.db, key)
+	if b.dialect == MySQL {
+		if err != nil {
+			return backend.KeyState{}, b.classify(ctx, "inspect", err)
 		}
+		if !found {
+			return backend.KeyState{}, nil
+		}
+		return r.state(now), nil
+	}
+	if err == nil && found && r.live(now) {
+		return r.state(now), nil
 	}
 	var st backend.KeyState
-	err := b.sqliteTx(ctx, "inspect", func(c *sql.Conn, now hostNow) error {
-		r, found, err := b.readRow(ctx, c, key)
+	err = b.rowTx(ctx, "inspect", func(c querier, now hostNow) error {
+		r, found, now, err := b.lockRow(ctx, c, key)
 		if found {
 			st = r.state(now)
 		}
@@ -52,7 +66,7 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 }
 
 // state is the row's KeyState at now.
-func (r *sqliteRow) state(now hostNow) backend.KeyState {
+func (r *leaseRow) state(now hostNow) backend.KeyState {
 	st := backend.KeyState{MaxToken: uint64(r.token)}
 	switch {
 	case r.live(now):
@@ -124,7 +138,11 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 			return nil, "", b.classify(ctx, "list", err)
 		}
 	} else {
-		err := b.sqliteTx(ctx, "list", func(c *sql.Conn, now hostNow) error {
+		err := b.rowTx(ctx, "list", func(c querier, now hostNow) error {
+			now, err := b.txNow(ctx, c, now)
+			if err != nil {
+				return err
+			}
 			rows, err := c.QueryContext(ctx, b.sql.list, len(cursor), []byte(cursor), len(prefix), []byte(prefix), limit+1)
 			if err != nil {
 				return err
@@ -132,7 +150,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 			defer rows.Close()
 			for rows.Next() {
 				var key []byte
-				var r sqliteRow
+				var r leaseRow
 				if err := rows.Scan(append([]any{&key}, r.fields()...)...); err != nil {
 					return err
 				}

@@ -51,6 +51,28 @@ func TestKeysAreBytes(t *testing.T) {
 	})
 }
 
+// Keys are bytes: "a", "A", "a " and "a\x00" are four keys (no collation
+// folds case or pads spaces), each granted its own first token.
+func TestKeysDifferByCaseAndPadding(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		be, err := h.NewBackend(context.Background(), t)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer be.Close()
+		ctx := context.Background()
+		for _, key := range []string{"a", "A", "a ", "a\x00"} {
+			if _, err := be.Grant(ctx, backend.Request{Key: key, LeaseID: "l", Timeout: time.Minute}); err != nil {
+				t.Fatalf("Grant(%q) after the others: %v; want a key of its own", key, err)
+			}
+		}
+		page, _, err := be.(*sqlbackend.Backend).List(ctx, "a", "", 10)
+		if err != nil || len(page) != 3 {
+			t.Fatalf("List(prefix a) = %d keys, %v; want a, \"a \" and a\\x00", len(page), err)
+		}
+	})
+}
+
 // sqlguard's fences table and this backend's table live in one schema
 // with their default names, and each works.
 func TestSQLGuardInTheSameSchema(t *testing.T) {
@@ -61,10 +83,9 @@ func TestSQLGuardInTheSameSchema(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer b.Close()
-		gd := sqlguard.SQLite
-		if h.dialect == sqlbackend.Postgres {
-			gd = sqlguard.Postgres
-		}
+		gd := map[sqlbackend.Dialect]sqlguard.Dialect{
+			sqlbackend.SQLite: sqlguard.SQLite, sqlbackend.Postgres: sqlguard.Postgres, sqlbackend.MySQL: sqlguard.MySQL,
+		}[h.dialect]
 		g, err := sqlguard.New(gd)
 		if err != nil {
 			t.Fatal(err)

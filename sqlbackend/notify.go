@@ -338,11 +338,11 @@ func (b *Backend) liveTokens(ctx context.Context, keys []string) (map[string]uin
 		return out, rows.Err()
 	}
 	for _, k := range keys {
-		r, found, err := b.readRow(ctx, b.db, k)
+		r, found, now, err := b.readRow(ctx, b.db, k)
 		if err != nil {
 			return nil, err
 		}
-		if now := b.hostNow(); found && (r.live(now) || r.delayed(now)) {
+		if found && (r.live(now) || r.delayed(now)) {
 			out[k] = uint64(r.token)
 		}
 	}

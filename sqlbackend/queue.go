@@ -84,7 +84,11 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 		return place, nil
 	}
 	var aheadSeq int64
-	err := b.sqliteTx(ctx, "enqueue", func(c *sql.Conn, now hostNow) error {
+	err := b.rowTx(ctx, "enqueue", func(c querier, now hostNow) error {
+		now, err := b.lockLine(ctx, c, key, now)
+		if err != nil {
+			return err
+		}
 		k, expires := []byte(key), now.since+int64(ttl)
 		// A live entry is renewed in place; otherwise the key's expired
 		// entries go (the waiter's own included) and it joins at the end.
@@ -139,10 +143,14 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 		return nil
 	}
 	next := ""
-	err := b.sqliteTx(ctx, "dequeue", func(c *sql.Conn, now hostNow) error {
+	err := b.rowTx(ctx, "dequeue", func(c querier, now hostNow) error {
+		now, err := b.lockLine(ctx, c, key, now)
+		if err != nil {
+			return err
+		}
 		k := []byte(key)
 		var seq int64
-		err := c.QueryRowContext(ctx, b.sql.anyEntry, k, waiterID).Scan(&seq)
+		err = c.QueryRowContext(ctx, b.sql.anyEntry, k, waiterID).Scan(&seq)
 		if err == nil || errors.Is(err, sql.ErrNoRows) {
 			if _, err := c.ExecContext(ctx, b.sql.dropExpired, k, waiterID, now.boot, now.since); err != nil {
 				return err
@@ -275,8 +283,11 @@ type lineEntry struct {
 // sqliteLine reads key's live entries in their order, outside any
 // transaction (a hint: the waiter's Enqueue decides).
 func (b *Backend) sqliteLine(ctx context.Context, key string) ([]lineEntry, error) {
-	now := b.hostNow()
-	rows, err := b.db.QueryContext(ctx, b.sql.turn, []byte(key), now.boot, now.since)
+	now := hostNow{}
+	if b.dialect == SQLite { // MySQL's statement reads the server's clock
+		now = b.hostNow()
+	}
+	rows, err := mysqlArgs{b.db, &b.sql}.QueryContext(ctx, b.sql.turn, []byte(key), now.boot, now.since)
 	if err != nil {
 		return nil, err
 	}

@@ -86,6 +86,12 @@ type statements struct {
 	// SQLite's queue statements, inside BEGIN IMMEDIATE.
 	renewEntry, dropExpired, upsertEntry, ahead, anyEntry, removeEntry, behind string
 
+	// MySQL (mysql.go): the row locked, the clock, the line locked, and
+	// the order of the arguments of each statement with numbered
+	// parameters.
+	lockRead, now, lockLine string
+	order                   map[string][]int
+
 	// PostgreSQL: the cluster (cluster.go).
 	adopt, clusterIDs string
 
@@ -137,6 +143,10 @@ func newStatements(d Dialect, prefix string) statements {
 			`FROM (SELECT clock_timestamp() AS n) AS c CROSS JOIN unnest($1::bytea[], $2::text[]) AS s(k, id) ` +
 			`JOIN {w} AS e ON e.key = s.k AND e.waiter_id = s.id AND e.expires_at > c.n`)
 		s.lineLength = r.Replace(`SELECT count(*) FROM {w} WHERE key = $1 AND expires_at > clock_timestamp()`)
+		return s
+	}
+	if d == MySQL {
+		mysqlStatements(&s, r)
 		return s
 	}
 	bare := channelName(prefix, "waiters") // the table's name without its schema, as CREATE INDEX ... ON takes it

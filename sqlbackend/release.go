@@ -2,7 +2,6 @@ package sqlbackend
 
 import (
 	"context"
-	"database/sql"
 
 	"github.com/fencing-go/fencing/backend"
 )
@@ -35,8 +34,8 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 		return verdict(outcome)
 	}
 	released := false
-	err := b.sqliteTx(ctx, "release", func(c *sql.Conn, now hostNow) error {
-		r, found, err := b.readRow(ctx, c, key)
+	err := b.rowTx(ctx, "release", func(c querier, now hostNow) error {
+		r, found, now, err := b.lockRow(ctx, c, key)
 		if err != nil {
 			return err
 		}
@@ -79,8 +78,8 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return ended, nil
 	}
 	var ended bool
-	err := b.sqliteTx(ctx, "force release", func(c *sql.Conn, now hostNow) error {
-		r, found, err := b.readRow(ctx, c, key)
+	err := b.rowTx(ctx, "force release", func(c querier, now hostNow) error {
+		r, found, now, err := b.lockRow(ctx, c, key)
 		if err != nil || !found || !r.live(now) {
 			return err
 		}

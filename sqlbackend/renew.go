@@ -33,8 +33,8 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 		return backend.Lease{Key: req.Key, LeaseID: req.LeaseID, Token: uint64(token.Int64), TTL: req.Timeout, Margin: req.Margin, ExpiresAt: expires.Time}, nil
 	}
 	var lease backend.Lease
-	err := b.sqliteTx(ctx, "renew", func(c *sql.Conn, now hostNow) error {
-		r, found, err := b.readRow(ctx, c, req.Key)
+	err := b.rowTx(ctx, "renew", func(c querier, now hostNow) error {
+		r, found, now, err := b.lockRow(ctx, c, req.Key)
 		if err != nil {
 			return err
 		}
@@ -49,7 +49,7 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 		if err := b.writeRow(ctx, c, req.Key, r, true); err != nil {
 			return err
 		}
-		lease = b.sqliteLease(req.Key, &r, now)
+		lease = b.rowLease(req.Key, &r, now)
 		return nil
 	})
 	return lease, err

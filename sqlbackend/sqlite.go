@@ -23,8 +23,8 @@ func (b *Backend) hostNow() hostNow {
 	return hostNow{boot: boot, since: int64(since), wall: wall}
 }
 
-// sqliteRow is a key's row on SQLite.
-type sqliteRow struct {
+// leaseRow is a key's row on SQLite.
+type leaseRow struct {
 	token    int64
 	leaseID  string
 	released bool
@@ -42,48 +42,72 @@ type sqliteRow struct {
 
 // live reports whether the row's lease is live at now: not released, of
 // this boot and not past its end.
-func (r *sqliteRow) live(now hostNow) bool {
+func (r *leaseRow) live(now hostNow) bool {
 	return !r.released && r.boot == now.boot && r.expires > now.since
 }
 
 // delayed reports whether, at now, no lease is live and a lock delay runs.
 // A delay of another boot has ended: every holder ended with that boot.
-func (r *sqliteRow) delayed(now hostNow) bool {
+func (r *leaseRow) delayed(now hostNow) bool {
 	return !r.live(now) && r.boot == now.boot && r.delayUntil > now.since
 }
 
 // delayRemaining is how long r's lock delay has left at now.
-func (r *sqliteRow) delayRemaining(now hostNow) time.Duration {
+func (r *leaseRow) delayRemaining(now hostNow) time.Duration {
 	return time.Duration(r.delayUntil - now.since)
 }
 
 // remaining is how long r's live lease has left at now.
-func (r *sqliteRow) remaining(now hostNow) time.Duration { return time.Duration(r.expires - now.since) }
+func (r *leaseRow) remaining(now hostNow) time.Duration { return time.Duration(r.expires - now.since) }
 
-func (r *sqliteRow) expiresAt(now hostNow) time.Time { return now.wall.Add(r.remaining(now)) }
+func (r *leaseRow) expiresAt(now hostNow) time.Time { return now.wall.Add(r.remaining(now)) }
 
-// querier is a *sql.Conn or a *sql.Tx.
+// querier is a *sql.DB, *sql.Conn or *sql.Tx (on MySQL wrapped in
+// mysqlArgs).
 type querier interface {
 	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
 	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
 }
 
-// readRow reads key's row; found is false when the key was never leased.
-func (b *Backend) readRow(ctx context.Context, q querier, key string) (r sqliteRow, found bool, err error) {
-	err = q.QueryRowContext(ctx, b.sql.read, []byte(key)).Scan(r.fields()...)
-	if errors.Is(err, sql.ErrNoRows) {
-		return r, false, nil
+// readRow reads key's row and the coordinator's clock after it; found is
+// false when the key was never leased. On SQLite the clock is the
+// HostClock's; on MySQL the server's, read in the same statement.
+func (b *Backend) readRow(ctx context.Context, q querier, key string) (leaseRow, bool, hostNow, error) {
+	return b.scanRow(ctx, q, b.sql.read, key)
+}
+
+// lockRow is readRow inside a transaction that will write the row: on
+// MySQL it locks the row (SELECT ... FOR UPDATE) and reads the server's
+// clock once it holds the lock. SQLite's transaction holds the database's
+// write lock already.
+func (b *Backend) lockRow(ctx context.Context, q querier, key string) (leaseRow, bool, hostNow, error) {
+	if b.dialect == MySQL {
+		return b.scanRow(ctx, q, b.sql.lockRead, key)
 	}
-	return r, err == nil, err
+	return b.readRow(ctx, q, key)
+}
+
+func (b *Backend) scanRow(ctx context.Context, q querier, query, key string) (r leaseRow, found bool, now hostNow, err error) {
+	if b.dialect == MySQL {
+		var nanos int64
+		err = q.QueryRowContext(ctx, query, []byte(key)).Scan(append(r.fields(), &found, &nanos)...)
+		return r, found, serverNow(nanos), err
+	}
+	err = q.QueryRowContext(ctx, query, []byte(key)).Scan(r.fields()...)
+	if errors.Is(err, sql.ErrNoRows) {
+		return r, false, b.hostNow(), nil
+	}
+	return r, err == nil, b.hostNow(), err
 }
 
 // fields are r's columns, for Scan, in the order of the read statement.
-func (r *sqliteRow) fields() []any {
+func (r *leaseRow) fields() []any {
 	return []any{&r.token, &r.leaseID, &r.released, &r.boot, &r.expires, &r.ttl, &r.margin, &r.owner, &r.lockDelay, &r.delayUntil}
 }
 
 // writeRow stores r as key's row.
-func (b *Backend) writeRow(ctx context.Context, q querier, key string, r sqliteRow, found bool) error {
+func (b *Backend) writeRow(ctx context.Context, q querier, key string, r leaseRow, found bool) error {
 	var err error
 	if found {
 		_, err = q.ExecContext(ctx, b.sql.update, r.token, r.leaseID, r.released, r.boot, r.expires, r.ttl, r.margin, r.owner,
@@ -125,7 +149,7 @@ func retryBusy(ctx context.Context, fn func() error) error {
 	}
 }
 
-// sqliteTx runs fn in a BEGIN IMMEDIATE transaction on one connection of
+// rowTx runs fn in a BEGIN IMMEDIATE transaction on one connection of
 // the pool: it takes the database's write lock (waiting while another
 // connection or process holds it), then reads the host clock, so the
 // request is dated when it is processed. fn's error rolls the transaction
@@ -138,7 +162,12 @@ func retryBusy(ctx context.Context, fn func() error) error {
 // tries and lets a newcomer pass a waiter, so that under load no
 // operation (a renewal) is passed over for long. Other processes (and
 // other Backends on the file) still meet in the busy handler.
-func (b *Backend) sqliteTx(ctx context.Context, what string, fn func(c *sql.Conn, now hostNow) error) (err error) {
+//
+// On MySQL it is mysqlTx.
+func (b *Backend) rowTx(ctx context.Context, what string, fn func(c querier, now hostNow) error) (err error) {
+	if b.dialect == MySQL {
+		return b.mysqlTx(ctx, what, fn)
+	}
 	select {
 	case b.writer <- struct{}{}:
 		defer func() { <-b.writer }()

@@ -38,6 +38,9 @@ var ErrNoNotifications = errors.New("sqlbackend: the listener session receives n
 // startError wraps err, from what New or CreateTables was doing (what),
 // with the sentinel that says what went wrong, or as it is.
 func startError(what string, err error) error {
+	if merr := mysqlStartError(what, err); merr != nil {
+		return merr
+	}
 	var st sqlStater
 	isState := errors.As(err, &st)
 	code, class := "", ""

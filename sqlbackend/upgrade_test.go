@@ -67,7 +67,7 @@ func grantV1(t *testing.T, h *harness, prefix, key, id string, ttl time.Duration
 // and lock delay and the line work. On PostgreSQL a process of the earlier
 // release, calling its grant function, sees a lock delay as a held key.
 func TestUpgradeFromEarlierRelease(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, h *harness) {
+	forEachUpgradable(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		const prefix = "v1_"
 		createV1(t, h, prefix)
@@ -146,7 +146,7 @@ func TestUpgradeFromEarlierRelease(t *testing.T) {
 // the earlier release's tables (after, on SQLite, the two ALTER TABLEs its
 // documentation gives); the backend then works.
 func TestDDLForMigrations(t *testing.T) {
-	forEachDialect(t, func(t *testing.T, h *harness) {
+	forEachUpgradable(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
 		for _, c := range []struct {
 			prefix string

@@ -86,7 +86,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 			fs.SetAnnotation(n, envAnnotation, []string{envName(n)})
 		}
 	}
-	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, memory, etcd, redis or kube (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, else sqlite)")
+	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, mysql, memory, etcd, redis or kube (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, mysql if --mysql-dsn is, else sqlite)")
 	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis)", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
@@ -149,7 +149,7 @@ func applyEnv(fs *pflag.FlagSet) error {
 type session struct {
 	c       *fencing.Coordinator
 	b       backend.Backend
-	name    string // sqlite, postgres, memory, etcd, redis or kube
+	name    string // sqlite, postgres, mysql, memory, etcd, redis or kube
 	where   string // what to name in "unreachable" errors
 	timeout time.Duration
 	close   func()
@@ -219,6 +219,8 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 			kind = "redis"
 		case f.sql.postgresDSN != "":
 			kind = "postgres"
+		case f.sql.mysqlDSN != "":
+			kind = "mysql"
 		default:
 			kind = "sqlite"
 		}
@@ -237,10 +239,12 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 		err = f.openSQLite(ctx, s)
 	case "postgres":
 		err = f.openPostgres(ctx, s)
+	case "mysql":
+		err = f.openMySQL(ctx, s)
 	case "kube":
 		err = f.openKube(ctx, s)
 	default:
-		return nil, fmt.Errorf("%w: --backend %q: want sqlite, postgres, memory, etcd, redis or kube", errUsage, kind)
+		return nil, fmt.Errorf("%w: --backend %q: want sqlite, postgres, mysql, memory, etcd, redis or kube", errUsage, kind)
 	}
 	if err != nil {
 		return nil, err

@@ -43,10 +43,7 @@ func (s sqlFences) LowerFence(ctx context.Context, resource string, from, to uin
 func fences(s *session, table, prefix string) (fenceStore, error) {
 	switch c := s.client.(type) {
 	case *sql.DB:
-		d := sqlguard.SQLite
-		if s.name == "postgres" {
-			d = sqlguard.Postgres
-		}
+		d := map[string]sqlguard.Dialect{"sqlite": sqlguard.SQLite, "postgres": sqlguard.Postgres, "mysql": sqlguard.MySQL}[s.name]
 		if table == "" {
 			table = sqlguard.DefaultTable
 		}
@@ -66,7 +63,7 @@ func fences(s *session, table, prefix string) (fenceStore, error) {
 		}
 		return redisguard.New(c, redisguard.WithPrefix(prefix)), nil
 	}
-	return nil, fmt.Errorf("%w: the %s backend keeps no guard's fences (use sqlite, postgres, etcd or redis)", errUsage, s.name)
+	return nil, fmt.Errorf("%w: the %s backend keeps no guard's fences (use sqlite, postgres, mysql, etcd or redis)", errUsage, s.name)
 }
 
 // fenceJSON is fence's --json output.

@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 	"github.com/spf13/pflag"
@@ -24,14 +25,16 @@ import (
 type sqlFlags struct {
 	sqlitePath  string
 	postgresDSN string
+	mysqlDSN    string
 }
 
-// addSQLFlags declares --sqlite-path and --postgres-dsn, with their
+// addSQLFlags declares --sqlite-path, --postgres-dsn and --mysql-dsn, with their
 // environment variables.
 func (f *sqlFlags) add(fs *pflag.FlagSet) {
 	fs.StringVar(&f.sqlitePath, "sqlite-path", "", "the SQLite `file` of the sqlite backend (default: fencing.db in the user's state directory, $XDG_STATE_HOME/fencing or ~/.local/state/fencing)")
 	fs.StringVar(&f.postgresDSN, "postgres-dsn", "", "PostgreSQL connection string of the postgres backend, without a password (give it in PGPASSWORD or in FENCING_POSTGRES_DSN: flags show in ps)")
-	for _, n := range []string{"sqlite-path", "postgres-dsn"} {
+	fs.StringVar(&f.mysqlDSN, "mysql-dsn", "", "MySQL or MariaDB data source name of the mysql backend (user@tcp(host:3306)/dbname), without a password (give it in MYSQL_PWD or in FENCING_MYSQL_DSN: flags show in ps)")
+	for _, n := range []string{"sqlite-path", "postgres-dsn", "mysql-dsn"} {
 		fs.SetAnnotation(n, envAnnotation, []string{envName(n)})
 	}
 }
@@ -144,6 +147,60 @@ func (f *connFlags) openPostgres(ctx context.Context, s *session) error {
 		if err == nil && !exists {
 			err = b.CreateTables(cctx)
 		}
+	}
+	if err != nil {
+		db.Close()
+		var safety *sqlbackend.SafetyError
+		if errors.As(err, &safety) {
+			return err
+		}
+		return fmt.Errorf("%s: %w", s.where, err)
+	}
+	s.b, s.close = b, func() { b.Close(); db.Close() }
+	s.client = db
+	return nil
+}
+
+// openMySQL opens the mysql backend, creating its tables when they are
+// missing. The password comes from MYSQL_PWD (as MySQL's own clients take
+// it) or from the whole DSN in FENCING_MYSQL_DSN, never from the flag.
+func (f *connFlags) openMySQL(ctx context.Context, s *session) error {
+	dsn := f.sql.mysqlDSN
+	if dsn == "" {
+		return fmt.Errorf("%w: the mysql backend needs --mysql-dsn (or FENCING_MYSQL_DSN)", errUsage)
+	}
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		return fmt.Errorf("%w: --mysql-dsn: %w", errUsage, err)
+	}
+	if cfg.Passwd != "" && os.Getenv(envName("mysql-dsn")) != dsn {
+		return fmt.Errorf("%w: --mysql-dsn holds a password, which any user can read in ps: give it in MYSQL_PWD or the whole string in FENCING_MYSQL_DSN", errUsage)
+	}
+	if cfg.Passwd == "" {
+		cfg.Passwd = os.Getenv("MYSQL_PWD")
+	}
+	cfg.InterpolateParams = true // one round trip per statement
+	if cfg.Params == nil {
+		cfg.Params = map[string]string{}
+	}
+	if _, ok := cfg.Params["time_zone"]; !ok {
+		cfg.Params["time_zone"] = "'+00:00'" // no daylight saving, as the backend requires
+	}
+	s.where = "mysql at " + cfg.Addr // never the DSN, which may hold a password
+	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		return fmt.Errorf("%w: --mysql-dsn: %w", errUsage, err)
+	}
+	db := sql.OpenDB(conn)
+	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
+	defer cancel()
+	b, err := sqlbackend.New(cctx, db, sqlbackend.MySQL)
+	if errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrUnreachable) {
+		db.Close()
+		return s.reachError(err)
+	}
+	if err == nil {
+		err = b.CreateTables(cctx)
 	}
 	if err != nil {
 		db.Close()

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/go-sql-driver/mysql"
+
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard/sqlguard"
 )
@@ -32,8 +34,11 @@ func (h *sqlHarness) NewGuardStore(ctx context.Context, t testing.TB) (conforman
 	}
 	s := &sqlStore{db: h.db, g: g, table: fmt.Sprintf("values_%d", n)}
 	blob := "BLOB"
-	if h.dialect == sqlguard.Postgres {
+	switch h.dialect {
+	case sqlguard.Postgres:
 		blob = "BYTEA"
+	case sqlguard.MySQL:
+		blob = "VARBINARY(1024)"
 	}
 	create := fmt.Sprintf("CREATE TABLE %s (resource %s PRIMARY KEY, value %[2]s NOT NULL)", s.table, blob)
 	if _, err := h.db.ExecContext(ctx, create); err != nil {
@@ -41,6 +46,9 @@ func (h *sqlHarness) NewGuardStore(ctx context.Context, t testing.TB) (conforman
 	}
 	s.upsert = fmt.Sprintf("INSERT INTO %s (resource, value) VALUES (?, ?) ON CONFLICT (resource) DO UPDATE SET value = excluded.value", s.table)
 	s.read = fmt.Sprintf("SELECT value FROM %s WHERE resource = ?", s.table)
+	if h.dialect == sqlguard.MySQL {
+		s.upsert = fmt.Sprintf("INSERT INTO %s (resource, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)", s.table)
+	}
 	if h.dialect == sqlguard.Postgres {
 		s.upsert = numbered(s.upsert)
 		s.read = numbered(s.read)
@@ -87,6 +95,18 @@ func (s *sqlStore) Write(ctx context.Context, resource string, token uint64, val
 // FailedWrite is the caller's own transaction: Admit, the write, and a
 // rollback instead of a commit.
 func (s *sqlStore) FailedWrite(ctx context.Context, resource string, token uint64, value string) error {
+	for {
+		err := s.failedWrite(ctx, resource, token, value)
+		// MySQL may pick the transaction as a deadlock's victim (the
+		// first writes of a resource): its caller runs it again.
+		var me *mysql.MySQLError
+		if !errors.As(err, &me) || me.Number != 1213 {
+			return err
+		}
+	}
+}
+
+func (s *sqlStore) failedWrite(ctx context.Context, resource string, token uint64, value string) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err

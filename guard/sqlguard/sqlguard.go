@@ -9,6 +9,7 @@ import (
 	"regexp"
 	"strconv"
 
+	"github.com/go-sql-driver/mysql"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
@@ -16,7 +17,8 @@ import (
 	"github.com/fencing-go/fencing/guard"
 )
 
-// Dialect is the SQL spoken by one kind of database: Postgres or SQLite.
+// Dialect is the SQL spoken by one kind of database: Postgres, SQLite or
+// MySQL.
 type Dialect struct {
 	name   string
 	create string // CREATE TABLE, %[1]s is the table
@@ -24,6 +26,10 @@ type Dialect struct {
 	fence  string // SELECT the token: arg resource
 	lower  string // UPDATE the token: args to, resource, from
 	clear  string // DELETE the fence: args resource, from
+	// equal, when set, reads the fence with a lock after an admit that
+	// changed no row: MySQL counts a row set to the value it had as
+	// unchanged, so an admit of the fence's own token affects no row.
+	equal string
 }
 
 // Dialects.
@@ -50,9 +56,21 @@ var (
 		lower: `UPDATE %[1]s SET token = ? WHERE resource = ? AND token = ?`,
 		clear: `DELETE FROM %[1]s WHERE resource = ? AND token = ?`,
 	}
+	// MySQL is MySQL 8.0 or later, or MariaDB 10.6 or later, on an InnoDB
+	// table, with github.com/go-sql-driver/mysql.
+	MySQL = Dialect{
+		name:   "mysql",
+		create: `CREATE TABLE IF NOT EXISTS %[1]s (resource VARBINARY(1024) PRIMARY KEY, token BIGINT NOT NULL) ENGINE=InnoDB`,
+		admit: `INSERT INTO %[1]s (resource, token) VALUES (?, ?) ` +
+			`ON DUPLICATE KEY UPDATE token = IF(token <= VALUES(token), VALUES(token), token)`,
+		fence: `SELECT token FROM %[1]s WHERE resource = ?`,
+		lower: `UPDATE %[1]s SET token = ? WHERE resource = ? AND token = ?`,
+		clear: `DELETE FROM %[1]s WHERE resource = ? AND token = ?`,
+		equal: `SELECT token FROM %[1]s WHERE resource = ? FOR UPDATE`,
+	}
 )
 
-// String returns the dialect's name: "postgres" or "sqlite".
+// String returns the dialect's name: "postgres", "sqlite" or "mysql".
 func (d Dialect) String() string { return d.name }
 
 // DefaultTable is the fences table's name unless WithTable gives another.
@@ -86,6 +104,7 @@ type Guard struct {
 	dialect                                    Dialect
 	table                                      string
 	create, admitQL, fenceQL, lowerQL, clearQL string
+	equalQL                                    string
 	metrics                                    *guard.Metrics
 	mint                                       *guard.MintCheck
 }
@@ -118,7 +137,7 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 		opt(g)
 	}
 	if d.name == "" {
-		return nil, fmt.Errorf("%w: no dialect (use sqlguard.Postgres or sqlguard.SQLite)", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: no dialect (use sqlguard.Postgres, sqlguard.SQLite or sqlguard.MySQL)", ErrInvalidConfig)
 	}
 	if !tableName.MatchString(g.table) {
 		return nil, fmt.Errorf("%w: table name %q is not an unquoted identifier, optionally schema-qualified", ErrInvalidConfig, g.table)
@@ -128,6 +147,9 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 	g.fenceQL = fmt.Sprintf(d.fence, g.table)
 	g.lowerQL = fmt.Sprintf(d.lower, g.table)
 	g.clearQL = fmt.Sprintf(d.clear, g.table)
+	if d.equal != "" {
+		g.equalQL = fmt.Sprintf(d.equal, g.table)
+	}
 	if g.metrics == nil {
 		g.metrics = guard.NewMetrics(otel.GetMeterProvider(), "sqlguard")
 	}
@@ -181,7 +203,7 @@ func (g *Guard) Admit(ctx context.Context, tx *sql.Tx, resource string, token ui
 // package guard). Its errors are Admit's. To write, use Admit in the
 // write's transaction, or Write.
 func (g *Guard) Takeover(ctx context.Context, db *sql.DB, resource string, token uint64) error {
-	return g.admit(ctx, db, resource, token)
+	return g.retryDeadlock(ctx, func() error { return g.admit(ctx, db, resource, token) })
 }
 
 // queryExecer is what Admit and Takeover run on: a *sql.Tx or a *sql.DB.
@@ -201,6 +223,17 @@ func (g *Guard) admit(ctx context.Context, ex queryExecer, resource string, toke
 	n, err := res.RowsAffected()
 	if err != nil {
 		return fmt.Errorf("sqlguard: admit: rows affected: %w", err)
+	}
+	if n == 0 && g.equalQL != "" {
+		// The admit locked the row: the fence read now stays until the
+		// transaction ends.
+		var fence int64
+		if err := ex.QueryRowContext(ctx, g.equalQL, []byte(resource)).Scan(&fence); err != nil {
+			return fmt.Errorf("sqlguard: admit: read the fence: %w", err)
+		}
+		if fence == int64(token) {
+			return nil
+		}
 	}
 	if n == 0 {
 		return g.metrics.Observe(ctx, g.stale(ctx, ex, resource, token))
@@ -237,10 +270,33 @@ func (g *Guard) stale(ctx context.Context, ex queryExecer, resource string, toke
 // opts are the transaction's options (nil for the driver's default). A nil write
 // is a Takeover in a transaction of its own. The error of write, of Admit or of the commit
 // is returned.
-func (g *Guard) Write(ctx context.Context, db *sql.DB, opts *sql.TxOptions, resource string, token uint64, write func(*sql.Tx) error) (err error) {
+//
+// On MySQL, a transaction that InnoDB rolled back as a deadlock's victim
+// (error 1213: concurrent first writes of a resource, whose rows do not
+// exist yet, take gap locks) is run again, write with it, as MySQL asks of
+// its callers; so is Takeover's statement.
+func (g *Guard) Write(ctx context.Context, db *sql.DB, opts *sql.TxOptions, resource string, token uint64, write func(*sql.Tx) error) error {
 	if err := g.check(ctx, resource, token); err != nil {
 		return err
 	}
+	return g.retryDeadlock(ctx, func() error { return g.write(ctx, db, opts, resource, token, write) })
+}
+
+// deadlockRetries bounds the runs of retryDeadlock.
+const deadlockRetries = 20
+
+// retryDeadlock runs fn again while it fails with MySQL's deadlock error.
+func (g *Guard) retryDeadlock(ctx context.Context, fn func() error) error {
+	for i := 0; ; i++ {
+		err := fn()
+		var me *mysql.MySQLError
+		if g.dialect.name != MySQL.name || !errors.As(err, &me) || me.Number != 1213 || i == deadlockRetries || ctx.Err() != nil {
+			return err
+		}
+	}
+}
+
+func (g *Guard) write(ctx context.Context, db *sql.DB, opts *sql.TxOptions, resource string, token uint64, write func(*sql.Tx) error) (err error) {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return fmt.Errorf("sqlguard: begin: %w", err)

@@ -2,7 +2,6 @@ package sqlbackend_test
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"testing"
 	"time"
@@ -10,6 +9,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/internal/testing/faketime"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -20,18 +20,28 @@ import (
 // is reissued or goes back, an ended lease is never renewed or granted
 // again, and AdmitTx admits only the live lease's token.
 func TestPostgresServerClockSteps(t *testing.T) {
-	ctx := context.Background()
 	clock, _, h := newSkewedPostgres(t, 0)
+	serverClockSteps(t, h, func(offset time.Duration) {
+		t.Helper()
+		stepServerClock(t, clock, offset, func() (server time.Time) {
+			if err := h.db.QueryRow(`SELECT clock_timestamp()`).Scan(&server); err != nil {
+				t.Fatal(err)
+			}
+			return server
+		})
+	})
+}
+
+// serverClockSteps is the test of the server's clock stepping (step sets
+// its offset from ours) on h.
+func serverClockSteps(t *testing.T, h *harness, step func(offset time.Duration)) {
+	ctx := context.Background()
 	bb, err := h.NewBackend(ctx, t)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer bb.Close()
 	b := bb.(*sqlbackend.Backend)
-	step := func(offset time.Duration) {
-		t.Helper()
-		stepServerClock(t, h.db, clock, offset)
-	}
 	admits := func(token uint64) bool {
 		t.Helper()
 		tx, err := h.db.BeginTx(ctx, nil)
@@ -90,19 +100,15 @@ func TestPostgresServerClockSteps(t *testing.T) {
 }
 
 // stepServerClock steps the server's wall clock to offset from ours and
-// waits until a statement reads it there.
-func stepServerClock(t *testing.T, db *sql.DB, clock *faketime.Clock, offset time.Duration) {
+// waits until serverNow reads it there.
+func stepServerClock(t *testing.T, clock *faketime.Clock, offset time.Duration, serverNow func() time.Time) {
 	t.Helper()
 	if err := clock.Set(offset); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(time.Minute)
 	for {
-		var server time.Time
-		if err := db.QueryRow(`SELECT clock_timestamp()`).Scan(&server); err != nil {
-			t.Fatal(err)
-		}
-		skew := server.Sub(time.Now())
+		skew := serverNow().Sub(time.Now())
 		if skew > offset-time.Minute && skew < offset+time.Minute {
 			return
 		}
@@ -111,4 +117,22 @@ func stepServerClock(t *testing.T, db *sql.DB, clock *faketime.Clock, offset tim
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestMySQLServerClockSteps is TestPostgresServerClockSteps on mariadbd
+// under libfaketime.
+func TestMySQLServerClockSteps(t *testing.T) {
+	clock := faketime.New(t, 0)
+	srv := mysqltest.StartConfig(t, mysqltest.Config{Env: clock.Env()})
+	h := &harness{db: srv.DB(t), dialect: sqlbackend.MySQL}
+	serverClockSteps(t, h, func(offset time.Duration) {
+		t.Helper()
+		stepServerClock(t, clock, offset, func() time.Time {
+			var micros int64
+			if err := h.db.QueryRow(`SELECT CAST(UNIX_TIMESTAMP(SYSDATE(6)) * 1000000 AS SIGNED)`).Scan(&micros); err != nil {
+				t.Fatal(err)
+			}
+			return time.UnixMicro(micros)
+		})
+	})
 }
