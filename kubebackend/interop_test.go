@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 // elector runs a client-go LeaderElector on Lease name and records when it

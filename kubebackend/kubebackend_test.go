@@ -16,7 +16,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/faultproxy"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 func newBackend(t *testing.T) (*kubebackend.Backend, kubernetes.Interface, string) {

@@ -13,7 +13,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 func TestMain(m *testing.M) {

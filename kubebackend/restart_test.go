@@ -18,7 +18,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 // restarter kills kube-apiserver with SIGKILL and starts it again on the

@@ -65,7 +65,8 @@ type connFlags struct {
 	redisCluster        bool
 	redisConfigCheck    string
 
-	sql sqlFlags // sqlconn.go
+	sql  sqlFlags  // sqlconn.go
+	kube kubeFlags // kubeconn.go
 }
 
 // addConnFlags declares the backend flags on cmd and arranges for their
@@ -86,7 +87,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 			fs.SetAnnotation(n, envAnnotation, []string{envName(n)})
 		}
 	}
-	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, memory, etcd or redis (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, else sqlite)")
+	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, memory, etcd, redis or kube (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, else sqlite)")
 	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis)", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
@@ -115,6 +116,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 	env("redis-addr", "redis-user", "redis-password", "redis-db", "redis-tls", "redis-cacert", "redis-cert", "redis-key",
 		"redis-tls-insecure", "redis-sentinel-master", "redis-sentinel-password", "redis-cluster", "redis-config-check")
 	f.sql.add(fs)
+	f.kube.add(fs)
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error { return applyEnv(cmd.Flags()) }
 	return f
 }
@@ -148,7 +150,7 @@ func applyEnv(fs *pflag.FlagSet) error {
 type session struct {
 	c       *fencing.Coordinator
 	b       backend.Backend
-	name    string // sqlite, postgres, memory, etcd or redis
+	name    string // sqlite, postgres, memory, etcd, redis or kube
 	where   string // what to name in "unreachable" errors
 	timeout time.Duration
 	close   func()
@@ -236,8 +238,10 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 		err = f.openSQLite(ctx, s)
 	case "postgres":
 		err = f.openPostgres(ctx, s)
+	case "kube":
+		err = f.openKube(ctx, s)
 	default:
-		return nil, fmt.Errorf("%w: --backend %q: want sqlite, postgres, memory, etcd or redis", errUsage, kind)
+		return nil, fmt.Errorf("%w: --backend %q: want sqlite, postgres, memory, etcd, redis or kube", errUsage, kind)
 	}
 	if err != nil {
 		return nil, err
@@ -308,7 +312,9 @@ func (s *session) authError(err error) error {
 	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, sqlbackend.ErrPermissionDenied):
 		mark = errPermission
 	default:
-		return nil
+		if mark = kubeAuthError(err); mark == nil {
+			return nil
+		}
 	}
 	return fmt.Errorf("%w: %s: %w", mark, s.where, err)
 }
