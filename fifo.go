@@ -186,16 +186,27 @@ func (l *line) gotKey() {
 
 // keep is the keeper goroutine: it renews the entry a third of its TTL
 // after the latest renewal that went through was sent, until the waiter gets
-// the key (gotKey) or leave is called, and then dequeues. A renewal that
-// fails or gets no answer within a third of the TTL is retried after a short
-// jittered pause, not a third of the TTL later: on a loaded store one slow
-// renewal must not let the entry expire and the waiter lose its place.
+// the key (gotKey) or leave is called, and then dequeues. An attempt is given
+// up only a whole TTL after its send: on a loaded store it may wait behind the
+// other waiters' calls, which wait as long as it takes, and one given up after
+// a third of the TTL would join the back of that queue again, and again,
+// while the entry expires (at the head of the line, waiting for the holder,
+// the entry has no other renewal). When an attempt gets no answer within a
+// third of the TTL (its request may be lost), another one starts beside it;
+// one that fails is retried after a short jittered pause.
 func (l *line) keep() {
 	defer close(l.done)
 	defer l.dequeue()
 	interval := max(l.ttl/3, time.Millisecond)
 	pause := max(min(interval/8, 100*time.Millisecond), time.Millisecond)
 	last := time.Now() // about when the join was sent
+	ctx, cancel := context.WithCancel(l.ctx)
+	results := make(chan renewal)
+	var wg sync.WaitGroup
+	// Before the dequeue: end the attempts in flight and wait for them.
+	defer wg.Wait()
+	defer cancel()
+	inFlight := 0
 	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
@@ -204,19 +215,39 @@ func (l *line) keep() {
 			return
 		case <-l.got:
 			return
-		case <-t.C:
-			sent := time.Now()
-			ctx, cancel := context.WithTimeout(l.ctx, interval)
-			_, err := l.enqueue(ctx)
-			cancel()
-			if err == nil {
-				last = sent
+		case r := <-results:
+			inFlight--
+			switch {
+			case r.err == nil:
+				if r.sent.After(last) {
+					last = r.sent
+				}
 				t.Reset(time.Until(last.Add(interval)))
-			} else {
+			case inFlight == 0:
 				t.Reset(pause/2 + rand.N(pause/2+1))
 			}
+		case <-t.C:
+			sent := time.Now()
+			actx, acancel := context.WithTimeout(ctx, l.ttl)
+			inFlight++
+			wg.Go(func() {
+				defer acancel()
+				_, err := l.enqueue(actx)
+				select {
+				case results <- renewal{sent, err}:
+				case <-ctx.Done():
+				}
+			})
+			t.Reset(interval) // no answer by then: another attempt
 		}
 	}
+}
+
+// renewal is the outcome of one of the keeper's attempts, and when it was
+// sent.
+type renewal struct {
+	sent time.Time
+	err  error
 }
 
 // lineError is Lock's last refusal when WithWaitTimeout ends a wait in the

@@ -3,6 +3,7 @@ package fencing_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -114,5 +115,84 @@ func TestLockFIFOSlowEntryRenewalKeepsPlace(t *testing.T) {
 	}
 	if r := result(t, b, "second waiter"); r.err == nil {
 		r.h.Release(ctx)
+	}
+}
+
+// queuedRenewal is a connection to a memory backend whose Enqueues, once
+// the waiter reached the head of the line (its first Inspect), each wait
+// half the entry's TTL before they are served, or until their context ends
+// (then they did nothing): calls queued behind others on a loaded store,
+// as in one SQLite backend's queue of transactions.
+type queuedRenewal struct {
+	*memorybackend.Backend
+	atHead  sync.Once
+	delayed chan struct{} // closed at the first Inspect
+	served  atomic.Int64  // Enqueues served after the delay
+}
+
+func (q *queuedRenewal) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
+	q.atHead.Do(func() { close(q.delayed) })
+	return q.Backend.Inspect(ctx, key)
+}
+
+func (q *queuedRenewal) Enqueue(ctx context.Context, key, waiter string, ttl time.Duration) (backend.Place, error) {
+	select {
+	case <-q.delayed:
+		t := time.NewTimer(ttl / 2)
+		defer t.Stop()
+		select {
+		case <-ctx.Done():
+			return backend.Place{}, ctx.Err()
+		case <-t.C:
+			q.served.Add(1)
+		}
+	default:
+	}
+	return q.Backend.Enqueue(ctx, key, waiter, ttl)
+}
+
+// The keeper of the entry at the head of the line (no other call renews it
+// while the waiter waits for the holder) keeps it when every renewal waits
+// in the store's queue for longer than a third of the TTL: it does not give
+// an attempt up, and join the back of the queue again, before the entry
+// could have expired.
+func TestLockFIFOQueuedEntryRenewalKeepsPlace(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const ttl = 900 * time.Millisecond
+	holder, err := fencing.New(mem).Grant(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := &queuedRenewal{Backend: mem, delayed: make(chan struct{})}
+	got := make(chan lockResult, 1)
+	go func() {
+		h, err := fencing.New(q).Lock(ctx, "k", ttl, fencing.WithFIFO(), fencing.WithPollInterval(30*time.Second))
+		got <- lockResult{h, err, time.Now()}
+	}()
+	<-q.delayed
+	// Three TTLs at the head, its entry renewed only through the queue.
+	time.Sleep(3 * ttl)
+	probe, err := mem.Enqueue(ctx, "k", "probe", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := q.served.Load()
+	if err := mem.Dequeue(ctx, "k", "probe"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fencing.New(mem).Release(ctx, "k", holder.ID); err != nil {
+		t.Fatal(err)
+	}
+	r := result(t, got, "the waiter")
+	if r.err != nil {
+		t.Fatalf("Lock: %v", r.err)
+	}
+	r.h.Release(ctx)
+	if probe.Ahead != 1 {
+		t.Fatalf("after 3 TTLs at the head with renewals served %v after their send, a newcomer joined at %+v, want behind the waiter (Ahead 1); %d renewals were served",
+			ttl/2, probe, served)
 	}
 }

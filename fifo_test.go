@@ -522,12 +522,18 @@ func TestLockFIFODeadWaiter(t *testing.T) {
 				if !errors.Is(r.err, context.Canceled) {
 					t.Fatalf("the canceled Lock returned %v, want context.Canceled", r.err)
 				}
+				// It left the line before its Lock returned: its Dequeue
+				// (the only one since the holder's; A and C still wait)
+				// went through, so no one behind waits for its entry to
+				// expire, however long the handoffs take on this host.
+				select {
+				case <-p.leaves:
+				default:
+					t.Fatalf("the canceled waiter's Lock returned before its entry left the line")
+				}
 				return &r
 			}))
-			t.Logf("%s: a canceled waiter delayed the next by %v", w.Name, after)
-			if after > w.TTL/2 {
-				t.Fatalf("a canceled waiter delayed the next by %v; it should have left the line at once", after)
-			}
+			t.Logf("%s: a canceled waiter, gone from the line, was followed by a handoff of %v (entry TTL %v)", w.Name, after, w.TTL)
 		})
 		hows := []string{"cut", "closed"}
 		if w.Name == "memory" {

@@ -47,34 +47,35 @@ func (s suite) hold(t *testing.T, c *fencing.Coordinator, key string, ttl, margi
 
 // testHoldRenews: a held lease outlives several TTLs, keeping its token.
 func (s suite) testHoldRenews(t *testing.T) {
-	c, _ := s.coordinator(t)
-	ttl, margin := s.holdTTL(t)
-	h := s.hold(t, c, "hold", ttl, margin)
-	first := h.Lease()
-	for range 6 {
-		s.pass(t, ttl/2)
-	}
-	if err := h.Err(); err != nil {
-		t.Fatalf("Err after 3 TTLs of renewals: %v", err)
-	}
-	wantLive(t, c, "hold", first.Token)
-	if l := h.Lease(); l.Token != first.Token || !l.Deadline.After(first.Deadline) {
-		t.Fatalf("Lease after renewals = token %d, deadline %v; want token %d and a later deadline than %v",
-			l.Token, l.Deadline, first.Token, first.Deadline)
-	}
-	if dl, ok := h.Context().Deadline(); !ok || dl.After(h.Lease().Deadline) {
-		t.Fatalf("Context().Deadline() = %v, %v; want at most the lease's Deadline %v", dl, ok, h.Lease().Deadline)
-	}
-	if err := h.Release(context.Background()); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	if err := h.Release(context.Background()); err != nil {
-		t.Fatalf("second Release: %v", err)
-	}
-	wantFree(t, c, "hold")
-	if h.Context().Err() == nil || h.Err() != nil {
-		t.Fatalf("after Release: Context().Err() = %v, Err() = %v; want done and nil", h.Context().Err(), h.Err())
-	}
+	s.keepsRenewed(t, "hold", func(c *fencing.Coordinator, key string, ttl, margin time.Duration) error {
+		h := s.hold(t, c, key, ttl, margin)
+		first := h.Lease()
+		for range 6 {
+			s.pass(t, ttl/2)
+		}
+		if err := h.Err(); err != nil {
+			return fmt.Errorf("Err after 3 TTLs of renewals: %w", err)
+		}
+		wantLive(t, c, key, first.Token)
+		if l := h.Lease(); l.Token != first.Token || !l.Deadline.After(first.Deadline) {
+			t.Fatalf("Lease after renewals = token %d, deadline %v; want token %d and a later deadline than %v",
+				l.Token, l.Deadline, first.Token, first.Deadline)
+		}
+		if dl, ok := h.Context().Deadline(); !ok || dl.After(h.Lease().Deadline) {
+			t.Fatalf("Context().Deadline() = %v, %v; want at most the lease's Deadline %v", dl, ok, h.Lease().Deadline)
+		}
+		if err := h.Release(context.Background()); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		if err := h.Release(context.Background()); err != nil {
+			t.Fatalf("second Release: %v", err)
+		}
+		wantFree(t, c, key)
+		if h.Context().Err() == nil || h.Err() != nil {
+			t.Fatalf("after Release: Context().Err() = %v, Err() = %v; want done and nil", h.Context().Err(), h.Err())
+		}
+		return nil
+	})
 }
 
 // testHoldLost: a renewal the coordinator rejects ends the context with
@@ -270,25 +271,29 @@ func (s suite) testLockCanceled(t *testing.T) {
 
 // testDoRenews: Do keeps its lease for as long as fn runs.
 func (s suite) testDoRenews(t *testing.T) {
-	c, _ := s.coordinator(t)
-	ttl, margin := s.holdTTL(t)
-	var token uint64
-	err := c.Do(context.Background(), "do", ttl, func(ctx context.Context, lease fencing.Lease) error {
-		token = lease.Token
-		for range 6 {
-			s.pass(t, ttl/2)
+	s.keepsRenewed(t, "do", func(c *fencing.Coordinator, key string, ttl, margin time.Duration) error {
+		var token uint64
+		err := c.Do(context.Background(), key, ttl, func(ctx context.Context, lease fencing.Lease) error {
+			token = lease.Token
+			for range 6 {
+				s.pass(t, ttl/2)
+			}
+			if ctx.Err() != nil {
+				return fmt.Errorf("fn's context ended after 3 TTLs: %w", context.Cause(ctx))
+			}
+			wantLive(t, c, key, lease.Token)
+			return nil
+		}, fencing.WithMargin(margin))
+		if errors.Is(err, fencing.ErrLeaseLost) {
+			return fmt.Errorf("Do: %w", err)
 		}
-		if ctx.Err() != nil {
-			return fmt.Errorf("fn's context ended after 3 TTLs: %w", context.Cause(ctx))
+		if err != nil {
+			t.Fatalf("Do: %v", err)
 		}
-		wantLive(t, c, "do", lease.Token)
+		if token == 0 {
+			t.Fatalf("fn did not run")
+		}
+		wantFree(t, c, key)
 		return nil
-	}, fencing.WithMargin(margin))
-	if err != nil {
-		t.Fatalf("Do: %v", err)
-	}
-	if token == 0 {
-		t.Fatalf("fn did not run")
-	}
-	wantFree(t, c, "do")
+	})
 }

@@ -2,6 +2,8 @@ package conformance
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -50,4 +52,61 @@ func (s suite) renewedTTL(t *testing.T, floor time.Duration) time.Duration {
 	ttl := max(floor, latencyFactor*rtt)
 	t.Logf("store round trip %v: TTL %v", rtt, ttl)
 	return ttl
+}
+
+// keepsRenewed runs f, a case whose held lease must stay renewed for a
+// while, on a fresh coordinator whose calls are recorded, with a TTL and
+// margin from holdTTL. f returns the held lease's loss, nil when it kept
+// the lease. A renewer needs each renewal cycle, from the send of the last
+// confirmed grant or renewal to the answer of the next, to fit in the TTL;
+// it plans about a third of it. A loss after a cycle that took at least
+// half the TTL is this host's (a late timer, a slow store: a rejected
+// renewal that arrived after the lease's end, or a Deadline that cut one
+// off), not the backend's: f runs again with a TTL of four times the
+// slowest cycle observed, up to three runs in all. A loss without such a
+// cycle, or a renewal refused for an unknown lease, fails the case. Each
+// run holds a key of its own: key, then key-2 and key-3.
+func (s suite) keepsRenewed(t *testing.T, key string, f func(c *fencing.Coordinator, key string, ttl, margin time.Duration) error) {
+	t.Helper()
+	ttl, margin := s.holdTTL(t)
+	for run := 1; ; run++ {
+		rec := NewRecorder(nil)
+		k := key
+		if run > 1 {
+			k = fmt.Sprintf("%s-%d", key, run)
+		}
+		loss := f(fencing.New(rec.Wrap(s.backend(t))), k, ttl, margin)
+		if loss == nil {
+			return
+		}
+		slowest := slowestRenewalCycle(rec.History())
+		if errors.Is(loss, fencing.ErrLeaseNotFound) || slowest < ttl/2 || run == 3 {
+			t.Fatalf("run %d, TTL %v: the held lease was lost: %v (slowest renewal cycle observed %v)", run, ttl, loss, slowest)
+		}
+		t.Logf("run %d, TTL %v: the held lease was lost after a renewal cycle of %v on this host (%v); again with a TTL of %v",
+			run, ttl, slowest, loss, 4*slowest)
+		ttl = max(ttl, 4*slowest)
+		margin = ttl / 4
+	}
+}
+
+// slowestRenewalCycle returns the longest time in history from the send of
+// a successful grant or renewal to the answer of the next call renewing
+// the same lease.
+func slowestRenewalCycle(history []Op) time.Duration {
+	slices.SortFunc(history, func(a, b Op) int { return a.Call.Compare(b.Call) })
+	sent := make(map[string]time.Time) // lease ID -> send of its last confirmed grant or renewal
+	var slowest time.Duration
+	for _, op := range history {
+		if op.Kind != OpGrant && op.Kind != OpRenew {
+			continue
+		}
+		if last, ok := sent[op.LeaseID]; ok && op.Kind == OpRenew {
+			slowest = max(slowest, op.Return.Sub(last))
+		}
+		if op.Err == nil {
+			sent[op.LeaseID] = op.Call
+		}
+	}
+	return slowest
 }

@@ -233,18 +233,40 @@ func (b *Backend) delayLeft(ctx context.Context, kv *mvccpb.KeyValue) (time.Dura
 
 // resentGrant answers a grant resent while its lease key exists: the lease
 // unchanged, with ExpiresAt estimated from the etcd lease's remaining TTL.
+// Should the etcd lease be gone by then, the records tell why, as for a
+// renewal (afterLost): a renewal moved the key to another etcd lease (ask
+// again), a release or a forced release took it (ErrLeaseNotFound, which a
+// forced release that revoked the etcd lease after the Txn must give, not
+// ErrLeaseExpired), or it ran out.
 func (b *Backend) resentGrant(ctx context.Context, key string, m meta, kv *mvccpb.KeyValue) (backend.Lease, error) {
-	left, now, err := b.timeToLive(ctx, clientv3.LeaseID(kv.Lease))
-	if errors.Is(err, rpctypes.ErrLeaseNotFound) {
-		return backend.Lease{}, backend.ErrLeaseExpired // granted, and ran out
+	for range 3 {
+		left, now, err := b.timeToLive(ctx, clientv3.LeaseID(kv.Lease))
+		if err == nil {
+			l := lease(key, m, kv.CreateRevision, now)
+			l.ExpiresAt = now.Add(left)
+			return l, nil
+		}
+		if !errors.Is(err, rpctypes.ErrLeaseNotFound) {
+			// The lease is ours, but its expiry is unknown: resending learns it.
+			return backend.Lease{}, fmt.Errorf("%w: etcd lease time-to-live: %w", backend.ErrOutcomeUnknown, err)
+		}
+		st, err := b.read(ctx, b.keys(key))
+		switch {
+		case err != nil:
+			return backend.Lease{}, err
+		case st.lease != nil && st.meta.leaseID == m.leaseID && st.lease.CreateRevision == kv.CreateRevision && st.lease.Lease != kv.Lease:
+			m, kv = st.meta, st.lease
+			continue
+		case st.released == m.leaseID:
+			return backend.Lease{}, backend.ErrLeaseNotFound // released, or forced out
+		case st.recentID() == m.leaseID:
+			return backend.Lease{}, backend.ErrLeaseExpired // granted, and ran out
+		}
+		// Another lease began since, and the records no longer tell how
+		// this one ended; the resend changed nothing.
+		return backend.Lease{}, fmt.Errorf("%w: the lease ended, and another began, while its grant was resent", backend.ErrOutcomeUnknown)
 	}
-	if err != nil {
-		// The lease is ours, but its expiry is unknown: resending learns it.
-		return backend.Lease{}, fmt.Errorf("%w: etcd lease time-to-live: %w", backend.ErrOutcomeUnknown, err)
-	}
-	l := lease(key, m, kv.CreateRevision, now)
-	l.ExpiresAt = now.Add(left)
-	return l, nil
+	return backend.Lease{}, fmt.Errorf("%w: etcd resent grant: lease moved by concurrent renewals", backend.ErrOutcomeUnknown)
 }
 
 // lease returns the record of a lease granted or renewed to m's terms; sent
