@@ -26,6 +26,7 @@ type holdConfig struct {
 	waitTimeout  time.Duration // Lock's bound on the wait; 0: ctx alone
 	maxHold      time.Duration // the cap on the whole hold (maxhold.go); 0: none
 	fifo         bool          // Lock waits in the key's line (fifo.go)
+	warnTo       chan Lease    // the warnings' channel, shared by a HeldMany's leases (many.go); nil: the Held's own
 }
 
 // WithMargin sets the coordinator's margin for the held lease (default the
@@ -193,8 +194,15 @@ func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) 
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	defer cancel()
-	rerr := c.Release(rctx, oe.Key, oe.LeaseID)
-	oe.Settled = rerr == nil || errors.Is(rerr, ErrLeaseNotFound) || errors.Is(rerr, ErrLeaseExpired)
+	keys := oe.Keys
+	if keys == nil {
+		keys = []string{oe.Key}
+	}
+	oe.Settled = true
+	for _, key := range keys {
+		rerr := c.Release(rctx, key, oe.LeaseID)
+		oe.Settled = oe.Settled && (rerr == nil || errors.Is(rerr, ErrLeaseNotFound) || errors.Is(rerr, ErrLeaseExpired))
+	}
 	return oe
 }
 
@@ -205,7 +213,10 @@ func (c *Coordinator) startHeld(parent context.Context, lease Lease, ttl time.Du
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(time.Until(lease.Deadline), h.expire)
 	if cfg.warnBefore > 0 {
-		h.warn = make(chan Lease, 1)
+		h.warn = cfg.warnTo
+		if h.warn == nil {
+			h.warn = make(chan Lease, 1)
+		}
 		h.warning = time.AfterFunc(time.Until(lease.Deadline.Add(-cfg.warnBefore)), h.sendWarning)
 	}
 	h.mu.Unlock()

@@ -62,6 +62,8 @@ func Run(t *testing.T, h Harness) {
 		{"ManyExpiry", s.testManyExpiry},
 		{"ManyBadInput", s.testManyBadInput},
 		{"ManyRacing", s.testManyRacing},
+		{"HoldMany", s.testHoldMany},
+		{"HoldManySettlesUnknownGrant", s.testHoldManySettlesUnknownGrant},
 		{"Inspect", s.testInspect},
 		{"ForceRelease", s.testForceRelease},
 		{"List", s.testList},

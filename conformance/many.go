@@ -281,3 +281,72 @@ func (s suite) testManyRacing(t *testing.T) {
 		wantFree(t, c, k)
 	}
 }
+
+// testHoldMany: HoldMany keeps every lease renewed past its TTL, the loss
+// of one ends the HeldMany's Context and frees the others, and Release
+// frees them all.
+func (s suite) testHoldMany(t *testing.T) {
+	b := s.backend(t)
+	capability[backend.MultiGranter](t, b, "backend.MultiGranter")
+	c := fencing.New(b)
+	ctx := context.Background()
+	ttl, margin := s.holdTTL(t)
+	keys := []string{"hm/b", "hm/a", "hm/c"}
+	m, err := c.HoldMany(ctx, keys, ttl, fencing.WithMargin(margin))
+	if err != nil {
+		t.Fatalf("HoldMany: %v", err)
+	}
+	first := m.Leases()
+	for range 6 {
+		s.pass(t, ttl/2)
+	}
+	if err := m.Err(); err != nil {
+		t.Fatalf("Err after 3 TTLs of renewals: %v", err)
+	}
+	for i, l := range m.Leases() {
+		if l.Key != keys[i] || l.Token != first[i].Token || !l.Deadline.After(first[i].Deadline) {
+			t.Fatalf("lease %d after renewals = %+v; want key %q, token %d and a later Deadline than %v", i, l, keys[i], first[i].Token, first[i].Deadline)
+		}
+		wantLive(t, c, l.Key, l.Token)
+	}
+	if err := m.Release(ctx); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	for _, k := range keys {
+		wantFree(t, c, k)
+	}
+	if m.Context().Err() == nil || m.Err() != nil {
+		t.Fatalf("after Release: Context().Err() = %v, Err() = %v; want done and nil", m.Context().Err(), m.Err())
+	}
+
+	// Lost together.
+	m, err = c.HoldMany(ctx, keys, ttl, fencing.WithMargin(margin))
+	if err != nil {
+		t.Fatalf("HoldMany again: %v", err)
+	}
+	defer m.Release(ctx)
+	switch f, ok := b.(backend.ForceReleaser); {
+	case ok:
+		if _, err := f.ForceRelease(ctx, "hm/a"); err != nil {
+			t.Fatalf("ForceRelease: %v", err)
+		}
+	case s.traits.Now != nil:
+		s.wait(t, ttl+margin) // the coordinator expires them; the next renewal is late
+	default:
+		t.Skip("cannot end a renewing holder's lease on this backend: no ForceReleaser and no fake clock")
+	}
+	select {
+	case <-m.Done():
+	case <-time.After(ttl + 10*time.Second):
+		t.Fatal("the HeldMany's Context did not end after one of its leases was lost")
+	}
+	if err := m.Err(); !errors.Is(err, fencing.ErrLeaseLost) {
+		t.Fatalf("Err after a loss: %v, want ErrLeaseLost", err)
+	}
+	if err := m.Release(ctx); !errors.Is(err, fencing.ErrLeaseLost) {
+		t.Fatalf("Release after a loss: %v, want ErrLeaseLost", err)
+	}
+	for _, k := range keys {
+		wantFree(t, c, k)
+	}
+}
