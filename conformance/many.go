@@ -15,6 +15,26 @@ import (
 
 // Cases for backend.MultiGranter: several keys in one atomic grant.
 
+// manyBackend returns a fresh backend for the cases of several keys (see
+// ManyHarness), closed when t ends.
+func (s suite) manyBackend(t *testing.T) backend.Backend {
+	t.Helper()
+	mh, ok := s.h.(ManyHarness)
+	if !ok {
+		return s.backend(t)
+	}
+	b, err := mh.NewManyBackend(context.Background(), t)
+	if err != nil {
+		t.Fatalf("NewManyBackend: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return b
+}
+
 // manyReqs returns one request per key, with lease IDs id+"-"+key.
 func manyReqs(id string, ttl, margin time.Duration, keys ...string) []backend.Request {
 	reqs := make([]backend.Request, len(keys))
@@ -42,7 +62,7 @@ func wantLeases(t *testing.T, c *fencing.Coordinator, reqs []backend.Request, le
 // testManyGrant: every key gets its lease with its own token sequence, and
 // each lease is an ordinary lease afterwards (renewed, released one by one).
 func (s suite) testManyGrant(t *testing.T) {
-	b := s.backend(t)
+	b := s.manyBackend(t)
 	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(b)
 	ctx := context.Background()
@@ -80,7 +100,7 @@ func (s suite) testManyGrant(t *testing.T) {
 // testManyAllOrNone: one refusing key refuses the whole grant, names that
 // request, and changes nothing on the others (no token used up).
 func (s suite) testManyAllOrNone(t *testing.T) {
-	b := s.backend(t)
+	b := s.manyBackend(t)
 	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(b)
 	ctx := context.Background()
@@ -121,7 +141,7 @@ func (s suite) testManyAllOrNone(t *testing.T) {
 // nothing; once one of its leases has ended, the resend gets that key's
 // verdict and changes nothing.
 func (s suite) testManyRetry(t *testing.T) {
-	b := s.backend(t)
+	b := s.manyBackend(t)
 	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(b)
 	ctx := context.Background()
@@ -154,7 +174,7 @@ func (s suite) testManyRetry(t *testing.T) {
 // testManyExpiry: leases from one GrantMany expire as ordinary leases, and
 // a resend after that gets ErrLeaseExpired.
 func (s suite) testManyExpiry(t *testing.T) {
-	b := s.backend(t)
+	b := s.manyBackend(t)
 	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(b)
 	ctx := context.Background()
@@ -183,7 +203,7 @@ func (s suite) testManyExpiry(t *testing.T) {
 // testManyBadInput: no keys, too many, a key twice, a bad request: an
 // error wrapping the sentinel, and nothing changes.
 func (s suite) testManyBadInput(t *testing.T) {
-	b := s.backend(t)
+	b := s.manyBackend(t)
 	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(b)
 	ctx := context.Background()
@@ -223,7 +243,7 @@ func (s suite) testManyBadInput(t *testing.T) {
 // the winners' sets never share a key, and every key ends with at most one
 // live lease, the latest winner's, with tokens increasing.
 func (s suite) testManyRacing(t *testing.T) {
-	b := s.backend(t)
+	b := s.manyBackend(t)
 	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(b)
 	ctx := context.Background()
@@ -286,7 +306,7 @@ func (s suite) testManyRacing(t *testing.T) {
 // of one ends the HeldMany's Context and frees the others, and Release
 // frees them all.
 func (s suite) testHoldMany(t *testing.T) {
-	b := s.backend(t)
+	b := s.manyBackend(t)
 	capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(b)
 	ctx := context.Background()

@@ -79,7 +79,7 @@ func (a *manyAnswerLost) GrantMany(ctx context.Context, reqs []backend.Request) 
 func (s suite) testHoldManySettlesUnknownGrant(t *testing.T) {
 	ctx := context.Background()
 	ttl, margin := s.holdTTL(t)
-	b := s.backend(t)
+	b := s.manyBackend(t)
 	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(&manyAnswerLost{Backend: b, mg: mg}, fencing.WithOutcomeRetries(1))
 	keys := []string{"settle/b", "settle/a", "settle/c"}
