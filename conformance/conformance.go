@@ -64,6 +64,8 @@ func Run(t *testing.T, h Harness) {
 		{"ManyRacing", s.testManyRacing},
 		{"HoldMany", s.testHoldMany},
 		{"HoldManySettlesUnknownGrant", s.testHoldManySettlesUnknownGrant},
+		{"LockManyWaits", s.testLockManyWaits},
+		{"LockManyOverlapping", s.testLockManyOverlapping},
 		{"Inspect", s.testInspect},
 		{"ForceRelease", s.testForceRelease},
 		{"List", s.testList},

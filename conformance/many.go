@@ -370,3 +370,120 @@ func (s suite) testHoldMany(t *testing.T) {
 		wantFree(t, c, k)
 	}
 }
+
+// testLockManyWaits: LockMany waits while one of its keys is held, takes
+// none of them meanwhile, and gets them all once that key is released.
+func (s suite) testLockManyWaits(t *testing.T) {
+	b := s.manyBackend(t)
+	capability[backend.MultiGranter](t, b, "backend.MultiGranter")
+	c := fencing.New(b)
+	ctx := context.Background()
+	ttl, margin := s.holdTTL(t)
+	holder := s.grant(t, c, "lm/b", long, time.Second)
+	type result struct {
+		m   *fencing.HeldMany
+		err error
+	}
+	got := make(chan result, 1)
+	go func() {
+		m, err := c.LockMany(ctx, []string{"lm/c", "lm/b", "lm/a"}, ttl, fencing.WithMargin(margin))
+		got <- result{m, err}
+	}()
+	// While lm/b is held, the waiter takes neither of the others: a grant
+	// of each succeeds (and is released at once).
+	for _, k := range []string{"lm/a", "lm/c"} {
+		l := s.grant(t, c, k, long, time.Second)
+		if err := c.Release(ctx, k, l.ID); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+	}
+	select {
+	case r := <-got:
+		t.Fatalf("LockMany returned while lm/b was held: %v", r.err)
+	default:
+	}
+	if err := c.Release(ctx, "lm/b", holder.ID); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	r := <-got
+	if r.err != nil {
+		t.Fatalf("LockMany: %v", r.err)
+	}
+	defer r.m.Release(ctx)
+	for _, l := range r.m.Leases() {
+		wantLive(t, c, l.Key, l.Token)
+	}
+	s.wantNext(t, "lm/b after its holder", holder.Token, r.m.Leases()[1].Token)
+}
+
+// testLockManyOverlapping: waiters that lock overlapping sets of keys in
+// random orders all get their turn (no deadlock), none holds a key another
+// holds, and each key's tokens increase; with and without WithFIFO.
+func (s suite) testLockManyOverlapping(t *testing.T) {
+	for _, fifo := range []bool{false, true} {
+		t.Run(fmt.Sprintf("FIFO=%v", fifo), func(t *testing.T) {
+			b := s.manyBackend(t)
+			capability[backend.MultiGranter](t, b, "backend.MultiGranter")
+			if _, ok := b.(backend.Queuer); fifo && !ok {
+				t.Skip("the backend does not implement backend.Queuer")
+			}
+			c := fencing.New(b)
+			ctx := context.Background()
+			ttl, margin := s.holdTTL(t)
+			keys := []string{"ov/a", "ov/b", "ov/c", "ov/d"}
+			const workers, rounds = 4, 3
+			var (
+				mu     sync.Mutex
+				holder = map[string]int{}
+				tokens = map[string]uint64{}
+				wg     sync.WaitGroup
+			)
+			for w := range workers {
+				wg.Go(func() {
+					rng := rand.New(rand.NewPCG(uint64(w), 2))
+					for range rounds {
+						set := rng.Perm(len(keys))[:2+rng.IntN(2)]
+						ks := make([]string, len(set))
+						for i, k := range set {
+							ks[i] = keys[k]
+						}
+						opts := []fencing.HoldOption{fencing.WithMargin(margin)}
+						if fifo {
+							opts = append(opts, fencing.WithFIFO())
+						}
+						m, err := c.LockMany(ctx, ks, ttl, opts...)
+						if err != nil {
+							t.Errorf("worker %d: LockMany(%v): %v", w, ks, err)
+							return
+						}
+						mu.Lock()
+						for _, l := range m.Leases() {
+							if h, ok := holder[l.Key]; ok {
+								t.Errorf("key %q held by workers %d and %d at once", l.Key, h, w)
+							}
+							if l.Token <= tokens[l.Key] {
+								t.Errorf("key %q: token %d after %d", l.Key, l.Token, tokens[l.Key])
+							}
+							holder[l.Key], tokens[l.Key] = w, l.Token
+						}
+						mu.Unlock()
+						for _, l := range m.Leases() { // while held, no one else has the key
+							if tok, live, err := c.Token(ctx, l.Key); err != nil || !live || tok != l.Token {
+								t.Errorf("key %q held with token %d: Token = %d, live %v, %v", l.Key, l.Token, tok, live, err)
+							}
+						}
+						mu.Lock()
+						for _, l := range m.Leases() {
+							delete(holder, l.Key)
+						}
+						mu.Unlock()
+						if err := m.Release(ctx); err != nil {
+							t.Errorf("worker %d: Release: %v", w, err)
+						}
+					}
+				})
+			}
+			wg.Wait()
+		})
+	}
+}
