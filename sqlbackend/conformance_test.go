@@ -40,3 +40,15 @@ func TestPgBouncerConformance(t *testing.T) {
 	h := &harness{db: bouncer.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithoutSafetyChecks()}}
 	conformance.Run(t, h)
 }
+
+// BenchmarkConformance runs the suite's benchmarks on SQLite (the host's
+// clock) and PostgreSQL.
+func BenchmarkConformance(b *testing.B) {
+	b.Run("SQLite", func(b *testing.B) {
+		conformance.RunBenchmarks(b, &harness{db: openSQLite(b), dialect: sqlbackend.SQLite})
+	})
+	b.Run("Postgres", func(b *testing.B) {
+		_, h := newPostgres(b)
+		conformance.RunBenchmarks(b, h)
+	})
+}

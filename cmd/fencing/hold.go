@@ -74,7 +74,7 @@ key order), gives the command FENCING_KEYS (how many), and FENCING_KEY_n and
 FENCING_TOKEN_n for each key n from 1 in the order given, and stops the command
 as above when any one lease is lost. The backend must grant several keys
 atomically (every backend of this program does; on a Redis Cluster the keys must
-share a hash slot: give --prefix a hash tag, such as '{jobs}:').
+share a hash slot: give --key-prefix a hash tag, such as '{jobs}:').
 
 Exit status: the command's own; 3 the key is held (without --wait, or still held
 after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
