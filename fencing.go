@@ -153,7 +153,7 @@ func (c *Coordinator) Grant(ctx context.Context, key string, ttl time.Duration, 
 		return Lease{}, opError("grant", key, err)
 	}
 	req.Owner, req.LockDelay = c.defaultOwner, c.lockDelay
-	return c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
+	return c.send(ctx, opGrant, req, time.Time{})
 }
 
 // Acquire is an alias of Grant.
@@ -170,7 +170,7 @@ func (c *Coordinator) Renew(ctx context.Context, key, leaseID string, ttl time.D
 	if err != nil {
 		return Lease{}, opError("renew", key, err)
 	}
-	return c.send(ctx, "renew", req, time.Time{}, c.backend.Renew)
+	return c.send(ctx, opRenew, req, time.Time{})
 }
 
 // Extend is an alias of Renew.
@@ -250,6 +250,9 @@ func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live
 	return token, live, nil
 }
 
+// newLeaseID returns a fresh lease ID (see Lease.ID).
+func (c *Coordinator) newLeaseID() string { return c.ids.next() }
+
 // request builds a grant or renew request, without an owner (a grant sets
 // it; a renewal keeps the stored one). Its arguments are checked by the
 // backend, which every backend must do (package conformance holds them to
@@ -266,17 +269,23 @@ func (c *Coordinator) request(key, leaseID string, ttl time.Duration, margins []
 	return backend.Request{Key: key, LeaseID: leaseID, Timeout: ttl, Margin: margin}, nil
 }
 
-// send runs a grant or renew, resending it with the same lease ID while its
-// outcome is unknown, and turns the backend's record into a Lease. Its
+// send runs a grant (k opGrant: backend.Backend.Grant) or a renewal (k
+// opRenew: backend.Backend.Renew), resending it with the same lease ID while
+// its outcome is unknown, and turns the backend's record into a Lease. Its
 // Deadline counts from just before the first attempt left, or from
 // sentBefore when that is set (an earlier attempt with the same ID, whose
 // outcome was unknown, may be the one that took effect).
-func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, sentBefore time.Time, call func(context.Context, backend.Request) (backend.Lease, error)) (Lease, error) {
+func (c *Coordinator) send(ctx context.Context, k op, req backend.Request, sentBefore time.Time) (Lease, error) {
 	sent := c.clock.now()
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
-	one := func(ctx context.Context) (backend.Lease, error) { return call(ctx, req) }
+	one := func(ctx context.Context) (backend.Lease, error) {
+		if k == opRenew {
+			return c.backend.Renew(ctx, req)
+		}
+		return c.backend.Grant(ctx, req)
+	}
 	start := sent
 	if !sentBefore.IsZero() {
 		start = c.clock.now() // this call's first attempt, for the resend budget
@@ -290,9 +299,9 @@ func (c *Coordinator) send(ctx context.Context, op string, req backend.Request, 
 			err = &noAnswerError{err: err} // a held lease's renewal cut off at its Deadline
 		}
 	}
-	c.obs.request(ctx, op, req.Key, sent, rec.Token, err)
+	c.obs.request(ctx, k, req.Key, sent, rec.Token, err)
 	if err != nil {
-		return Lease{}, requestError(op, req.Key, req.LeaseID, err)
+		return Lease{}, requestError(opNames[k], req.Key, req.LeaseID, err)
 	}
 	return Lease{
 		Key:       rec.Key,

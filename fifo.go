@@ -62,7 +62,7 @@ type line struct {
 	turnCh <-chan struct{}
 	ahead  int // the latest Place's Ahead that waitTurn saw
 
-	got      chan struct{} // closed by handTo: the waiter holds the key
+	got      chan struct{} // closed by gotKey: the waiter holds the key
 	stop     chan struct{} // closed by leave
 	stopOnce sync.Once
 	done     chan struct{} // closed when the keeper has returned
@@ -176,17 +176,17 @@ func (l *line) waitTurn(ctx context.Context) error {
 	}
 }
 
-// handTo tells the keeper that the waiter got the key, so that it leaves
+// gotKey tells the keeper that the waiter got the key, so that it leaves
 // the line at once (the next waiter takes the head and waits for this
-// lease's release); h's Release waits for the keeper.
-func (l *line) handTo(h *Held) {
-	h.line = l
+// lease's release). The Held that has the entry waits for the keeper in its
+// Release (leave).
+func (l *line) gotKey() {
 	close(l.got)
 }
 
 // keep is the keeper goroutine: it renews the entry a third of its TTL
 // after the latest renewal that went through was sent, until the waiter gets
-// the key (handTo) or leave is called, and then dequeues. A renewal that
+// the key (gotKey) or leave is called, and then dequeues. A renewal that
 // fails or gets no answer within a third of the TTL is retried after a short
 // jittered pause, not a third of the TTL later: on a loaded store one slow
 // renewal must not let the entry expire and the waiter lose its place.
@@ -214,61 +214,6 @@ func (l *line) keep() {
 				t.Reset(time.Until(last.Add(interval)))
 			} else {
 				t.Reset(pause/2 + rand.N(pause/2+1))
-			}
-		}
-	}
-}
-
-// awaitFree waits, at the head of the line, until key's lease looks free
-// (backend.Inspector): while a lease is live it sleeps until its release is
-// announced (backend.Notifier) or its time and lock delay have passed,
-// looking again at each fallback poll; during a lock delay, until the delay
-// is over. A grant attempt then finds the key free, so a handoff costs one
-// attempt. Without an Inspector, or when the inspection fails, it returns at
-// once and the grant is the probe.
-func (w *waiter) awaitFree(ctx context.Context) error {
-	insp, ok := w.c.backend.(backend.Inspector)
-	if !ok {
-		return nil
-	}
-	for {
-		st, err := attempt(w.c, ctx, func(ctx context.Context) (KeyState, error) { return insp.Inspect(ctx, w.key) })
-		if err != nil {
-			return ctx.Err() // nil: the grant will tell
-		}
-		var left time.Duration // until a grant can succeed without a release; 0: unknown
-		switch {
-		case st.Live && st.Remaining > 0:
-			left = st.Remaining + st.LockDelay
-		case st.Live:
-		case st.DelayRemaining > 0:
-			left = st.DelayRemaining
-		default:
-			return nil
-		}
-		w.seen = &backend.HeldError{Remaining: left, Delayed: !st.Live}
-		d := w.poll/2 + rand.N(w.poll/2+1)
-		if left > 0 && left < d {
-			d = left + rand.N(min(left/10, 10*time.Millisecond)+1)
-		}
-		t := time.NewTimer(d)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return ctx.Err()
-		case _, ok := <-w.freed:
-			t.Stop()
-			if !ok { // the watch broke: poll from now on
-				w.freed = nil
-				w.poll = min(w.poll, DefaultPollIntervalNoNotify)
-			} else if st.Live {
-				w.last = time.Now()
-				return nil // a release, or an expiry the store saw: try now
-			}
-		case <-t.C:
-			if left > 0 && d >= left {
-				w.last = time.Now()
-				return nil
 			}
 		}
 	}

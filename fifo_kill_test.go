@@ -15,7 +15,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/internal/testing/recipetest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/faultbackend"
+	"github.com/fencing-go/fencing/internal/testing/faultbackend"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 

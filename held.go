@@ -170,7 +170,7 @@ func (c *Coordinator) Hold(ctx context.Context, key string, ttl time.Duration, o
 		return nil, opError("hold", key, err)
 	}
 	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
-	lease, err := c.send(ctx, "grant", req, time.Time{}, c.backend.Grant)
+	lease, err := c.send(ctx, opGrant, req, time.Time{})
 	if err != nil {
 		return nil, c.settle(ctx, err, ttl)
 	}

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 // PresetToken implements conformance.TokenPresetter for the Redis

@@ -37,7 +37,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/etcdbackend"
-	"github.com/fencing-go/fencing/internal/faultproxy"
+	"github.com/fencing-go/fencing/internal/testing/faultproxy"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 

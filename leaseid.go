@@ -21,13 +21,13 @@ func newIDSource() *idSource {
 	}}}
 }
 
-// newLeaseID returns a fresh lease ID: 26 characters of the RFC 4648 base32
+// next returns a fresh lease ID: 26 characters of the RFC 4648 base32
 // alphabet, as crypto/rand.Text makes, each 5 random bits (130 in all), at
 // a third of its cost.
-func (c *Coordinator) newLeaseID() string {
-	g := c.ids.pool.Get().(*rand.ChaCha8)
+func (s *idSource) next() string {
+	g := s.pool.Get().(*rand.ChaCha8)
 	a, b, d := g.Uint64(), g.Uint64(), g.Uint64()
-	c.ids.pool.Put(g)
+	s.pool.Put(g)
 	// Two characters (10 bits) at a time: 12 from each of a and b (60 of
 	// their 64 bits), 2 from d.
 	var id [26]byte

@@ -4,25 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
-)
-
-// Lock's pacing. A waiter sends a grant at once when woken by a
-// notification, and otherwise never sooner than MinPollInterval after its
-// previous attempt.
-const (
-	// MinPollInterval is the shortest time Lock waits between two grant
-	// attempts that no notification prompted.
-	MinPollInterval = 10 * time.Millisecond
-	// DefaultPollInterval is Lock's fallback poll on a backend that can
-	// notify (backend.Notifier): it only covers a missed notification.
-	DefaultPollInterval = time.Second
-	// DefaultPollIntervalNoNotify is Lock's poll on a backend that cannot
-	// notify: it bounds how late a waiter sees a release.
-	DefaultPollIntervalNoNotify = 100 * time.Millisecond
 )
 
 // Lock waits until key can be granted, then holds the lease as Hold does.
@@ -55,114 +39,226 @@ const (
 // canceled waiter leaves no subscription or goroutine behind.
 func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (*Held, error) {
 	start := c.obs.lockStart(ctx)
+	l, err := c.newLockCall(ctx, key, ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer l.close()
+	if err := l.queue(); err != nil {
+		return nil, l.giveUp(err)
+	}
+	if err := l.watch(); err != nil {
+		return nil, l.giveUp(err)
+	}
+	lease, err := l.grant()
+	if err != nil {
+		return nil, err
+	}
+	c.obs.locked(ctx, start)
+	return l.hold(lease), nil
+}
+
+// lockCall is one Lock call. Its phases, in order: newLockCall checks the
+// options and builds the grant request; queue waits in the key's line
+// (WithFIFO); watch subscribes to the key's releases; grant sends the
+// request until it succeeds, waiting between attempts as each refusal tells
+// (next). hold starts the Held. giveUp and stop make Lock's error when it
+// stops short.
+type lockCall struct {
+	c      *Coordinator
+	ctx    context.Context // bounds the call and the held lease
+	wctx   context.Context // bounds the wait: ctx, or WithWaitTimeout's
+	cancel context.CancelFunc
+	key    string
+	ttl    time.Duration
+	cfg    holdConfig
+	req    backend.Request
+	w      waiter
+	ln     *line // WithFIFO's entry in the key's line (fifo.go), until a Held has it
+
+	lastHeld     error     // the latest refusal for a live lease
+	unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
+}
+
+// newLockCall checks Lock's options and builds its grant request.
+func (c *Coordinator) newLockCall(ctx context.Context, key string, ttl time.Duration, opts []HoldOption) (*lockCall, error) {
 	cfg, err := c.holdConfig(ttl, opts)
 	if err != nil {
 		return nil, opError("lock", key, err)
-	}
-	// wctx bounds the wait; the held lease lives under ctx.
-	wctx := ctx
-	if cfg.waitTimeout > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
-		defer cancel()
-	}
-	w := waiter{c: c, key: key, poll: cfg.pollInterval}
-	var lastHeld error // the latest refusal for a live lease
-	// giveUp is Lock's error once the wait ended (or failed) with err.
-	giveUp := func(err error) error {
-		if lastHeld == nil && w.seen != nil {
-			lastHeld = w.seen // a head of a line that saw the key held
-		}
-		if ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout && lastHeld != nil {
-			return opError("lock", key, &waitError{waited: cfg.waitTimeout, err: lastHeld})
-		}
-		return err
 	}
 	req, err := c.request(key, c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
 	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
-	var ln *line // WithFIFO's entry in the key's line (fifo.go)
-	if cfg.fifo {
-		if ln, err = c.joinLine(wctx, key, ttl, cfg.pollInterval); err != nil {
-			return nil, giveUp(opError("lock", key, err))
-		}
-		defer func() {
-			if ln != nil { // not handed to a Held
-				ln.leave(nil)
-			}
-		}()
-		if err := ln.waitTurn(wctx); err != nil {
-			if lastHeld == nil {
-				lastHeld = &lineError{ahead: ln.ahead}
-			}
-			return nil, giveUp(opError("lock", key, err))
-		}
+	l := &lockCall{c: c, ctx: ctx, wctx: ctx, cancel: func() {}, key: key, ttl: ttl, cfg: cfg, req: req}
+	if cfg.waitTimeout > 0 {
+		l.wctx, l.cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
 	}
-	if err := w.subscribe(wctx); err != nil {
-		return nil, giveUp(opError("lock", key, err))
-	}
-	defer w.close()
-	if cfg.fifo {
-		// At the head, the waiter that went before may still hold the
-		// key (it left the line when it got it): look, and wait for its
-		// release, so that the one grant attempt finds the key free.
-		if err := w.awaitFree(wctx); err != nil {
-			return nil, giveUp(opError("lock", key, err))
-		}
-	}
+	l.w = waiter{c: c, key: key, poll: cfg.pollInterval}
+	return l, nil
+}
 
-	var unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
+// close ends what the call started and no Held took over: the subscription,
+// the entry in the line, the wait's timer.
+func (l *lockCall) close() {
+	l.w.close()
+	if l.ln != nil {
+		l.ln.leave(nil)
+	}
+	l.cancel()
+}
+
+// queue, with WithFIFO, joins the key's line and waits to reach its head.
+func (l *lockCall) queue() error {
+	if !l.cfg.fifo {
+		return nil
+	}
+	ln, err := l.c.joinLine(l.wctx, l.key, l.ttl, l.cfg.pollInterval)
+	if err != nil {
+		return opError("lock", l.key, err)
+	}
+	l.ln = ln
+	if err := ln.waitTurn(l.wctx); err != nil {
+		if l.lastHeld == nil {
+			l.lastHeld = &lineError{ahead: ln.ahead}
+		}
+		return opError("lock", l.key, err)
+	}
+	return nil
+}
+
+// watch subscribes to the key's releases before the first grant attempt, so
+// that none is missed. At the head of a line, the waiter that went before
+// may still hold the key (it left the line when it got it): watch then
+// waits for its release, so that the one grant attempt finds the key free.
+func (l *lockCall) watch() error {
+	if err := l.w.subscribe(l.wctx); err != nil {
+		return opError("lock", l.key, err)
+	}
+	if l.cfg.fifo {
+		if err := l.w.awaitFree(l.wctx); err != nil {
+			return opError("lock", l.key, err)
+		}
+	}
+	return nil
+}
+
+// grant sends the grant request until a lease is granted or the call ends.
+func (l *lockCall) grant() (Lease, error) {
 	for {
 		sent := time.Now()
-		lease, err := c.send(wctx, "grant", req, unknownSince, c.backend.Grant)
-		var held *backend.HeldError
-		var oe *OutcomeError
-		switch {
-		case err == nil:
-			c.obs.locked(ctx, start)
-			h := c.startHeld(ctx, lease, ttl, cfg)
-			if ln != nil {
-				ln.handTo(h)
-				ln = nil
-			}
-			return h, nil
-		case errors.As(err, &held):
-			// Another lease is live, so no earlier attempt of ours holds
-			// the key (its ID would have been answered with its lease).
-			lastHeld = held
-			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			wait := w.waitHeld
-			if _, ok := c.backend.(backend.Inspector); ok && cfg.fifo {
-				wait = func(ctx context.Context, _ *backend.HeldError) error { return w.awaitFree(ctx) }
-			}
-			if err := wait(wctx, held); err != nil {
-				return nil, giveUp(opError("lock", key, err))
-			}
-		case errors.As(err, &oe) && wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
-			// Adopt: resend with the same ID. Should that attempt take
-			// the lease, its Deadline counts from this first send.
-			if unknownSince.IsZero() {
-				unknownSince = sent
-			}
-			if err := w.pause(wctx); err != nil {
-				return nil, c.lockEnded(ctx, opError("lock", key, err), req, unknownSince, ttl)
-			}
-		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
-			// Only an attempt with this ID that took effect (its answer
-			// lost, within send's resends or an earlier round) can be
-			// answered so: that lease has ended since. Start afresh.
-			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			if err := w.pause(wctx); err != nil {
-				return nil, giveUp(opError("lock", key, err))
-			}
-		case unknownSince.IsZero() && oe == nil:
-			return nil, giveUp(err)
-		default:
-			return nil, c.lockEnded(ctx, err, req, unknownSince, ttl)
+		lease, err := l.c.send(l.wctx, opGrant, l.req, l.unknownSince)
+		if err == nil {
+			return lease, nil
+		}
+		if err := l.next(err, sent); err != nil {
+			return Lease{}, err
 		}
 	}
+}
+
+// next takes the error of the grant sent at sent, and waits as it tells
+// before the next attempt: nil to try again, or Lock's error.
+func (l *lockCall) next(err error, sent time.Time) error {
+	var held *backend.HeldError
+	var oe *OutcomeError
+	switch {
+	case errors.As(err, &held):
+		return l.waitRelease(held)
+	case errors.As(err, &oe) && l.wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
+		return l.adopt(sent)
+	case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
+		// Only an attempt with this ID that took effect (its answer
+		// lost, within send's resends or an earlier round) can be
+		// answered so: that lease has ended since. Start afresh.
+		l.freshID()
+		if err := l.w.pause(l.wctx); err != nil {
+			return l.giveUp(opError("lock", l.key, err))
+		}
+		return nil
+	case l.unknownSince.IsZero() && oe == nil:
+		return l.giveUp(err)
+	default:
+		return l.stop(err)
+	}
+}
+
+// waitRelease waits for the release of the live lease that refused the
+// grant. Another lease is live, so no earlier attempt of ours holds the key
+// (its ID would have been answered with its lease): the next attempt is a
+// new lease.
+func (l *lockCall) waitRelease(held *backend.HeldError) error {
+	l.lastHeld = held
+	l.freshID()
+	var err error
+	if _, ok := l.c.backend.(backend.Inspector); ok && l.cfg.fifo {
+		err = l.w.awaitFree(l.wctx)
+	} else {
+		err = l.w.waitHeld(l.wctx, held)
+	}
+	if err != nil {
+		return l.giveUp(opError("lock", l.key, err))
+	}
+	return nil
+}
+
+// adopt prepares the resend, with the same lease ID, of a grant sent at
+// sent whose outcome is unknown. Should that attempt take the lease, its
+// Deadline counts from the first such send.
+func (l *lockCall) adopt(sent time.Time) error {
+	if l.unknownSince.IsZero() {
+		l.unknownSince = sent
+	}
+	if err := l.w.pause(l.wctx); err != nil {
+		return l.stop(opError("lock", l.key, err))
+	}
+	return nil
+}
+
+// freshID gives the request a new lease ID: no attempt with the old one
+// holds the key.
+func (l *lockCall) freshID() {
+	l.unknownSince, l.req.LeaseID = time.Time{}, l.c.newLeaseID()
+}
+
+// hold starts the Held of the granted lease, and hands it the entry in the
+// line, which it leaves at once so that the next waiter takes the head.
+func (l *lockCall) hold(lease Lease) *Held {
+	h := l.c.startHeld(l.ctx, lease, l.ttl, l.cfg)
+	if l.ln != nil {
+		h.line = l.ln
+		l.ln.gotKey()
+		l.ln = nil
+	}
+	return h
+}
+
+// giveUp is Lock's error once the wait ended (or failed) with err: when
+// WithWaitTimeout ended it, an error that wraps the last refusal.
+func (l *lockCall) giveUp(err error) error {
+	lastHeld := l.lastHeld
+	if lastHeld == nil && l.w.seen != nil {
+		lastHeld = l.w.seen // a head of a line that saw the key held
+	}
+	if l.ctx.Err() == nil && context.Cause(l.wctx) == errWaitTimeout && lastHeld != nil {
+		return opError("lock", l.key, &waitError{waited: l.cfg.waitTimeout, err: lastHeld})
+	}
+	return err
+}
+
+// stop returns Lock's error once it gives up, first releasing the lease
+// an attempt with an unknown outcome may have taken.
+func (l *lockCall) stop(err error) error {
+	var oe *OutcomeError
+	isOutcome := errors.As(err, &oe)
+	if l.unknownSince.IsZero() && !isOutcome {
+		return err // no attempt of ours may hold the key
+	}
+	if !isOutcome {
+		oe = &OutcomeError{Op: "grant", Key: l.req.Key, LeaseID: l.req.LeaseID, Err: &unsettledError{last: err}}
+	}
+	return l.c.settle(l.ctx, oe, l.ttl)
 }
 
 // errWaitTimeout is the cause of Lock's wait context when WithWaitTimeout
@@ -182,20 +278,6 @@ func (e *waitError) Error() string {
 
 func (e *waitError) Unwrap() error { return e.err }
 
-// lockEnded returns Lock's error once it gives up, first releasing the lease
-// an attempt with an unknown outcome may have taken.
-func (c *Coordinator) lockEnded(ctx context.Context, err error, req backend.Request, unknownSince time.Time, ttl time.Duration) error {
-	var oe *OutcomeError
-	isOutcome := errors.As(err, &oe)
-	if unknownSince.IsZero() && !isOutcome {
-		return err // no attempt of ours may hold the key
-	}
-	if !isOutcome {
-		oe = &OutcomeError{Op: "grant", Key: req.Key, LeaseID: req.LeaseID, Err: &unsettledError{last: err}}
-	}
-	return c.settle(ctx, oe, ttl)
-}
-
 // unsettledError is the Err of Lock's *OutcomeError when Lock gave up on
 // an attempt's error (one never sent, a wait that ended) after an earlier
 // attempt's outcome stayed unknown: the outcome is that earlier one's,
@@ -212,79 +294,6 @@ func (e *unsettledError) Error() string {
 }
 
 func (e *unsettledError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.last} }
-
-// waiter is one Lock call's way of waiting for its key.
-type waiter struct {
-	c     *Coordinator
-	key   string
-	poll  time.Duration
-	sub   backend.Subscription
-	freed <-chan struct{}
-	last  time.Time          // when the previous grant attempt was let through
-	seen  *backend.HeldError // what awaitFree last saw of a live lease or a lock delay (fifo.go)
-}
-
-// subscribe sets up the notification, when the backend has one.
-func (w *waiter) subscribe(ctx context.Context) error {
-	n, ok := w.c.backend.(backend.Notifier)
-	if ok {
-		sub, err := attempt(w.c, ctx, func(ctx context.Context) (backend.Subscription, error) { return n.NotifyFree(ctx, w.key) })
-		if err != nil {
-			return err
-		}
-		w.sub, w.freed = sub, sub.Freed()
-	}
-	if w.poll == 0 {
-		w.poll = DefaultPollInterval
-		if w.sub == nil {
-			w.poll = DefaultPollIntervalNoNotify
-		}
-	}
-	w.last = time.Now()
-	return nil
-}
-
-func (w *waiter) close() {
-	if w.sub != nil {
-		w.sub.Close()
-	}
-}
-
-// wait blocks until a notification, or until the holder's lease should have
-// ended (remaining, when known), or the poll interval, whichever is first.
-func (w *waiter) wait(ctx context.Context, remaining time.Duration) error {
-	d := w.poll
-	if remaining > 0 && remaining < d {
-		d = remaining + rand.N(min(remaining/10, 10*time.Millisecond)+1)
-	} else {
-		d = d/2 + rand.N(d/2+1)
-	}
-	d = max(d, MinPollInterval-time.Since(w.last))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case _, ok := <-w.freed:
-		if !ok { // the watch broke: poll from now on
-			w.freed = nil
-			w.poll = min(w.poll, DefaultPollIntervalNoNotify)
-		}
-	case <-t.C:
-	}
-	w.last = time.Now()
-	return nil
-}
-
-// pause waits a short jittered while before an ambiguous grant is resent.
-func (w *waiter) pause(ctx context.Context) error {
-	d := MinPollInterval + rand.N(MinPollInterval)
-	if err := sleep(ctx, d); err != nil {
-		return err
-	}
-	w.last = time.Now()
-	return nil
-}
 
 // WithPollInterval bounds how long Lock waits between grant attempts when
 // nothing wakes it: the fallback for a missed notification, and the poll of

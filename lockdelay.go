@@ -1,7 +1,6 @@
 package fencing
 
 import (
-	"context"
 	"fmt"
 	"time"
 
@@ -46,28 +45,4 @@ func WithLockDelay(d time.Duration) HoldOption {
 // no room for options, and a process usually protects all its keys alike.
 func WithDefaultLockDelay(d time.Duration) Option {
 	return func(c *Coordinator) { c.lockDelay = d }
-}
-
-// waitHeld blocks after a grant refused with held: during a lock delay
-// (held.Delayed) for exactly the delay's time left, since nothing but time
-// frees the key before then; otherwise as wait does, for a live holder that
-// may release at any moment.
-func (w *waiter) waitHeld(ctx context.Context, held *backend.HeldError) error {
-	if !held.Delayed || held.Remaining <= 0 {
-		return w.wait(ctx, held.Remaining)
-	}
-	t := time.NewTimer(held.Remaining)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case _, ok := <-w.freed: // early, and harmless: the next grant is refused with the time left
-		if !ok {
-			w.freed = nil
-			w.poll = min(w.poll, DefaultPollIntervalNoNotify)
-		}
-	case <-t.C:
-	}
-	w.last = time.Now()
-	return nil
 }

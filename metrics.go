@@ -94,13 +94,6 @@ const (
 
 var opNames = [numOps]string{"grant", "renew", "release", "token", "inspect", "force_release", "list"}
 
-func opOf(name string) op {
-	if name == "renew" {
-		return opRenew
-	}
-	return opGrant
-}
-
 // outcome is a request's result, as few values as a dashboard needs.
 type outcome int
 
@@ -296,14 +289,14 @@ func (o *observer) begin(ctx context.Context) span {
 	return span{rec: true}
 }
 
-// request records a grant or renewal (name "grant" or "renew") sent at
-// start, which minted or kept token.
-func (o *observer) request(ctx context.Context, name string, key string, start time.Time, token uint64, err error) {
+// request records a grant or renewal (k opGrant or opRenew) sent at start,
+// which minted or kept token.
+func (o *observer) request(ctx context.Context, k op, key string, start time.Time, token uint64, err error) {
 	sp := span{rec: o.recording()}
 	if sp.rec {
 		sp.start = start
 	}
-	o.done(ctx, sp, opOf(name), key, token, err)
+	o.done(ctx, sp, k, key, token, err)
 }
 
 // done records a request of kind k begun as sp, and logs the mutating ones.

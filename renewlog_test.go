@@ -11,8 +11,8 @@ import (
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/etcdbackend"
-	"github.com/fencing-go/fencing/internal/etcdtest"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/redisbackend"
 )

@@ -4,7 +4,7 @@ go 1.26.0
 
 require (
 	github.com/bsm/redislock v0.9.4
-	github.com/fencing-go/fencing v0.0.0
+	github.com/fencing-go/fencing v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3

@@ -21,7 +21,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/election"
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/internal/etcdtest"
-	"github.com/fencing-go/fencing/internal/faultbackend"
-	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/faultbackend"
+	"github.com/fencing-go/fencing/internal/testing/recipetest"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 

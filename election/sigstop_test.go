@@ -20,7 +20,7 @@ import (
 	"github.com/fencing-go/fencing/election"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/redisguard"
-	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/internal/testing/recipetest"
 )
 
 // The child candidate of TestTakeoverRedisSIGSTOP: run as the test binary

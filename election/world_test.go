@@ -2,7 +2,7 @@ package election_test
 
 import (
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/internal/testing/recipetest"
 )
 
 type world = recipetest.World

@@ -12,7 +12,7 @@ import (
 	"google.golang.org/grpc/connectivity"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
 
 // Classification: a request that provably never left the client is "did

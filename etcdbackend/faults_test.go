@@ -11,7 +11,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/etcdbackend"
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
 
 // Fault tests on embedded etcd clusters: what clients saw while members

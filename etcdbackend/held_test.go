@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/etcdtest"
-	"github.com/fencing-go/fencing/internal/heldtest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/heldtest"
 )
 
 // TestHoldServerStopsAnswering: a holder whose etcd stops answering (every

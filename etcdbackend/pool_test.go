@@ -9,7 +9,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
 
 // TestReleasedLeaseReused: the etcd lease a release freed carries the next

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
 
 // TestUnknownGrantLeaseNotReused: the etcd lease of a grant whose Txn

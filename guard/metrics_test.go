@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel"
 
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/internal/metrictest"
+	"github.com/fencing-go/fencing/internal/testing/metrictest"
 )
 
 func TestMemoryCountsStaleTokens(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/guard/internal/minttest"
+	"github.com/fencing-go/fencing/internal/testing/minttest"
 )
 
 // mintMemory is a Memory as minttest sees it.

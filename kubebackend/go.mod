@@ -3,7 +3,7 @@ module github.com/fencing-go/fencing/kubebackend
 go 1.26.0
 
 require (
-	github.com/fencing-go/fencing v0.0.0
+	github.com/fencing-go/fencing v0.0.0-00010101000000-000000000000
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
 	k8s.io/client-go v0.37.2

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/faultproxy"
+	"github.com/fencing-go/fencing/internal/testing/faultproxy"
 	"github.com/fencing-go/fencing/kubebackend"
 	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
 )

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 

@@ -12,8 +12,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/heldtest"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/heldtest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 // lateness is how long after a timer set for its Deadline fired a lost

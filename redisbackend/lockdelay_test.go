@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 

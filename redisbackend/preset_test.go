@@ -4,7 +4,7 @@ import (
 	"context"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 // PresetToken implements conformance.TokenPresetter.

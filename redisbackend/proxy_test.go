@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/fencing-go/fencing/internal/faultproxy"
+	"github.com/fencing-go/fencing/internal/testing/faultproxy"
 )
 
 // faultProxy is a loopback TCP proxy in front of a redis-server that can

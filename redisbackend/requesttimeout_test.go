@@ -12,7 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 // TestBackgroundCallsReturnWhenRedisStops: with the server frozen

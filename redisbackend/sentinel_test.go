@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 

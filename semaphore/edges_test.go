@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/internal/testing/recipetest"
 	"github.com/fencing-go/fencing/semaphore"
 )
 

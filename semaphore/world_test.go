@@ -5,7 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/internal/testing/recipetest"
 )
 
 type world = recipetest.World

@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/internal/faketime"
+	"github.com/fencing-go/fencing/internal/testing/faketime"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 

@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/fencing-go/fencing/conformance"
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 

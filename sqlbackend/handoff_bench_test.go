@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/heldtest"
+	"github.com/fencing-go/fencing/internal/testing/heldtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 

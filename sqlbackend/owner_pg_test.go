@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 

@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing-go/fencing/internal/etcdtest"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 // binary is the fencing command built once by TestMain.

@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/etcdbackend"
-	"github.com/fencing-go/fencing/internal/recipetest"
+	"github.com/fencing-go/fencing/internal/testing/recipetest"
 	"github.com/fencing-go/fencing/redisbackend"
 	"github.com/fencing-go/fencing/sqlbackend"
 )

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 // TestHoldExitsWhenServerFrozen: when the server freezes (SIGSTOP) while

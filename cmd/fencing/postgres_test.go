@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 )
 
 // A PostgreSQL server that refuses the password, or the role's permission

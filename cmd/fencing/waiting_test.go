@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing-go/fencing/internal/etcdtest"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 // waitState is what a server shows of the waiters on it, read from the

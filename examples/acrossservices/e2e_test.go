@@ -20,8 +20,8 @@ import (
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/redisguard"
 	"github.com/fencing-go/fencing/guard/sqlguard"
-	"github.com/fencing-go/fencing/internal/pgtest"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/etcdguard"
-	"github.com/fencing-go/fencing/internal/etcdtest"
-	"github.com/fencing-go/fencing/internal/metrictest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/metrictest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 

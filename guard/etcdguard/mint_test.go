@@ -5,8 +5,8 @@ import (
 
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/etcdguard"
-	"github.com/fencing-go/fencing/guard/internal/minttest"
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/minttest"
 )
 
 func TestMintCheck(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/httpguard"
 	"github.com/fencing-go/fencing/guard/sqlguard"
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 

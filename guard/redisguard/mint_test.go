@@ -4,9 +4,9 @@ import (
 	"testing"
 
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/guard/internal/minttest"
 	"github.com/fencing-go/fencing/guard/redisguard"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/minttest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 )
 
 func TestMintCheck(t *testing.T) {

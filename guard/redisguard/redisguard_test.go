@@ -11,8 +11,8 @@ import (
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/redisguard"
-	"github.com/fencing-go/fencing/internal/metrictest"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/metrictest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -12,7 +12,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" driver
 
 	"github.com/fencing-go/fencing/guard/sqlguard"
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 )
 
 // Replicas of a deployment start together: CreateTable runs at the same

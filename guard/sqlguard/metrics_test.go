@@ -11,7 +11,7 @@ import (
 
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/sqlguard"
-	"github.com/fencing-go/fencing/internal/metrictest"
+	"github.com/fencing-go/fencing/internal/testing/metrictest"
 )
 
 func TestCountsStaleTokens(t *testing.T) {

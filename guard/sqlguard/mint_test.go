@@ -6,9 +6,9 @@ import (
 	"testing"
 
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/guard/internal/minttest"
 	"github.com/fencing-go/fencing/guard/sqlguard"
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/minttest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 )
 
 // mintStore is a Guard on one database as minttest sees it.

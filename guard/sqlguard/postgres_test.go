@@ -9,7 +9,7 @@ import (
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/sqlguard"
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 )
 
 func TestPostgresConformance(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing-go/fencing/internal/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
 
 func TestMinTTL(t *testing.T) {

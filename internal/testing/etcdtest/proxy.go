@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"testing"
 
-	"github.com/fencing-go/fencing/internal/faultproxy"
+	"github.com/fencing-go/fencing/internal/testing/faultproxy"
 )
 
 // Mode is what a Proxy does with the bytes it carries (see faultproxy).

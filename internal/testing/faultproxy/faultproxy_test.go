@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencing-go/fencing/internal/faultproxy"
+	"github.com/fencing-go/fencing/internal/testing/faultproxy"
 )
 
 // echo starts a line echo server and returns its address.

@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
-	"github.com/fencing-go/fencing/internal/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -33,7 +33,7 @@ func SQLite(t *testing.T) World {
 }
 
 // Postgres returns a world on a PostgreSQL child process of its own
-// (internal/pgtest: a skip without PostgreSQL, a failure in CI); each
+// (internal/testing/pgtest: a skip without PostgreSQL, a failure in CI); each
 // process has a pool and a LISTEN connection of its own.
 func Postgres(t *testing.T) World {
 	s := pgtest.Start(t)

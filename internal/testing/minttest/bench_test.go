@@ -12,9 +12,9 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/internal/etcdtest"
-	"github.com/fencing-go/fencing/internal/pgtest"
-	"github.com/fencing-go/fencing/internal/redistest"
+	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/pgtest"
+	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/redisbackend"
 	"github.com/fencing-go/fencing/sqlbackend"
@@ -25,7 +25,7 @@ import (
 // read a takeover pays), "seen" a token already found minted (every later
 // write: no I/O).
 //
-//	go test -run '^$' -bench MintCheck -benchtime 2s ./guard/internal/minttest
+//	go test -run '^$' -bench MintCheck -benchtime 2s ./internal/testing/minttest
 func BenchmarkMintCheck(b *testing.B) {
 	stores := []struct {
 		name string
