@@ -69,7 +69,7 @@ func (c *Coordinator) sendMany(ctx context.Context, keys []string, req backend.R
 		if i, ok := backend.ManyIndex(err); ok && i < len(keys) {
 			key = keys[i]
 		}
-		c.obs.request(ctx, "grant", key, sent, 0, err)
+		c.obs.request(ctx, opGrant, key, sent, 0, err)
 		if errors.Is(err, ErrOutcomeUnknown) {
 			return nil, &OutcomeError{Op: "grant", Key: key, Keys: keys, LeaseID: req.LeaseID, Err: err}
 		}
@@ -77,7 +77,7 @@ func (c *Coordinator) sendMany(ctx context.Context, keys []string, req backend.R
 	}
 	leases := make([]Lease, len(recs))
 	for i, rec := range recs {
-		c.obs.request(ctx, "grant", rec.Key, sent, rec.Token, nil)
+		c.obs.request(ctx, opGrant, rec.Key, sent, rec.Token, nil)
 		leases[i] = Lease{
 			Key:       rec.Key,
 			ID:        rec.LeaseID,
@@ -430,7 +430,8 @@ func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Dura
 			m := c.startHeldMany(ctx, leases, ttl, cfg)
 			for i, ln := range lines {
 				if ln != nil {
-					ln.handTo(m.held[i])
+					m.held[i].line = ln
+					ln.gotKey()
 					lines[i] = nil
 				}
 			}
