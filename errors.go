@@ -54,9 +54,11 @@ var (
 	// ErrMaxHold: a held lease ended because its maximum hold
 	// (WithMaxHold) was reached. It is wrapped with ErrLeaseLost.
 	ErrMaxHold = errors.New("maximum hold reached")
-	// ErrInvalidOption: a HoldOption is nil or out of range (a renewal
+	// ErrInvalidOption: an option is nil or refuses its value (a renewal
 	// interval not shorter than the TTL, a negative duration, a maximum hold
-	// below backend.MinTimeout, a bad owner).
+	// below backend.MinTimeout, a bad owner): a HoldOption's or LockOption's
+	// at its call, a Coordinator Option's at every call that takes or renews
+	// a lease (see Option).
 	ErrInvalidOption = errors.New("invalid option")
 	// ErrNoAnswer: the backend did not answer a request attempt within the
 	// Coordinator's request timeout (WithRequestTimeout), or a renewal of a

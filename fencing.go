@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/fencing-go/fencing/backend"
 )
 
@@ -64,6 +66,7 @@ type Coordinator struct {
 	defaultMargin time.Duration
 	defaultOwner  string
 	lockDelay     time.Duration // WithDefaultLockDelay (lockdelay.go)
+	badOption     error         // the first option that refused its value (see Option)
 	retries       int
 	reqTimeout    time.Duration // 0: attempts are bounded by their context alone
 	ids           *idSource
@@ -72,27 +75,56 @@ type Coordinator struct {
 }
 
 // Option configures a Coordinator.
+//
+// An option given a value it refuses (a negative WithDefaultMargin, a
+// WithDefaultOwner that backend.CheckOwner refuses, a WithDefaultLockDelay
+// that backend.CheckLockDelay refuses) leaves New's result a Coordinator
+// that takes no lease: every Grant, Renew, Hold, Lock and Do (and alias)
+// fails before any request, whatever its own options, with an error that
+// wraps ErrInvalidOption and the value's own sentinel (ErrInvalidMargin,
+// ErrInvalidOwner, ErrInvalidLockDelay) and names the option. The first
+// such option is the one reported. Token, Release and the other calls that
+// take no lease are not affected.
 type Option func(*Coordinator)
 
+// refuse records that the option named opt refused its value, with err
+// saying why (see Option).
+func (c *Coordinator) refuse(opt string, err error) {
+	if c.badOption == nil {
+		c.badOption = fmt.Errorf("%w: %s: %w", ErrInvalidOption, opt, err)
+	}
+}
+
 // WithDefaultMargin sets the margin used by calls that give none (default
-// DefaultMargin). A negative margin makes every such call fail with
-// ErrInvalidMargin.
+// DefaultMargin). A negative margin is refused (see Option).
 func WithDefaultMargin(d time.Duration) Option {
-	return func(c *Coordinator) { c.defaultMargin = d }
+	return func(c *Coordinator) {
+		if d < 0 {
+			c.refuse("WithDefaultMargin", fmt.Errorf("%w: %v is negative", ErrInvalidMargin, d))
+			return
+		}
+		c.defaultMargin = d
+	}
 }
 
 // WithDefaultOwner sets the owner of every lease this Coordinator takes
 // (Grant, Hold, Lock, Do) unless a call's WithOwner gives another: a public
 // label for operators, such as "host-3/pid 4711", stored with the lease and
 // reported by Inspect and List (KeyState.Owner). It is never a credential.
-// The default is no owner. An owner that backend.CheckOwner refuses makes
-// every such call fail with ErrInvalidOwner, changing nothing.
+// The default is no owner. An owner that backend.CheckOwner refuses is
+// refused (see Option).
 //
 // It is the way to give Grant an owner: Grant's variadic margin leaves no
 // room for options, and a process usually has one identity for all its
 // leases.
 func WithDefaultOwner(owner string) Option {
-	return func(c *Coordinator) { c.defaultOwner = owner }
+	return func(c *Coordinator) {
+		if err := backend.CheckOwner(owner); err != nil {
+			c.refuse("WithDefaultOwner", err)
+			return
+		}
+		c.defaultOwner = owner
+	}
 }
 
 // WithOutcomeRetries sets how many times a request that ended with an
@@ -186,7 +218,8 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.
 // it before another lease took the key, so that is not an error either.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.begin(ctx)
-	release := func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) }
+	ctx, ts := c.obs.startSpan(ctx, SpanRelease, key, trace.SpanKindClient)
+	release := resends(ts, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) })
 	var start time.Time // read only when the resend budget needs it
 	if c.reqTimeout > 0 {
 		start = c.clock.now()
@@ -203,6 +236,7 @@ func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 		}
 	}
 	c.obs.done(ctx, sp, opRelease, key, 0, err)
+	ts.end(0, err)
 	if err != nil {
 		return requestError("release", key, leaseID, err)
 	}
@@ -254,10 +288,14 @@ func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live
 func (c *Coordinator) newLeaseID() string { return c.ids.next() }
 
 // request builds a grant or renew request, without an owner (a grant sets
-// it; a renewal keeps the stored one). Its arguments are checked by the
+// it; a renewal keeps the stored one), or returns the Coordinator's bad
+// option (see Option). Its arguments are checked by the
 // backend, which every backend must do (package conformance holds them to
 // it); the Coordinator checks only what it alone takes: the margins.
 func (c *Coordinator) request(key, leaseID string, ttl time.Duration, margins []time.Duration) (backend.Request, error) {
+	if c.badOption != nil {
+		return backend.Request{}, c.badOption
+	}
 	margin := c.defaultMargin
 	switch len(margins) {
 	case 0:
@@ -280,12 +318,13 @@ func (c *Coordinator) send(ctx context.Context, k op, req backend.Request, sentB
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
-	one := func(ctx context.Context) (backend.Lease, error) {
+	ctx, ts := c.obs.requestSpan(ctx, opNames[k], req.Key, req.Owner)
+	one := resends(ts, func(ctx context.Context) (backend.Lease, error) {
 		if k == opRenew {
 			return c.backend.Renew(ctx, req)
 		}
 		return c.backend.Grant(ctx, req)
-	}
+	})
 	start := sent
 	if !sentBefore.IsZero() {
 		start = c.clock.now() // this call's first attempt, for the resend budget
@@ -300,6 +339,8 @@ func (c *Coordinator) send(ctx context.Context, k op, req backend.Request, sentB
 		}
 	}
 	c.obs.request(ctx, k, req.Key, sent, rec.Token, err)
+	ts.end(rec.Token, err)
+	attemptEvent(ctx, err)
 	if err != nil {
 		return Lease{}, requestError(opNames[k], req.Key, req.LeaseID, err)
 	}

@@ -163,14 +163,68 @@ func TestDefaultMargin(t *testing.T) {
 	}
 }
 
-func TestNegativeDefaultMargin(t *testing.T) {
-	e := newEnv(t, fencing.WithDefaultMargin(-time.Second))
-	if _, err := e.c.Grant(context.Background(), "k", time.Second); !errors.Is(err, fencing.ErrInvalidMargin) {
-		t.Fatalf("Grant with negative default margin: err = %v, want ErrInvalidMargin", err)
-	}
-	// An explicit margin still works, and the failure used no token.
-	if lease := e.grant(t, "k", time.Second, 0); lease.Token != 1 {
-		t.Fatalf("Token = %d, want 1", lease.Token)
+// TestBadCoordinatorOption: each Coordinator option given a value it
+// refuses is reported the same way (see fencing.Option): every call that
+// takes or renews a lease fails before any request, whatever its own
+// options, with ErrInvalidOption and the value's sentinel, naming the
+// option; nothing changes.
+func TestBadCoordinatorOption(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name     string
+		opt      fencing.Option
+		sentinel error
+	}{
+		{"WithDefaultMargin", fencing.WithDefaultMargin(-time.Second), fencing.ErrInvalidMargin},
+		{"WithDefaultOwner", fencing.WithDefaultOwner("new\nline"), fencing.ErrInvalidOwner},
+		{"WithDefaultLockDelay", fencing.WithDefaultLockDelay(-time.Second), fencing.ErrInvalidLockDelay},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			held := e.grant(t, "held", time.Minute)
+			e.clock.Advance(time.Second)
+			bad := fencing.New(e.mem, fencing.WithDefaultMargin(time.Second), tc.opt, fencing.WithDefaultMargin(2*time.Second))
+			fn := func(context.Context, fencing.Lease) error {
+				t.Errorf("Do ran fn")
+				return nil
+			}
+			calls := map[string]func() error{
+				"Grant":              func() error { _, err := bad.Grant(ctx, "k", time.Minute); return err },
+				"Grant with margin":  func() error { _, err := bad.Grant(ctx, "k", time.Minute, time.Second); return err },
+				"Acquire":            func() error { _, err := bad.Acquire(ctx, "k", time.Minute); return err },
+				"Renew":              func() error { _, err := bad.Renew(ctx, "held", held.ID, time.Minute); return err },
+				"Extend with margin": func() error { _, err := bad.Extend(ctx, "held", held.ID, time.Minute, 0); return err },
+				"Hold":               func() error { _, err := bad.Hold(ctx, "k", time.Minute); return err },
+				"Hold with options": func() error {
+					_, err := bad.Hold(ctx, "k", time.Minute, fencing.WithMargin(time.Second), fencing.WithOwner("o"), fencing.WithLockDelay(0))
+					return err
+				},
+				"Lock":            func() error { _, err := bad.Lock(ctx, "k", time.Minute); return err },
+				"Lock with FIFO":  func() error { _, err := bad.Lock(ctx, "k", time.Minute, fencing.WithFIFO()); return err },
+				"Do":              func() error { return bad.Do(ctx, "k", time.Minute, fn) },
+				"Do with options": func() error { return bad.Do(ctx, "k", time.Minute, fn, fencing.WithMargin(0)) },
+			}
+			for call, f := range calls {
+				err := f()
+				if !errors.Is(err, fencing.ErrInvalidOption) || !errors.Is(err, tc.sentinel) || !strings.Contains(fmt.Sprint(err), tc.name) {
+					t.Errorf("%s: %v, want an error wrapping ErrInvalidOption and %v that names %s", call, err, tc.sentinel, tc.name)
+				}
+			}
+			if st, err := e.mem.Inspect(ctx, "held"); err != nil || st.ExpiresAt != held.ExpiresAt {
+				t.Errorf("the held lease after the calls: %+v, %v; want it unrenewed, to expire at %v", st, err, held.ExpiresAt)
+			}
+			if _, live := e.token(t, "k"); live {
+				t.Errorf("a refused call took the key")
+			}
+			e.wantNextToken(t, "k", 1) // no refused call used a token
+			// The calls that take no lease work.
+			if ok, err := bad.CheckToken(ctx, "held", held.Token); err != nil || !ok {
+				t.Errorf("CheckToken: %v, %v; want true", ok, err)
+			}
+			if err := bad.Release(ctx, "held", held.ID); err != nil {
+				t.Errorf("Release: %v", err)
+			}
+		})
 	}
 }
 

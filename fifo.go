@@ -39,11 +39,11 @@ import (
 //
 // On a backend that does not implement backend.Queuer, Lock with WithFIFO
 // returns an error wrapping errors.ErrUnsupported before it waits.
-func WithFIFO() HoldOption {
-	return func(c *holdConfig) error {
+func WithFIFO() LockOption {
+	return lockOption(func(c *lockConfig) error {
 		c.fifo = true
 		return nil
-	}
+	})
 }
 
 // line is one Lock call's entry in its key's line. A keeper goroutine

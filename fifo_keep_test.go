@@ -69,7 +69,7 @@ func TestLockFIFOSlowEntryRenewalKeepsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	first := &slowRenewal{Backend: mem}
-	opts := []fencing.HoldOption{fencing.WithFIFO(), fencing.WithPollInterval(30 * time.Second)}
+	opts := []fencing.LockOption{fencing.WithFIFO(), fencing.WithPollInterval(30 * time.Second)}
 	lock := func(b backend.Backend) <-chan lockResult {
 		ch := make(chan lockResult, 1)
 		go func() {

@@ -277,7 +277,7 @@ func (g *fifoGrants) add(i int, token uint64) {
 // Nobody dies here, so nothing waits for an expiry: the TTL (of the leases
 // and of the entries) is long, so that a loaded store, slow to confirm a
 // renewal, does not end a lease or an entry the test counts on.
-func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.HoldOption) (*fifoGrants, int64) {
+func runLine(t *testing.T, p *procs, key string, n int, opts ...fencing.LockOption) (*fifoGrants, int64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ttl := max(p.w.TTL, 30*time.Second)
@@ -386,7 +386,7 @@ func TestLockFIFOOneAttemptPerHandoff(t *testing.T) {
 
 // TestLockFIFOUnsupported: on a backend without a line, Lock with WithFIFO
 // fails at once with an error wrapping errors.ErrUnsupported, even on a
-// key that is free; Hold ignores the option.
+// key that is free.
 func TestLockFIFOUnsupported(t *testing.T) {
 	mem := memorybackend.New()
 	defer mem.Close()
@@ -399,11 +399,6 @@ func TestLockFIFOUnsupported(t *testing.T) {
 	if _, live, _ := mem.Token(ctx, "k"); live {
 		t.Fatalf("the failed Lock took the key")
 	}
-	h, err = c.Hold(ctx, "k", time.Minute, fencing.WithFIFO())
-	if err != nil {
-		t.Fatalf("Hold with WithFIFO: %v, want WithFIFO ignored", err)
-	}
-	h.Release(ctx)
 }
 
 // lockResult is how a Lock in a goroutine of the test ended, and when.

@@ -12,33 +12,16 @@ import (
 	"github.com/fencing-go/fencing/internal/tokenctx"
 )
 
-// HoldOption configures Hold, Lock and Do.
-type HoldOption func(*holdConfig) error
-
-type holdConfig struct {
-	margin       time.Duration
-	marginSet    bool
-	owner        string
-	lockDelay    time.Duration // WithLockDelay (lockdelay.go)
-	interval     time.Duration // renew this long after each confirmed request was sent
-	warnBefore   time.Duration // 0: no warnings
-	pollInterval time.Duration // Lock's fallback poll; 0: the default
-	waitTimeout  time.Duration // Lock's bound on the wait; 0: ctx alone
-	maxHold      time.Duration // the cap on the whole hold (maxhold.go); 0: none
-	fifo         bool          // Lock waits in the key's line (fifo.go)
-	warnTo       chan Lease    // the warnings' channel, shared by a HeldMany's leases (many.go); nil: the Held's own
-}
-
 // WithMargin sets the coordinator's margin for the held lease (default the
 // Coordinator's default margin).
 func WithMargin(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
+	return holdOption(func(c *holdConfig) error {
 		if d < 0 {
-			return fmt.Errorf("%w: %v is negative", ErrInvalidMargin, d)
+			return fmt.Errorf("%w: %w: %v is negative", ErrInvalidOption, ErrInvalidMargin, d)
 		}
 		c.margin, c.marginSet = d, true
 		return nil
-	}
+	})
 }
 
 // WithOwner sets the held lease's owner, in place of the Coordinator's
@@ -50,13 +33,13 @@ func WithMargin(d time.Duration) HoldOption {
 // control character) gets an error wrapping ErrInvalidOption and
 // ErrInvalidOwner, before any request.
 func WithOwner(owner string) HoldOption {
-	return func(c *holdConfig) error {
+	return holdOption(func(c *holdConfig) error {
 		if err := backend.CheckOwner(owner); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		c.owner = owner
 		return nil
-	}
+	})
 }
 
 // WithRenewInterval sets how long after each confirmed grant or renewal was
@@ -64,13 +47,13 @@ func WithOwner(owner string) HoldOption {
 // positive and shorter than the TTL; the shorter it is, the more attempts a
 // renewal has before the Deadline.
 func WithRenewInterval(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
+	return holdOption(func(c *holdConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: renew interval %v is not positive", ErrInvalidOption, d)
 		}
 		c.interval = d
 		return nil
-	}
+	})
 }
 
 // WithWarning makes Held.Warning receive the lease when less than d remains
@@ -78,33 +61,13 @@ func WithRenewInterval(d time.Duration) HoldOption {
 // work that would rather stop early than be cut off. d must not be negative,
 // and zero (the default) sends no warnings.
 func WithWarning(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
+	return holdOption(func(c *holdConfig) error {
 		if d < 0 {
 			return fmt.Errorf("%w: warning duration %v is negative", ErrInvalidOption, d)
 		}
 		c.warnBefore = d
 		return nil
-	}
-}
-
-// holdConfig applies opts for a lease of ttl. An invalid ttl is left for
-// the backend to report.
-func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
-	cfg := holdConfig{margin: c.defaultMargin, owner: c.defaultOwner, lockDelay: c.lockDelay}
-	for i, o := range opts {
-		if o == nil {
-			return holdConfig{}, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
-		}
-		if err := o(&cfg); err != nil {
-			return holdConfig{}, err
-		}
-	}
-	if cfg.interval == 0 {
-		cfg.interval = ttl / 3
-	} else if ttl > 0 && cfg.interval >= ttl {
-		return holdConfig{}, fmt.Errorf("%w: renew interval %v is not shorter than the TTL %v", ErrInvalidOption, cfg.interval, ttl)
-	}
-	return cfg, nil
+	})
 }
 
 // Held is a lease kept alive in the background by Hold or Lock until its
@@ -144,6 +107,10 @@ type Held struct {
 	line     *line       // WithFIFO's entry in the key's line (fifo.go); nil without
 	released sync.Once
 	relErr   error
+
+	span   tspan     // SpanHeld (trace.go)
+	since  time.Time // when the lease was got, for MetricHeldDuration
+	closed bool      // span ended and held duration recorded; guarded by mu
 }
 
 // errReleased is the Context's cause after Release.
@@ -207,8 +174,10 @@ func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) 
 }
 
 func (c *Coordinator) startHeld(parent context.Context, lease Lease, ttl time.Duration, cfg holdConfig) *Held {
-	ctx, cancel := context.WithCancelCause(parent)
-	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease, max: newMaxHold(lease, ttl, cfg)}
+	sctx, span := c.obs.heldSpan(parent, lease, cfg.owner)
+	ctx, cancel := context.WithCancelCause(sctx)
+	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease, max: newMaxHold(lease, ttl, cfg),
+		span: span, since: time.Now()}
 	h.ctx = heldContext{Context: ctx, h: h}
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(time.Until(lease.Deadline), h.expire)
@@ -328,6 +297,9 @@ func (h *Held) Release(ctx context.Context) error {
 		h.stopTimers()
 		h.max.holderReleases() // the holder releases it: no release at the cap
 		lost, lease := h.err, h.lease
+		if lost == nil {
+			h.closeLocked("released")
+		}
 		h.mu.Unlock()
 		h.cancel(errReleased) // ends an in-flight renewal too
 		// Free the key first, then wait for the renewer: a renewal that
@@ -370,6 +342,17 @@ func (h *Held) loseLocked(err error) {
 	h.stopTimers()
 	h.cancel(err)
 	h.c.obs.leaseLost(h.key, h.lease.Token, err)
+	h.closeLocked(lostReasonNames[lostReasonOf(err)])
+}
+
+// closeLocked ends the lease's span and records how long it was held, once;
+// h.mu is held.
+func (h *Held) closeLocked(end string) {
+	if h.closed {
+		return
+	}
+	h.closed = true
+	h.c.obs.heldEnd(h.span, h.since, end)
 }
 
 // expire runs when the Deadline of the last confirmed request passes.
@@ -506,10 +489,60 @@ func (h *Held) afterEnd(parent context.Context, lease Lease) {
 	h.ended = true
 	h.err = context.Cause(parent)
 	h.stopTimers()
+	h.closeLocked("canceled")
 	h.mu.Unlock()
 	ctx, cancel := context.WithDeadline(context.WithoutCancel(parent), lease.Deadline)
 	defer cancel()
 	_ = h.c.Release(ctx, h.key, lease.ID) // best effort: the lease expires anyway
+}
+
+// maxReached reports whether the cap leaves nothing to renew.
+func (h *Held) maxReached() bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.max.reached
+}
+
+// renewTimeout returns the timeout the next renewal attempt of lease asks
+// for: the TTL, or the time left before the cap when that is shorter. It
+// reports false, and marks the cap reached, when that time is too short to
+// renew for (below backend.MinTimeout, or no later than lease's Deadline).
+func (h *Held) renewTimeout(lease Lease) (time.Duration, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.max.end.IsZero() {
+		return h.ttl, true
+	}
+	left := time.Until(h.max.end)
+	if left < backend.MinTimeout || !h.max.end.After(lease.Deadline) {
+		h.max.reached = true
+		return 0, false
+	}
+	return min(h.ttl, left), true
+}
+
+// endAtMaxHold is the renewer's end once the cap leaves nothing to renew:
+// it waits for the lease's context to end (the expiry timer ends it at the
+// last Deadline with the cap's error), then releases the lease at once.
+// When something else ended the lease first, it ends as the renewer
+// always does (afterEnd).
+func (h *Held) endAtMaxHold(parent context.Context) {
+	<-h.ctx.Done()
+	h.mu.Lock()
+	capped, lease := errors.Is(h.err, ErrMaxHold) && !h.max.holderReleased, h.lease
+	if !capped {
+		h.mu.Unlock()
+		h.afterEnd(parent, lease)
+		return
+	}
+	// The coordinator keeps the lease at most a TTL and the margin longer:
+	// a release that takes longer is moot. The holder's Release, bounded
+	// by its own context, cuts it short.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), h.ttl)
+	defer cancel()
+	h.max.releasing = cancel
+	h.mu.Unlock()
+	_ = h.c.Release(ctx, h.key, lease.ID) // logged and counted by Release; the lease expires anyway
 }
 
 // Do runs fn under a lease on key held with Hold: fn's context is the held

@@ -219,7 +219,6 @@ func TestHoldBadOptions(t *testing.T) {
 		"interval above the TTL":    {fencing.WithRenewInterval(2 * time.Second)},
 		"zero interval":             {fencing.WithRenewInterval(0)},
 		"negative warning":          {fencing.WithWarning(-time.Millisecond)},
-		"poll below the minimum":    {fencing.WithPollInterval(time.Millisecond)},
 	} {
 		for _, op := range []string{"Hold", "Lock", "Do"} {
 			var err error
@@ -227,7 +226,7 @@ func TestHoldBadOptions(t *testing.T) {
 			case "Hold":
 				_, err = env.c.Hold(context.Background(), "k", time.Second, opts...)
 			case "Lock":
-				_, err = env.c.Lock(context.Background(), "k", time.Second, opts...)
+				_, err = env.c.Lock(context.Background(), "k", time.Second, lockOptions(opts)...)
 			case "Do":
 				err = env.c.Do(context.Background(), "k", time.Second, func(context.Context, fencing.Lease) error {
 					t.Errorf("%s, %s: fn ran", op, name)
@@ -239,6 +238,17 @@ func TestHoldBadOptions(t *testing.T) {
 			}
 		}
 	}
+	// The options of Lock's wait, which Hold and Do do not take (see
+	// TestWaitOptionsAreLockOnly).
+	for name, opt := range map[string]fencing.LockOption{
+		"nil option":             nil,
+		"poll below the minimum": fencing.WithPollInterval(time.Millisecond),
+		"zero wait timeout":      fencing.WithWaitTimeout(0),
+	} {
+		if _, err := env.c.Lock(context.Background(), "k", time.Second, opt); !errors.Is(err, fencing.ErrInvalidOption) {
+			t.Errorf("Lock with %s: %v, want ErrInvalidOption", name, err)
+		}
+	}
 	if _, live := env.token(t, "k"); live {
 		t.Fatalf("a rejected Hold left a lease")
 	}
@@ -248,6 +258,30 @@ func TestHoldBadOptions(t *testing.T) {
 	if _, err := env.c.Hold(context.Background(), "k", time.Second, fencing.WithMargin(-1)); !errors.Is(err, fencing.ErrInvalidMargin) {
 		t.Fatalf("Hold with a negative margin: %v, want ErrInvalidMargin", err)
 	}
+}
+
+// TestWaitOptionsAreLockOnly: the options of Lock's wait are no
+// HoldOption, so Hold, Do and semaphore.Semaphore.Acquire, which cannot
+// honour them, do not compile with them.
+func TestWaitOptionsAreLockOnly(t *testing.T) {
+	for name, o := range map[string]fencing.LockOption{
+		"WithFIFO":         fencing.WithFIFO(),
+		"WithPollInterval": fencing.WithPollInterval(time.Second),
+		"WithWaitTimeout":  fencing.WithWaitTimeout(time.Second),
+	} {
+		if _, ok := o.(fencing.HoldOption); ok {
+			t.Errorf("%s is a HoldOption: Hold and Do would take it and ignore it", name)
+		}
+	}
+}
+
+// lockOptions returns Hold's options as Lock's.
+func lockOptions(opts []fencing.HoldOption) []fencing.LockOption {
+	lock := make([]fencing.LockOption, len(opts))
+	for i, o := range opts {
+		lock[i] = o
+	}
+	return lock
 }
 
 // A grant whose every response is lost: the caller learns the lease ID and

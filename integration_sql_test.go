@@ -67,7 +67,7 @@ type postgresRestarter struct {
 
 func (r *postgresRestarter) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
 	db := openPostgres(r.t, hostPort(ctx, r.t, r.ctr, postgresPort))
-	b, err := sqlbackend.New(db, sqlbackend.Postgres, sqlbackend.WithTablePrefix("restart_"))
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.Postgres, sqlbackend.WithTablePrefix("restart_"))
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ type postgresHarness struct {
 }
 
 func (h *postgresHarness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
-	b, err := sqlbackend.New(h.db, sqlbackend.Postgres, sqlbackend.WithTablePrefix(fmt.Sprintf("it%d_", h.n.Add(1))))
+	b, err := sqlbackend.New(context.Background(), h.db, sqlbackend.Postgres, sqlbackend.WithTablePrefix(fmt.Sprintf("it%d_", h.n.Add(1))))
 	if err != nil {
 		return nil, err
 	}

@@ -125,7 +125,7 @@ type redisRestarter struct {
 
 func (r *redisRestarter) NewBackend(ctx context.Context, _ testing.TB) (backend.Backend, error) {
 	c := newRedisClient(ctx, r.t, hostPort(ctx, r.t, r.ctr, redisPort))
-	return redisbackend.NewContext(ctx, c, redisbackend.WithPrefix("restart:"), redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
+	return redisbackend.New(ctx, c, redisbackend.WithPrefix("restart:"), redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
 }
 
 func (r *redisRestarter) Kill(testing.TB) { killContainer(r.t, r.ctr) }
@@ -187,7 +187,7 @@ type etcdRestarter struct {
 }
 
 func (r *etcdRestarter) NewBackend(context.Context, testing.TB) (backend.Backend, error) {
-	return etcdbackend.New(newEtcdClient(r.t, r.endpoint), etcdbackend.WithPrefix("restart/"))
+	return etcdbackend.New(context.Background(), newEtcdClient(r.t, r.endpoint), etcdbackend.WithPrefix("restart/"))
 }
 
 func (r *etcdRestarter) Kill(testing.TB) { killContainer(r.t, r.ctr) }
@@ -364,7 +364,7 @@ type redisHarness struct {
 }
 
 func (h *redisHarness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
-	return redisbackend.NewContext(ctx, h.client,
+	return redisbackend.New(ctx, h.client,
 		redisbackend.WithPrefix(fmt.Sprintf("conformance%d:", h.n.Add(1))),
 		redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
 }
@@ -381,7 +381,7 @@ func (h *redisHarness) Traits() conformance.Traits {
 // ends.
 func newRedisBackend(ctx context.Context, t *testing.T, c redis.UniversalClient, prefix string) *redisbackend.Backend {
 	t.Helper()
-	b, err := redisbackend.NewContext(ctx, c, redisbackend.WithPrefix(prefix),
+	b, err := redisbackend.New(ctx, c, redisbackend.WithPrefix(prefix),
 		redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatalf("redisbackend.New: %v", err)
@@ -398,7 +398,7 @@ type etcdHarness struct {
 }
 
 func (h *etcdHarness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
-	return etcdbackend.New(h.client, etcdbackend.WithPrefix(fmt.Sprintf("conformance/%d/", h.n.Add(1))))
+	return etcdbackend.New(context.Background(), h.client, etcdbackend.WithPrefix(fmt.Sprintf("conformance/%d/", h.n.Add(1))))
 }
 
 func (h *etcdHarness) Wait(ctx context.Context, d time.Duration) error {
@@ -413,7 +413,7 @@ func (h *etcdHarness) Traits() conformance.Traits {
 // ends.
 func newEtcdBackend(t *testing.T, c *clientv3.Client, prefix string) *etcdbackend.Backend {
 	t.Helper()
-	b, err := etcdbackend.New(c, etcdbackend.WithPrefix(prefix))
+	b, err := etcdbackend.New(context.Background(), c, etcdbackend.WithPrefix(prefix))
 	if err != nil {
 		t.Fatalf("etcdbackend.New: %v", err)
 	}

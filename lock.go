@@ -37,12 +37,14 @@ import (
 // backend stops answering (ErrNoAnswer, see WithRequestTimeout), Lock
 // releases that lease and returns an *OutcomeError with Settled set. A
 // canceled waiter leaves no subscription or goroutine behind.
-func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...HoldOption) (*Held, error) {
-	start := c.obs.lockStart(ctx)
+func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (h *Held, err error) {
 	l, err := c.newLockCall(ctx, key, ttl, opts)
 	if err != nil {
 		return nil, err
 	}
+	obs := c.obs.lockBegin(ctx, key, l.cfg.fifo) // traces and metrics (trace.go)
+	defer func() { c.obs.lockEnd(ctx, l.wctx, obs, h, err) }()
+	l.wctx = obs.waitContext(l.wctx)
 	defer l.close()
 	if err := l.queue(); err != nil {
 		return nil, l.giveUp(err)
@@ -54,7 +56,6 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	if err != nil {
 		return nil, err
 	}
-	c.obs.locked(ctx, start)
 	return l.hold(lease), nil
 }
 
@@ -71,7 +72,7 @@ type lockCall struct {
 	cancel context.CancelFunc
 	key    string
 	ttl    time.Duration
-	cfg    holdConfig
+	cfg    lockConfig
 	req    backend.Request
 	w      waiter
 	ln     *line // WithFIFO's entry in the key's line (fifo.go), until a Held has it
@@ -81,8 +82,8 @@ type lockCall struct {
 }
 
 // newLockCall checks Lock's options and builds its grant request.
-func (c *Coordinator) newLockCall(ctx context.Context, key string, ttl time.Duration, opts []HoldOption) (*lockCall, error) {
-	cfg, err := c.holdConfig(ttl, opts)
+func (c *Coordinator) newLockCall(ctx context.Context, key string, ttl time.Duration, opts []LockOption) (*lockCall, error) {
+	cfg, err := c.lockConfig(ttl, opts)
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
@@ -225,7 +226,7 @@ func (l *lockCall) freshID() {
 // hold starts the Held of the granted lease, and hands it the entry in the
 // line, which it leaves at once so that the next waiter takes the head.
 func (l *lockCall) hold(lease Lease) *Held {
-	h := l.c.startHeld(l.ctx, lease, l.ttl, l.cfg)
+	h := l.c.startHeld(l.ctx, lease, l.ttl, l.cfg.holdConfig)
 	if l.ln != nil {
 		h.line = l.ln
 		l.ln.gotKey()
@@ -299,14 +300,14 @@ func (e *unsettledError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.
 // nothing wakes it: the fallback for a missed notification, and the poll of
 // a backend that cannot notify (see Lock). It must be at least
 // MinPollInterval.
-func WithPollInterval(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
+func WithPollInterval(d time.Duration) LockOption {
+	return lockOption(func(c *lockConfig) error {
 		if d < MinPollInterval {
 			return fmt.Errorf("%w: poll interval %v is below the minimum %v", ErrInvalidOption, d, MinPollInterval)
 		}
 		c.pollInterval = d
 		return nil
-	}
+	})
 }
 
 // WithWaitTimeout makes Lock give up waiting for the key after d, with an
@@ -314,12 +315,12 @@ func WithPollInterval(d time.Duration) HoldOption {
 // the wait: the lease Lock gets within d is held until its Release, its
 // loss or the end of Lock's context, however long after d that is. d must
 // be positive. Hold and Do, which do not wait, ignore it.
-func WithWaitTimeout(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
+func WithWaitTimeout(d time.Duration) LockOption {
+	return lockOption(func(c *lockConfig) error {
 		if d <= 0 {
 			return fmt.Errorf("%w: wait timeout %v is not positive", ErrInvalidOption, d)
 		}
 		c.waitTimeout = d
 		return nil
-	}
+	})
 }

@@ -24,13 +24,13 @@ import (
 // to backend.MaxLockDelay; any other gets an error wrapping
 // ErrInvalidOption and ErrInvalidLockDelay, before any request.
 func WithLockDelay(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
+	return holdOption(func(c *holdConfig) error {
 		if err := backend.CheckLockDelay(d); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
 		c.lockDelay = d
 		return nil
-	}
+	})
 }
 
 // WithDefaultLockDelay sets the lock delay of every lease this Coordinator
@@ -38,11 +38,16 @@ func WithLockDelay(d time.Duration) HoldOption {
 // how long the key stays closed to new grants after such a lease ends
 // without a release by its holder (see WithLockDelay). The default is none.
 // A delay that backend.CheckLockDelay refuses (negative, over
-// backend.MaxLockDelay) makes every such call fail with
-// ErrInvalidLockDelay, changing nothing.
+// backend.MaxLockDelay) is refused (see Option).
 //
 // It is the way to give Grant a lock delay: Grant's variadic margin leaves
 // no room for options, and a process usually protects all its keys alike.
 func WithDefaultLockDelay(d time.Duration) Option {
-	return func(c *Coordinator) { c.lockDelay = d }
+	return func(c *Coordinator) {
+		if err := backend.CheckLockDelay(d); err != nil {
+			c.refuse("WithDefaultLockDelay", err)
+			return
+		}
+		c.lockDelay = d
+	}
 }

@@ -163,7 +163,7 @@ func TestLockDelayOptions(t *testing.T) {
 		}
 		wantDelay("Hold, "+tc.name, "hold", tc.want)
 		h.Release(ctx)
-		h, err = c.Lock(ctx, "lock", time.Minute, tc.opts...)
+		h, err = c.Lock(ctx, "lock", time.Minute, lockOptions(tc.opts)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -179,9 +179,9 @@ func TestLockDelayOptions(t *testing.T) {
 	}
 }
 
-// A bad delay is refused before any request: WithLockDelay's with
-// ErrInvalidOption, the default's by the backend's argument check; either
-// way the key is never leased.
+// A bad WithLockDelay is refused before any request, with ErrInvalidOption:
+// the key is never leased. (A bad WithDefaultLockDelay: see
+// TestBadCoordinatorOption.)
 func TestLockDelayBadValues(t *testing.T) {
 	ctx := context.Background()
 	clock := newRunningClock()
@@ -200,20 +200,9 @@ func TestLockDelayBadValues(t *testing.T) {
 		if n := len(g.grants()) - sent; n != 0 {
 			t.Fatalf("%d grants sent with a bad WithLockDelay, want none", n)
 		}
-		bad := fencing.New(g, fencing.WithDefaultLockDelay(d))
-		_, err = bad.Grant(ctx, "k", time.Minute)
-		wantBoth(t, "Grant with WithDefaultLockDelay("+d.String()+")", err, fencing.ErrInvalidLockDelay, fencing.ErrInvalidLockDelay)
-		_, err = bad.Hold(ctx, "k", time.Minute)
-		wantBoth(t, "Hold with WithDefaultLockDelay("+d.String()+")", err, fencing.ErrInvalidLockDelay, fencing.ErrInvalidLockDelay)
 		if st, err := good.Inspect(ctx, "k"); err != nil || st != (fencing.KeyState{}) {
 			t.Fatalf("Inspect after calls with bad lock delays = %+v, %v; want the zero KeyState (never leased)", st, err)
 		}
-		// A call's valid delay overrides a bad default.
-		h, err := bad.Hold(ctx, "other", time.Minute, fencing.WithLockDelay(time.Second))
-		if err != nil {
-			t.Fatalf("Hold with a valid WithLockDelay over a bad default: %v", err)
-		}
-		h.Release(ctx)
 	}
 }
 

@@ -323,7 +323,8 @@ func (c manyContext) Value(k any) any {
 // grant's time left, the poll interval, WithWaitTimeout), for whichever key
 // refused the latest attempt, and tries every key again each time: it
 // never holds some keys while it waits for others, so waiters that take
-// overlapping sets in any order cannot deadlock.
+// overlapping sets in any order cannot deadlock. Its options are Lock's;
+// its wait is traced and measured as Lock's, under the first key.
 //
 // With WithFIFO it waits in the line of each key in turn, in key order
 // (byte order): it joins the first key's line, waits to reach its head,
@@ -338,9 +339,8 @@ func (c manyContext) Value(k any) any {
 //
 // When the outcome of a grant stays unknown, LockMany releases every lease
 // it may have taken, as Lock does for one.
-func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Duration, opts ...HoldOption) (*HeldMany, error) {
-	start := c.obs.lockStart(ctx)
-	cfg, err := c.holdConfig(ttl, opts)
+func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Duration, opts ...LockOption) (m *HeldMany, err error) {
+	cfg, err := c.lockConfig(ttl, opts)
 	if err != nil {
 		return nil, manyError("lock", keys, err)
 	}
@@ -356,6 +356,16 @@ func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Dura
 		wctx, cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
 		defer cancel()
 	}
+	// Traces and metrics as Lock's (trace.go), under the first key.
+	obs := c.obs.lockBegin(ctx, keys[0], cfg.fifo)
+	defer func() {
+		var first *Held
+		if m != nil {
+			first = m.held[0]
+		}
+		c.obs.lockEnd(ctx, wctx, obs, first, err)
+	}()
+	wctx = obs.waitContext(wctx)
 	var lastHeld error
 	giveUp := func(key string, err error) error {
 		if ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout && lastHeld != nil {
@@ -426,8 +436,7 @@ func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Dura
 					leases[i].Deadline = sent.Add(req.Timeout)
 				}
 			}
-			c.obs.locked(ctx, start)
-			m := c.startHeldMany(ctx, leases, ttl, cfg)
+			m = c.startHeldMany(ctx, leases, ttl, cfg.holdConfig)
 			for i, ln := range lines {
 				if ln != nil {
 					m.held[i].line = ln

@@ -2,7 +2,6 @@ package fencing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -35,22 +34,13 @@ import (
 // It stops a holder whose work is wedged while its renewer still runs from
 // keeping the key forever. d must be at least backend.MinTimeout.
 func WithMaxHold(d time.Duration) HoldOption {
-	return func(c *holdConfig) error {
+	return holdOption(func(c *holdConfig) error {
 		if d < backend.MinTimeout {
 			return fmt.Errorf("%w: maximum hold %v is below the minimum %v", ErrInvalidOption, d, backend.MinTimeout)
 		}
 		c.maxHold = d
 		return nil
-	}
-}
-
-// grantTimeout is the timeout the grant asks for: ttl, or the maximum
-// hold when that is shorter.
-func (c holdConfig) grantTimeout(ttl time.Duration) time.Duration {
-	if c.maxHold > 0 && c.maxHold < ttl {
-		return c.maxHold
-	}
-	return ttl
+	})
 }
 
 // maxHold is a Held's cap on its whole hold. Its fields are guarded by the
@@ -101,53 +91,4 @@ func (m *maxHold) clamp(l Lease) Lease {
 // err is the loss at the cap d.
 func (m *maxHold) err(d time.Duration) error {
 	return fmt.Errorf("%w: %w (%v after the grant was sent)", ErrLeaseLost, ErrMaxHold, d)
-}
-
-// maxReached reports whether the cap leaves nothing to renew.
-func (h *Held) maxReached() bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return h.max.reached
-}
-
-// renewTimeout returns the timeout the next renewal attempt of lease asks
-// for: the TTL, or the time left before the cap when that is shorter. It
-// reports false, and marks the cap reached, when that time is too short to
-// renew for (below backend.MinTimeout, or no later than lease's Deadline).
-func (h *Held) renewTimeout(lease Lease) (time.Duration, bool) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.max.end.IsZero() {
-		return h.ttl, true
-	}
-	left := time.Until(h.max.end)
-	if left < backend.MinTimeout || !h.max.end.After(lease.Deadline) {
-		h.max.reached = true
-		return 0, false
-	}
-	return min(h.ttl, left), true
-}
-
-// endAtMaxHold is the renewer's end once the cap leaves nothing to renew:
-// it waits for the lease's context to end (the expiry timer ends it at the
-// last Deadline with the cap's error), then releases the lease at once.
-// When something else ended the lease first, it ends as the renewer
-// always does (afterEnd).
-func (h *Held) endAtMaxHold(parent context.Context) {
-	<-h.ctx.Done()
-	h.mu.Lock()
-	capped, lease := errors.Is(h.err, ErrMaxHold) && !h.max.holderReleased, h.lease
-	if !capped {
-		h.mu.Unlock()
-		h.afterEnd(parent, lease)
-		return
-	}
-	// The coordinator keeps the lease at most a TTL and the margin longer:
-	// a release that takes longer is moot. The holder's Release, bounded
-	// by its own context, cuts it short.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(parent), h.ttl)
-	defer cancel()
-	h.max.releasing = cancel
-	h.mu.Unlock()
-	_ = h.c.Release(ctx, h.key, lease.ID) // logged and counted by Release; the lease expires anyway
 }

@@ -11,6 +11,7 @@ import (
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/fencing-go/fencing/backend"
 )
@@ -50,6 +51,23 @@ const (
 	// MetricLockWait is a histogram (seconds) of how long Lock waited
 	// before it got the key.
 	MetricLockWait = "fencing.lock.wait.duration"
+	// MetricLockGaveUp is a histogram (seconds) of how long Lock waited
+	// before it gave up without the key, by reason: "timeout"
+	// (WithWaitTimeout), "canceled" (its context was canceled), "deadline"
+	// (its context's deadline passed) or "error" (a request failed).
+	MetricLockGaveUp = "fencing.lock.gave_up.duration"
+	// MetricLockWaiters is a gauge (an up-down counter) of the Lock calls
+	// waiting for their key now, by backend and AttrFIFO (true for those
+	// waiting in the key's line, WithFIFO).
+	MetricLockWaiters = "fencing.lock.waiters"
+	// MetricHeldDuration is a histogram (seconds) of how long held leases
+	// (Hold, Lock, Do) were held, from the grant to their end, by reason:
+	// "released" by the holder, "canceled" (the parent context ended), or
+	// why they were lost (as MetricLeasesLost's reason).
+	MetricHeldDuration = "fencing.lease.held.duration"
+	// MetricLockDelayRefusals counts grants refused because the key was in
+	// a lock delay (WithLockDelay) after a lease's unclean end.
+	MetricLockDelayRefusals = "fencing.lock_delay.refusals"
 )
 
 // meterName is the instrumentation scope, guard.MeterName (the root does
@@ -145,9 +163,14 @@ func outcomeOf(err error) outcome {
 // one atomic load per request (see recording), and a nil check for the
 // logger.
 type observer struct {
-	mp    metric.MeterProvider
-	mpSet bool
-	log   *slog.Logger
+	mp       metric.MeterProvider
+	mpSet    bool
+	log      *slog.Logger
+	tp       trace.TracerProvider // WithTracerProvider; nil: no spans
+	keyLabel func(string) string  // WithKeyLabel; nil: keys are hashed
+
+	tracer      trace.Tracer       // nil: no spans (trace.go)
+	backendAttr attribute.KeyValue // the backend, for spans
 
 	on bool // instruments were created
 	// global is the provider the instruments were made on when it is the
@@ -161,12 +184,22 @@ type observer struct {
 	releases metric.Int64Counter
 	lost     metric.Int64Counter
 	lockWait metric.Float64Histogram
+	gaveUp   metric.Float64Histogram
+	waiters  metric.Int64UpDownCounter
+	heldDur  metric.Float64Histogram
+	delayed  metric.Int64Counter
 
 	// Attribute sets, built once so that recording allocates nothing.
-	opAttrs   [numOps][numOutcomes]metric.MeasurementOption
-	lostAttrs [numLostReasons]metric.MeasurementOption
-	bAttrs    metric.MeasurementOption // the backend alone
+	opAttrs     [numOps][numOutcomes]metric.MeasurementOption
+	lostAttrs   [numLostReasons]metric.MeasurementOption
+	bAttrs      metric.MeasurementOption // the backend alone
+	gaveUpAttrs [numGaveUp]metric.MeasurementOption
+	waitAttrs   [2]metric.MeasurementOption // by AttrFIFO: false, true
+	heldAttrs   [len(heldEnds)]metric.MeasurementOption
 }
+
+// waitBuckets suit waits and holds, from a millisecond to an hour.
+var waitBuckets = []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600}
 
 // durationBuckets suit requests from an in-process map (microseconds) to a
 // remote server under load (seconds).
@@ -174,6 +207,10 @@ var durationBuckets = []float64{0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025,
 
 // init creates the instruments for backend b. It is called once by New.
 func (o *observer) init(b backend.Backend) {
+	o.backendAttr = AttrBackend.String(BackendName(b))
+	if o.tp != nil {
+		o.tracer = o.tp.Tracer(meterName)
+	}
 	mp := o.mp
 	if !o.mpSet {
 		mp = otel.GetMeterProvider()
@@ -195,15 +232,29 @@ func (o *observer) init(b backend.Backend) {
 	o.lost = counter(m, MetricLeasesLost, "{lease}", "Held leases lost before their holder released them, by reason.", &err)
 	lw, lwErr := m.Float64Histogram(MetricLockWait, metric.WithUnit("s"),
 		metric.WithDescription("How long Lock waited for the key."),
-		metric.WithExplicitBucketBoundaries(0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600))
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	o.lockWait = lw
+	var cErr error
+	o.gaveUp, cErr = m.Float64Histogram(MetricLockGaveUp, metric.WithUnit("s"),
+		metric.WithDescription("How long Lock waited before it gave up without the key, by reason."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
+	err = errors.Join(err, cErr)
+	o.waiters, cErr = m.Int64UpDownCounter(MetricLockWaiters, metric.WithUnit("{waiter}"),
+		metric.WithDescription("Lock calls waiting for their key now."))
+	err = errors.Join(err, cErr)
+	o.heldDur, cErr = m.Float64Histogram(MetricHeldDuration, metric.WithUnit("s"),
+		metric.WithDescription("How long held leases were held, from the grant to their end, by reason."),
+		metric.WithExplicitBucketBoundaries(waitBuckets...))
+	err = errors.Join(err, cErr)
+	o.delayed = counter(m, MetricLockDelayRefusals, "{request}", "Grants refused during a lock delay.", &err)
 	if err != nil || lwErr != nil {
 		otel.Handle(errors.Join(err, lwErr))
-		if o.duration == nil || o.grants == nil || o.renewals == nil || o.releases == nil || o.lost == nil || o.lockWait == nil {
+		if o.duration == nil || o.grants == nil || o.renewals == nil || o.releases == nil || o.lost == nil || o.lockWait == nil ||
+			o.gaveUp == nil || o.waiters == nil || o.heldDur == nil || o.delayed == nil {
 			return // a broken provider: record nothing
 		}
 	}
-	be := AttrBackend.String(BackendName(b))
+	be := o.backendAttr
 	for i := range numOps {
 		for j := range numOutcomes {
 			o.opAttrs[i][j] = metric.WithAttributeSet(attribute.NewSet(be, AttrOperation.String(opNames[i]), AttrOutcome.String(outcomeNames[j])))
@@ -213,6 +264,15 @@ func (o *observer) init(b backend.Backend) {
 		o.lostAttrs[i] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String(r)))
 	}
 	o.bAttrs = metric.WithAttributeSet(attribute.NewSet(be))
+	for i, r := range gaveUpNames {
+		o.gaveUpAttrs[i] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String(r)))
+	}
+	for i, fifo := range []bool{false, true} {
+		o.waitAttrs[i] = metric.WithAttributeSet(attribute.NewSet(be, AttrFIFO.Bool(fifo)))
+	}
+	for i, r := range heldEnds {
+		o.heldAttrs[i] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String(r)))
+	}
 	o.on = true
 }
 
@@ -318,6 +378,10 @@ func (o *observer) record(ctx context.Context, sp span, k op, key string, token 
 		switch {
 		case k == opGrant:
 			add(ctx, o.grants, attrs)
+			var held *backend.HeldError
+			if errors.As(err, &held) && held.Delayed {
+				add(ctx, o.delayed, o.bAttrs)
+			}
 		case k == opRenew:
 			add(ctx, o.renewals, attrs)
 		case k == opRelease && err == nil:
@@ -347,12 +411,72 @@ func (o *observer) locked(ctx context.Context, start time.Time) {
 	}
 }
 
-// lockStart is now for Lock's wait, which has an instrument of its own.
+// lockStart is now for Lock's wait, which has instruments of its own.
 func (o *observer) lockStart(ctx context.Context) time.Time {
-	if o.recording() && o.lockWait.Enabled(ctx) {
+	if o.recording() && (o.lockWait.Enabled(ctx) || o.gaveUp.Enabled(ctx)) {
 		return time.Now()
 	}
 	return time.Time{}
+}
+
+// gaveUp is why a Lock gave up waiting: the reason attribute of
+// MetricLockGaveUp.
+type gaveUp int
+
+const (
+	gaveUpTimeout gaveUp = iota
+	gaveUpCanceled
+	gaveUpDeadline
+	gaveUpError
+	numGaveUp
+)
+
+var gaveUpNames = [numGaveUp]string{"timeout", "canceled", "deadline", "error"}
+
+// gaveUpOf is why a Lock that waited under ctx and wctx (its wait's
+// context) gave up with err.
+func gaveUpOf(ctx, wctx context.Context, err error) gaveUp {
+	switch {
+	case ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout:
+		return gaveUpTimeout
+	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
+		return gaveUpCanceled
+	case errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, ErrNoAnswer) || errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return gaveUpDeadline
+	}
+	return gaveUpError
+}
+
+// lockGaveUp records a Lock that gave up after waiting since start, under
+// ctx and its wait's context wctx, with err.
+func (o *observer) lockGaveUp(ctx, wctx context.Context, start time.Time, err error) {
+	if !start.IsZero() && o.recording() && o.gaveUp.Enabled(ctx) {
+		o.gaveUp.Record(ctx, time.Since(start).Seconds(), o.gaveUpAttrs[gaveUpOf(ctx, wctx, err)])
+	}
+}
+
+// waiting adds delta to the gauge of Lock's waiters.
+func (o *observer) waiting(ctx context.Context, fifo bool, delta int64) {
+	if o.recording() && o.waiters.Enabled(ctx) {
+		i := 0
+		if fifo {
+			i = 1
+		}
+		o.waiters.Add(ctx, delta, o.waitAttrs[i])
+	}
+}
+
+// heldEnds are the ways a held lease ends: the reason attribute of
+// MetricHeldDuration and of SpanHeld.
+var heldEnds = [...]string{"released", "canceled", lostReasonNames[lostRejected], lostReasonNames[lostDeadline], lostReasonNames[lostMaxHold]}
+
+func heldEndIndex(end string) int {
+	for i, e := range heldEnds {
+		if e == end {
+			return i
+		}
+	}
+	return 0
 }
 
 // lostReason is why a held lease was lost: the reason attribute of

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/guard"
@@ -307,6 +308,10 @@ func BenchmarkMetrics(b *testing.B) {
 	r := sdkmetric.NewManualReader()
 	sdk := sdkmetric.NewMeterProvider(sdkmetric.WithReader(r))
 	defer sdk.Shutdown(context.Background())
+	// Spans are made and sampled, and exported nowhere: the cost of the
+	// instrumentation and the SDK, not of an exporter.
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
 	for _, bc := range []struct {
 		name string
 		opts []fencing.Option
@@ -314,6 +319,7 @@ func BenchmarkMetrics(b *testing.B) {
 		{"off", []fencing.Option{fencing.WithMeterProvider(nil)}},
 		{"default", nil},
 		{"sdk", []fencing.Option{fencing.WithMeterProvider(sdk)}},
+		{"sdk+trace", []fencing.Option{fencing.WithMeterProvider(sdk), fencing.WithTracerProvider(tp)}},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
 			mem := memorybackend.New()

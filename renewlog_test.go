@@ -67,7 +67,7 @@ func TestRenewalWithoutAnswerLogsAlikeOnEveryBackend(t *testing.T) {
 		{"etcd", func(t *testing.T) (backend.Backend, func()) {
 			m := etcdtest.Start(t)
 			p := etcdtest.StartProxy(t, m.ClientURL)
-			b, err := etcdbackend.New(etcdtest.NewClient(t, p.Endpoints()), etcdbackend.WithPrefix("renewlog/"))
+			b, err := etcdbackend.New(context.Background(), etcdtest.NewClient(t, p.Endpoints()), etcdbackend.WithPrefix("renewlog/"))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +77,7 @@ func TestRenewalWithoutAnswerLogsAlikeOnEveryBackend(t *testing.T) {
 		{"redis", func(t *testing.T) (backend.Backend, func()) {
 			srv := redistest.Start(t, redistest.Config{AppendOnly: true, AppendFsync: "everysec"})
 			client := srv.Client()
-			b, err := redisbackend.New(client, redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
+			b, err := redisbackend.New(context.Background(), client, redisbackend.WithLogger(slog.New(slog.DiscardHandler)))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -162,6 +162,9 @@ type Lister interface {
 	// next page ("" after the last). The order is the backend's own; every
 	// key leased before the listing began and still stored appears exactly
 	// once across the pages. limit <= 0 means a backend's default page.
+	// A cursor that no List of the backend returned may fail with an
+	// error wrapping ErrInvalidCursor (a backend whose cursor is a key
+	// takes any string).
 	List(ctx context.Context, prefix, cursor string, limit int) (page []KeyInfo, next string, err error)
 }
 
@@ -219,6 +222,15 @@ type Queuer interface {
 	// wake the whole line. ctx bounds only the setting up; Close ends the
 	// watch.
 	NotifyTurn(ctx context.Context, key, waiterID string) (Subscription, error)
+}
+
+// LineReader is implemented by a Queuer that can count the waiters in a
+// key's line without joining it, for operators (the command-line tool's
+// top).
+type LineReader interface {
+	// LineLength returns how many live entries key's line has now. It is
+	// a read: it changes nothing, and drops no expired entry.
+	LineLength(ctx context.Context, key string) (int, error)
 }
 
 // Place is a waiter's place in a key's line (Queuer.Enqueue).

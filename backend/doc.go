@@ -57,12 +57,56 @@
 // Optional capabilities are small interfaces of their own, in
 // capabilities.go, which package fencing finds by type assertion: Notifier
 // (waiting for a key to come free), Inspector (a key's state), ForceReleaser
-// (ending a lease without its ID), Lister (enumerating keys), Queuer (a
+// (ending a lease without its ID), Lister (enumerating keys, whose bad
+// cursor is ErrInvalidCursor), Queuer (a
 // first-come, first-served line of waiters per key) and InProcess (a marker
 // for a store whose requests never leave the process, sent without the
 // Coordinator's request timeout). A backend whose store has no clock
 // implements ObservedExpiry, which states the one rule it keeps
 // differently: expiry, decided by observation.
+//
+// # Constructors and the safety check
+//
+// Every backend over a store outside the process is made the same way:
+//
+//	func New(ctx context.Context, client C, [required arguments,] opts ...Option) (*Backend, error)
+//
+// client is the store's own client (a *redis.Client, an etcd
+// *clientv3.Client, a *sql.DB, a kubernetes.Interface), which stays the
+// caller's: Close never closes it. Required arguments are the ones with no
+// sensible default (sqlbackend's Dialect, kubebackend's namespace). ctx
+// bounds everything New sends and nothing after it returns; New adds no
+// timeout of its own, so give it a deadline (some clients, etcd's, wait
+// for a connection for as long as the context allows).
+//
+// New first checks its arguments: a nil client, a missing argument or an
+// option it cannot honour fails with an error wrapping ErrInvalidConfig,
+// before anything is sent. Then it runs the backend's safety check: that
+// the store is reachable, admits the client, and keeps what it
+// acknowledges (so that no token is lost and reissued after a restart).
+// What is checked is the backend's own (Redis: appendonly and the eviction
+// policy; SQL: fsync, synchronous_commit, a standby, the SQLite journal;
+// etcd: a linearizable read, which needs a leader; Kubernetes: a list of
+// the namespace's Leases), and so are its typed errors, which name the
+// setting and the fix; the sentinels are these, shared:
+//
+//   - ErrUnreachable: the store did not answer before ctx ended or the
+//     connection failed;
+//   - ErrAuthRefused, ErrPermissionDenied: the store refused the client;
+//   - ErrUnsafeStore: the store can lose or reissue a token.
+//
+// Every such backend takes the option WithSafetyCheck(mode): CheckRefuse
+// (the default) fails New, CheckWarn logs and goes on (a refused login
+// still fails), CheckSkip sends nothing. A backend may refuse more later
+// (sqlbackend's Grant re-checks the session on PostgreSQL) with the same
+// sentinels.
+//
+// A backend whose store lives in the process (memorybackend) has nothing
+// to reach and nothing to check: New(opts ...Option) *Backend. The same
+// rule gives both shapes: a constructor takes a context when it can block
+// and returns an error when it can fail, and that one can do neither (as
+// bytes.NewBuffer, against net.Dialer.DialContext). An error it could
+// never return would be a branch no caller can test.
 //
 // The conformance package holds a backend to this contract.
 package backend

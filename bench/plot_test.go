@@ -95,6 +95,13 @@ func TestReadReport(t *testing.T) {
 		"| waiters | contender | Txn | Range | Put | DeleteRange | LeaseGrant | LeaseRevoke | LeaseTimeToLive | other |\n"+
 		"|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n"+
 		"| 32 | Mutex | 1.00 | 3.00 | 0.00 | 1.00 | 0.00 | 0.00 | 0.00 | 0.00 |\n")
+	// etcd's handoff table and SQLite's, of the same shape, in one report.
+	r.notes = append(r.notes, "etcd handoff, 3 rounds each:\n\n"+
+		"| contender | from the release's return: median | min | max |\n|---|---:|---:|---:|\n"+
+		"| ours: Held.Release → Coordinator.Lock | 455 | 238 | 900 |\n| Mutex: Unlock → Lock | 546 | 337 | 900 |\n")
+	r.notes = append(r.notes, "\nLock handoff on SQLite between two processes, 3 rounds each:\n\n"+
+		"| contender | from the release's return: median | min | max |\n|---|---:|---:|---:|\n"+
+		"| ours: Coordinator.Release → Coordinator.Lock | 14589 | 2136 | 98451 |\n| flock(2) | 54 | 30 | 90 |\n")
 	var b bytes.Buffer
 	r.print(&b, machine{}, machine{})
 	stores, err := readReport(b.String())
@@ -106,6 +113,12 @@ func TestReadReport(t *testing.T) {
 	}
 	if got := stores["redis"]; got == nil || !slices.Equal(got.handoff, []handoff{{"fencing", 46.6}, {"ping", 21.1}}) {
 		t.Errorf("redis handoff = %+v", got)
+	}
+	if got := stores["etcd"]; got == nil || !slices.Equal(got.handoff, []handoff{{"ours", 455}, {"Mutex", 546}}) {
+		t.Errorf("etcd handoff = %+v, want etcd's table only", got)
+	}
+	if got := stores["sql"]; got == nil || !slices.Equal(got.handoff, []handoff{{"ours", 14589}, {"flock(2)", 54}}) {
+		t.Errorf("sql handoff = %+v, want SQLite's table", got)
 	}
 	if got := stores["contention"]; got == nil || !slices.Equal(got.contention, []contentionRow{{32, "Lock", 4630, 15586, 32}, {32, "Mutex", 1249, 1818, 0}}) {
 		t.Errorf("contention = %+v", got)
@@ -193,13 +206,19 @@ func readReport(md string) (map[string]*storeResults, error) {
 				get(store).handoff = append(get(store).handoff, handoff{row[0], us})
 			}
 		case len(h) >= 2 && h[0] == "contender" && strings.HasPrefix(h[1], "from the release's return"):
+			// etcd's handoff table, or SQLite's (the SQL section's) of
+			// the same shape: the text above it names the store.
+			store := "etcd"
+			if strings.Contains(tb.intro, "SQLite") {
+				store = "sql"
+			}
 			for _, row := range tb.rows {
 				us, err := strconv.ParseFloat(row[1], 64)
 				if err != nil {
-					return nil, fmt.Errorf("etcd handoff row %q: %w", strings.Join(row, " | "), err)
+					return nil, fmt.Errorf("%s handoff row %q: %w", store, strings.Join(row, " | "), err)
 				}
 				name, _, _ := strings.Cut(row[0], ":")
-				get("etcd").handoff = append(get("etcd").handoff, handoff{name, us})
+				get(store).handoff = append(get(store).handoff, handoff{name, us})
 			}
 		case len(h) >= 3 && h[0] == "waiters" && h[1] == "contender" && h[2] == "handoffs":
 			for _, row := range tb.rows {
@@ -221,6 +240,7 @@ func readReport(md string) (map[string]*storeResults, error) {
 type mdTable struct {
 	header []string
 	rows   [][]string
+	intro  string // the last line of text before the table
 }
 
 // markdownTables returns the tables of md, each row's cells trimmed and
@@ -228,10 +248,14 @@ type mdTable struct {
 func markdownTables(md string) []mdTable {
 	var tables []mdTable
 	var cur *mdTable
+	intro := ""
 	for line := range strings.Lines(md) {
 		line = strings.TrimSpace(line)
 		if !strings.HasPrefix(line, "|") {
 			cur = nil
+			if line != "" {
+				intro = line
+			}
 			continue
 		}
 		cells := strings.Split(strings.Trim(line, "|"), "|")
@@ -240,7 +264,7 @@ func markdownTables(md string) []mdTable {
 		}
 		switch {
 		case cur == nil:
-			tables = append(tables, mdTable{header: cells})
+			tables = append(tables, mdTable{header: cells, intro: intro})
 			cur = &tables[len(tables)-1]
 		case strings.Trim(cells[0], "-: ") == "":
 			// the separator row

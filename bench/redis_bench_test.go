@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
@@ -34,8 +35,8 @@ func newCoordinator(tb testing.TB, c redis.UniversalClient, prefix string) *fenc
 func newCoordinatorPrefix(tb testing.TB, c redis.UniversalClient, prefix string) *fencing.Coordinator {
 	tb.Helper()
 	// The server's persistence is not what is measured: skip the check.
-	be, err := redisbackend.New(c, redisbackend.WithPrefix(prefix),
-		redisbackend.WithConfigCheck(redisbackend.ConfigIgnore))
+	be, err := redisbackend.New(context.Background(), c, redisbackend.WithPrefix(prefix),
+		redisbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		tb.Fatalf("redisbackend.New: %v", err)
 	}

@@ -246,15 +246,15 @@ func countedClient(t *testing.T, endpoint string, c *rpcCount) *clientv3.Client 
 // fencingParticipant makes participants that wait with Coordinator.Lock,
 // with option when it is not nil, each on an etcd backend of its own (all
 // with one prefix) wrapped to count its grants.
-func fencingParticipant(option fencing.HoldOption) func(t *testing.T, endpoint, prefix string) *participant {
-	var opts []fencing.HoldOption
+func fencingParticipant(option fencing.LockOption) func(t *testing.T, endpoint, prefix string) *participant {
+	var opts []fencing.LockOption
 	if option != nil {
 		opts = append(opts, option)
 	}
 	return func(t *testing.T, endpoint, prefix string) *participant {
 		t.Helper()
 		p := new(participant)
-		b, err := etcdbackend.New(countedClient(t, endpoint, &p.rpcs), etcdbackend.WithPrefix(prefix))
+		b, err := etcdbackend.New(context.Background(), countedClient(t, endpoint, &p.rpcs), etcdbackend.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}

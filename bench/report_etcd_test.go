@@ -51,12 +51,19 @@ func etcdSection(t *testing.T, r *report) {
 	}
 	r.notes = append(r.notes, etcdHandoff(t, cli, 3*r.rounds))
 
-	// One row with fsync on, on a server of its own.
+	// Rows with fsync on, on a server of its own: etcd's default, as users
+	// run it.
 	synced := startEtcd(t, true)
 	r.compare(t, &comparison{
 		store: "etcd, fsync on", op: "Grant+Release vs Mutex, Session per lock", goroutines: 1,
 		contenders: []contender{etcdOurs(t, synced), etcdMutexFreshSession(synced), etcdTxnFloor(synced)},
 	})
+	for _, g := range []int{1, 32} {
+		r.compare(t, &comparison{
+			store: "etcd, fsync on", op: "Grant+Release vs Mutex, one shared Session", goroutines: g,
+			contenders: []contender{etcdOurs(t, synced), etcdMutexSharedSession(t, synced)},
+		})
+	}
 	r.notes = append(r.notes, "etcd rows: one embedded etcd member in the test process (TickMs 10, ElectionMs 100, "+
 		"UnsafeNoFsync: fsync **off**, except the rows marked fsync on), one client for all contenders, "+
 		"loopback; CPU ns/op includes the server's, which runs in this process. Floors: `txn` is one Txn "+
@@ -119,7 +126,7 @@ func etcdPrefix(what string) string {
 
 func etcdCoordinator(t *testing.T, cli *clientv3.Client) *fencing.Coordinator {
 	t.Helper()
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(etcdPrefix("fencing")))
+	b, err := etcdbackend.New(context.Background(), cli, etcdbackend.WithPrefix(etcdPrefix("fencing")))
 	if err != nil {
 		t.Fatal(err)
 	}

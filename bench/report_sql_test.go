@@ -21,6 +21,7 @@ import (
 	_ "modernc.org/sqlite" // the "sqlite" driver
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -214,7 +215,7 @@ func sqlCoordinatorPrefix(t *testing.T, db *sql.DB, d sqlbackend.Dialect, prefix
 // newSQLBackend is the benchmarks' backend on db: the tables named with
 // prefix, no safety checks (PostgreSQL may run with fsync off).
 func newSQLBackend(db *sql.DB, d sqlbackend.Dialect, prefix string) (*sqlbackend.Backend, error) {
-	return sqlbackend.New(db, d, sqlbackend.WithoutSafetyChecks(), sqlbackend.WithTablePrefix(prefix))
+	return sqlbackend.New(context.Background(), db, d, sqlbackend.WithSafetyCheck(backend.CheckSkip), sqlbackend.WithTablePrefix(prefix))
 }
 
 func selectOne(ctx context.Context, db *sql.DB) error {

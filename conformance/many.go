@@ -447,7 +447,7 @@ func (s suite) testLockManyOverlapping(t *testing.T) {
 						for i, k := range set {
 							ks[i] = keys[k]
 						}
-						opts := []fencing.HoldOption{fencing.WithMargin(margin)}
+						opts := []fencing.LockOption{fencing.WithMargin(margin)}
 						if fifo {
 							opts = append(opts, fencing.WithFIFO())
 						}

@@ -41,18 +41,19 @@ type Election struct {
 	c        *fencing.Coordinator
 	key      string
 	ttl      time.Duration
-	hold     []fencing.HoldOption
+	lock     []fencing.LockOption
 	interval time.Duration
 }
 
 // Option configures an Election.
 type Option func(*Election)
 
-// WithHoldOptions adds options to every term's lease: its margin, renew
-// interval, warning, and Lock's fallback poll (fencing.WithPollInterval).
+// WithLockOptions adds options to every Campaign's Lock: the term's lease
+// (its margin, renew interval, warning...) and the wait for it (its fallback
+// poll, fencing.WithPollInterval; fencing.WithFIFO; fencing.WithWaitTimeout).
 // A fencing.WithOwner among them is overridden by the candidate's identity.
-func WithHoldOptions(opts ...fencing.HoldOption) Option {
-	return func(e *Election) { e.hold = append(e.hold, opts...) }
+func WithLockOptions(opts ...fencing.LockOption) Option {
+	return func(e *Election) { e.lock = append(e.lock, opts...) }
 }
 
 // WithObserveInterval sets how often Observe reads the election when no
@@ -96,7 +97,7 @@ func (e *Election) Key() string { return e.key }
 // outlives ctx: ctx bounds the waiting, the term ends with Release or its
 // loss. To end the term with a context, see Run.
 func (e *Election) Campaign(ctx context.Context, identity string) (*fencing.Held, error) {
-	opts := append(append([]fencing.HoldOption(nil), e.hold...), fencing.WithOwner(identity))
+	opts := append(append([]fencing.LockOption(nil), e.lock...), fencing.WithOwner(identity))
 	// The term must outlive ctx, which bounds only the waiting: Lock's
 	// context is one that only ctx ending before the term begins cancels.
 	lctx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -88,7 +88,7 @@ func TestOneLeaderAtATime(t *testing.T) {
 				target := 3 * n
 				ctx := context.Background()
 				for i := range n {
-					e := election.New(w.Coordinator(t), key, ttl, election.WithHoldOptions(holdOpts()...))
+					e := election.New(w.Coordinator(t), key, ttl, election.WithLockOptions(holdOpts()...))
 					id := fmt.Sprintf("candidate-%d", i)
 					wg.Go(func() {
 						for {
@@ -179,7 +179,7 @@ func TestTakeoverAfterStall(t *testing.T) {
 			leaderCoord = fencing.New(sb, fencing.WithDefaultMargin(w.Margin))
 			stall, resume = sb.Stall, sb.Resume
 		}
-		old := election.New(leaderCoord, "office", w.TTL, election.WithHoldOptions(holdOpts()...))
+		old := election.New(leaderCoord, "office", w.TTL, election.WithLockOptions(holdOpts()...))
 		// The successor's process signals each grant refused for the
 		// leader's live term.
 		refused := make(chan struct{}, 1)
@@ -192,7 +192,7 @@ func TestTakeoverAfterStall(t *testing.T) {
 			}
 			return err
 		})
-		next := election.New(fencing.New(nextBackend, fencing.WithDefaultMargin(w.Margin)), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
+		next := election.New(fencing.New(nextBackend, fencing.WithDefaultMargin(w.Margin)), "office", w.TTL, election.WithLockOptions(holdOpts()...))
 		a, err := old.Campaign(ctx, "stalled")
 		if err != nil {
 			t.Fatal(err)
@@ -268,7 +268,7 @@ func TestTakeoverAfterStall(t *testing.T) {
 func TestRunWaitsForLead(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
 		c := w.Coordinator(t)
-		e := election.New(c, "run", w.TTL, election.WithHoldOptions(holdOpts()...))
+		e := election.New(c, "run", w.TTL, election.WithLockOptions(holdOpts()...))
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		const linger = 300 * time.Millisecond
@@ -333,7 +333,7 @@ func TestRunWaitsForLead(t *testing.T) {
 // returns, and is vacant as soon as Run returns.
 func TestRunResignsAfterLead(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
-		e := election.New(w.Coordinator(t), "resign", w.TTL, election.WithHoldOptions(holdOpts()...))
+		e := election.New(w.Coordinator(t), "resign", w.TTL, election.WithLockOptions(holdOpts()...))
 		ctx, cancel := context.WithCancel(context.Background())
 		started := make(chan struct{})
 		var liveWhileStopping atomic.Bool
@@ -384,7 +384,7 @@ func TestRunReturnsLeadError(t *testing.T) {
 // leaves no lease (and, by goleak, no goroutine) behind.
 func TestCampaignCanceled(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
-		e := election.New(w.Coordinator(t), "cancel", w.TTL, election.WithHoldOptions(holdOpts()...))
+		e := election.New(w.Coordinator(t), "cancel", w.TTL, election.WithLockOptions(holdOpts()...))
 		h, err := e.Campaign(context.Background(), "leader")
 		if err != nil {
 			t.Fatal(err)

@@ -89,7 +89,7 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 	}
 
 	ctx := context.Background()
-	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
+	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithLockOptions(holdOpts()...))
 	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +142,7 @@ func TestObserveVacancyAfterLeaderKilled(t *testing.T) {
 		fmt.Sscanf(l, "leader %d", &childToken)
 	}
 	ctx := context.Background()
-	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithHoldOptions(holdOpts()...))
+	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithLockOptions(holdOpts()...))
 	o := observe(t, e)
 	if err := child.Process.Kill(); err != nil {
 		t.Fatal(err)

@@ -12,6 +12,6 @@ var worlds = recipetest.Each
 // holdOpts are the candidates' options: a fast fallback poll, so that a
 // waiter on the memory world, whose expiry is never announced, sees it
 // soon after the fake clock moves.
-func holdOpts() []fencing.HoldOption {
-	return []fencing.HoldOption{fencing.WithPollInterval(fencing.MinPollInterval)}
+func holdOpts() []fencing.LockOption {
+	return []fencing.LockOption{fencing.WithPollInterval(fencing.MinPollInterval)}
 }

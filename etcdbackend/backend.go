@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencing-go/fencing/backend"
@@ -31,6 +32,8 @@ type Backend struct {
 	keeper  keeper      // the keep-alives that reuse them
 	known   knownKeys   // keys seen with an ID record, see known.go
 	entries entryLeases // the etcd leases of the line entries it made, see queue.go
+	check   backend.CheckMode
+	logger  *slog.Logger
 
 	// Subscriptions: their goroutines run under ctx, which Close cancels.
 	mu     sync.Mutex // guards closed against new subscriptions
@@ -59,69 +62,68 @@ func WithPrefix(prefix string) Option {
 	return func(b *Backend) { b.prefix = prefix }
 }
 
-// ErrNilClient is returned by New when the client is nil.
-var ErrNilClient = errors.New("etcdbackend: nil client")
+// WithSafetyCheck sets what New does when its check fails (default
+// backend.CheckRefuse; see backend's "Constructors and the safety check").
+// etcd keeps what it acknowledges (a Raft majority wrote it), so the check
+// is that cli reaches a cluster with a leader and may read the prefix.
+func WithSafetyCheck(mode backend.CheckMode) Option {
+	return func(b *Backend) { b.check = mode }
+}
 
-// DefaultProbeTimeout bounds the check New makes that cli reaches etcd.
-const DefaultProbeTimeout = 10 * time.Second
+// WithLogger sets where New logs a failed check under backend.CheckWarn
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(b *Backend) { b.logger = l }
+}
 
-// New returns a backend that keeps its leases in etcd through cli. The
-// backend never closes cli: the client, its endpoints, TLS and auth are the
-// caller's. It talks to etcd over cli's connection with the client's own
-// KV, Lease and Watch services, not through wrappers set on cli.KV,
-// cli.Lease or cli.Watcher (such as clientv3/namespace): use WithPrefix to
-// place its keys.
+// New returns a backend that keeps its leases in etcd through cli, in the
+// shape every backend shares (see backend's "Constructors and the safety
+// check"). The backend never closes cli: the client, its endpoints, TLS
+// and auth are the caller's. It talks to etcd over cli's connection with
+// the client's own KV, Lease and Watch services, not through wrappers set
+// on cli.KV, cli.Lease or cli.Watcher (such as clientv3/namespace): use
+// WithPrefix to place its keys.
 //
-// New first checks that cli reaches etcd, with one linearizable read of the
-// prefix (so a cluster with no leader, or a user without read permission
-// on the prefix, fails it too), bounded by DefaultProbeTimeout. An endpoint
-// that is unreachable or is not etcd fails New within that bound, with an
-// error wrapping ErrUnreachable, instead of the first request blocking: the
-// etcd client waits for a ready connection for as long as a request's
-// context allows (the Coordinator bounds each request too, see
-// fencing.WithRequestTimeout). NewContext bounds the check with a context
-// instead.
-func New(cli *clientv3.Client, opts ...Option) (*Backend, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), DefaultProbeTimeout)
-	defer cancel()
-	return newBackend(ctx, cli, DefaultProbeTimeout, opts)
-}
-
-// NewContext is New with ctx bounding its check that cli reaches etcd
-// (and no other bound).
-func NewContext(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Backend, error) {
-	return newBackend(ctx, cli, 0, opts)
-}
-
-func newBackend(ctx context.Context, cli *clientv3.Client, bound time.Duration, opts []Option) (*Backend, error) {
+// New first checks that cli reaches etcd, with one linearizable read of
+// the prefix (so a cluster with no leader, or a user without read
+// permission on the prefix, fails it too), bounded by ctx alone: the etcd
+// client waits for a ready connection for as long as ctx allows, so give
+// ctx a deadline. An endpoint that does not answer in time, or is not
+// etcd, fails New with an error wrapping backend.ErrUnreachable; refused
+// credentials or permission wrap backend.ErrAuthRefused or
+// backend.ErrPermissionDenied; a nil cli wraps backend.ErrInvalidConfig.
+func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Backend, error) {
 	if cli == nil {
-		return nil, ErrNilClient
+		return nil, fmt.Errorf("etcdbackend: %w: nil client", backend.ErrInvalidConfig)
 	}
-	b := &Backend{
-		cli:     cli,
-		prefix:  DefaultPrefix,
-		kv:      clientv3.NewKVFromKVClient(trackedKV{revisionKV{clientv3.RetryKVClient(cli), new(atomic.Int64)}}, cli),
-		leases:  clientv3.RetryLeaseClient(cli),
-		watcher: clientv3.NewWatcher(cli),
-	}
+	b := &Backend{cli: cli, prefix: DefaultPrefix}
 	for _, o := range opts {
 		o(b)
 	}
-	if err := b.probe(ctx, bound); err != nil {
-		b.watcher.Close()
-		return nil, err
+	if err := b.check.Validate(); err != nil {
+		return nil, fmt.Errorf("etcdbackend: %w", err)
 	}
+	if b.logger == nil {
+		b.logger = slog.Default()
+	}
+	if b.check != backend.CheckSkip {
+		if err := b.probe(ctx); err != nil {
+			if b.check == backend.CheckRefuse || errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrPermissionDenied) {
+				return nil, err
+			}
+			b.logger.Warn("etcdbackend: safety check failed; going on (CheckWarn)", "error", err)
+		}
+	}
+	b.kv = clientv3.NewKVFromKVClient(trackedKV{revisionKV{clientv3.RetryKVClient(cli), new(atomic.Int64)}}, cli)
+	b.leases = clientv3.RetryLeaseClient(cli)
+	b.watcher = clientv3.NewWatcher(cli)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.keeper = keeper{leases: b.leases, ctx: clientv3.WithRequireLeader(b.ctx)}
 	return b, nil
 }
 
-// ErrUnreachable is returned by New when the etcd endpoints did not answer
-// its check in time: unreachable, not etcd, or a cluster without a leader.
-var ErrUnreachable = errors.New("etcdbackend: etcd server unreachable")
-
 // probe reads the prefix's own key once, linearizably.
-func (b *Backend) probe(ctx context.Context, bound time.Duration) error {
+func (b *Backend) probe(ctx context.Context) error {
 	if b.cli.Ctx().Err() != nil {
 		return errClientClosed
 	}
@@ -129,10 +131,12 @@ func (b *Backend) probe(ctx context.Context, bound time.Duration) error {
 	switch {
 	case err == nil:
 		return nil
-	case ctx.Err() != nil && bound > 0:
-		return fmt.Errorf("%w: no answer within %v from %v: %w", ErrUnreachable, bound, b.cli.Endpoints(), err)
-	case ctx.Err() != nil:
-		return fmt.Errorf("%w: no answer from %v: %w", ErrUnreachable, b.cli.Endpoints(), err)
+	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken), errors.Is(err, rpctypes.ErrAuthNotEnabled):
+		return fmt.Errorf("etcdbackend: checking etcd at %v: %w: %w", b.cli.Endpoints(), backend.ErrAuthRefused, err)
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return fmt.Errorf("etcdbackend: checking etcd at %v: %w: %w", b.cli.Endpoints(), backend.ErrPermissionDenied, err)
+	case ctx.Err() != nil, errors.Is(err, rpctypes.ErrNoLeader):
+		return fmt.Errorf("etcdbackend: %w: no answer from %v: %w", backend.ErrUnreachable, b.cli.Endpoints(), err)
 	}
 	return fmt.Errorf("etcdbackend: checking etcd at %v: %w", b.cli.Endpoints(), err)
 }

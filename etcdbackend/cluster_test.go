@@ -58,7 +58,7 @@ func TestClusterLeaderFailure(t *testing.T) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		cli := etcdtest.NewClient(t, cl.Endpoints())
-		b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
+		b, err := etcdbackend.New(context.Background(), cli, etcdbackend.WithPrefix(prefix))
 		if err != nil {
 			t.Fatal(err)
 		}

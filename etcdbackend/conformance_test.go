@@ -25,7 +25,7 @@ func newHarness(t testing.TB) *harness {
 
 func (h *harness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
 	prefix := newPrefix("conformance")
-	return etcdbackend.New(h.cli, etcdbackend.WithPrefix(prefix))
+	return etcdbackend.New(context.Background(), h.cli, etcdbackend.WithPrefix(prefix))
 }
 
 func (h *harness) Wait(ctx context.Context, d time.Duration) error {

@@ -47,7 +47,7 @@ func newBackend(t testing.TB, cli *clientv3.Client) (*etcdbackend.Backend, strin
 }
 
 func newWithPrefix(cli *clientv3.Client, prefix string) (*etcdbackend.Backend, error) {
-	return etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
+	return etcdbackend.New(context.Background(), cli, etcdbackend.WithPrefix(prefix))
 }
 
 func req(key, id string, timeout time.Duration) backend.Request {
@@ -84,8 +84,12 @@ func leaseCount(t testing.TB, cli *clientv3.Client) int {
 }
 
 func TestNew(t *testing.T) {
-	if _, err := etcdbackend.New(nil); !errors.Is(err, etcdbackend.ErrNilClient) {
-		t.Fatalf("New(nil) = %v, want ErrNilClient", err)
+	if _, err := etcdbackend.New(context.Background(), nil); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("New(nil) = %v, want ErrInvalidConfig", err)
+	}
+	cli := etcdtest.Client(t)
+	if _, err := etcdbackend.New(context.Background(), cli, etcdbackend.WithSafetyCheck(42)); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("New(WithSafetyCheck(42)) = %v, want ErrInvalidConfig", err)
 	}
 }
 
@@ -390,7 +394,7 @@ type restarter struct {
 }
 
 func (r *restarter) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
-	return etcdbackend.New(etcdtest.NewClient(t, r.m.Endpoints()), etcdbackend.WithPrefix(r.prefix))
+	return etcdbackend.New(context.Background(), etcdtest.NewClient(t, r.m.Endpoints()), etcdbackend.WithPrefix(r.prefix))
 }
 
 func (r *restarter) Kill(testing.TB) { r.m.Stop() }
@@ -410,7 +414,7 @@ func TestCloseKeepsClient(t *testing.T) {
 		t.Fatal(err)
 	}
 	ignore := goleak.IgnoreCurrent()
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(newPrefix("close")))
+	b, err := etcdbackend.New(context.Background(), cli, etcdbackend.WithPrefix(newPrefix("close")))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -458,7 +462,7 @@ func TestCloseKeepsClient(t *testing.T) {
 func TestBadInputNoRoundTrip(t *testing.T) {
 	cli := etcdtest.Client(t)
 	prefix := newPrefix("bad")
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(prefix))
+	b, err := etcdbackend.New(context.Background(), cli, etcdbackend.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,14 +24,17 @@ func Example() {
 	}
 	defer cli.Close()
 
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix("myapp/locks/"))
+	// New checks that etcd answers: give it a deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	b, err := etcdbackend.New(ctx, cli, etcdbackend.WithPrefix("myapp/locks/"))
+	cancel()
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close()
 	c := fencing.New(b)
 
-	ctx := context.Background()
+	ctx = context.Background()
 	lease, err := c.Grant(ctx, "invoices/2026-12", 10*time.Second)
 	if errors.Is(err, fencing.ErrLeaseHeld) {
 		log.Print("someone else is on it")

@@ -28,6 +28,10 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	const attempts = 3
 	for attempt := 1; ; attempt++ {
 		l, err := b.grant(ctx, req)
+		if errors.Is(err, errPooledGone) && ctx.Err() == nil {
+			attempt-- // not an attempt: a pooled etcd lease was gone (at most poolSize times)
+			continue
+		}
 		retry := errors.Is(err, rpctypes.ErrLeaseNotFound) || errors.Is(err, errGrantAgain)
 		if attempt < attempts && retry && ctx.Err() == nil {
 			continue
@@ -38,11 +42,12 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 
 // grant makes one attempt at Grant: an etcd lease (a keep-alive of a pooled
 // one, or LeaseGrant), a second one for the delay record when the request
-// has a lock delay, then one Txn.
+// has a lock delay, then one Txn. Without a lock delay, a pooled lease's
+// keep-alive may go out with the Txn (see pool.go).
 func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	k := b.keys(req.Key)
 	asked := seconds(req.Timeout, req.Margin)
-	el, err := b.acquire(ctx, asked)
+	el, err := b.acquire(ctx, asked, req.LockDelay == 0)
 	if err != nil {
 		return backend.Lease{}, err
 	}
@@ -59,8 +64,8 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 		// Acquired after el, so that its timer starts later: it ends at
 		// least ceil(delay) after el's (see records.go).
 		dv = delay{asked: el.ttl + delaySeconds(req.LockDelay), d: req.LockDelay}
-		if dl, err = b.acquire(ctx, dv.asked); err != nil {
-			b.recycle(ctx, el.id, asked, el.ttl)
+		if dl, err = b.acquire(ctx, dv.asked, false); err != nil {
+			b.recycle(ctx, el.id, asked, el.ttl, el.set)
 			return backend.Lease{}, err
 		}
 		dv.granted = dl.ttl
@@ -87,7 +92,14 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 			Then(clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.Value(k.id), "=", req.LeaseID)}, nil, put))
 	}
 	resp, err := txn.Commit()
+	// Always read the keep-alive's answer, if one is pending: it tells
+	// whether the lease the Txn named lives on.
+	pipelined := el.renewing != nil
+	renewErr := b.settle(ctx, &el)
 	if err != nil {
+		if pipelined && errors.Is(err, rpctypes.ErrLeaseNotFound) && errors.Is(renewErr, rpctypes.ErrLeaseNotFound) {
+			return backend.Lease{}, errPooledGone // the Txn wrote nothing
+		}
 		err = mutationError("grant txn", err, reached(p))
 		if !errors.Is(err, backend.ErrOutcomeUnknown) {
 			b.revoke(ctx, el.id)
@@ -101,15 +113,40 @@ func (b *Backend) grant(ctx context.Context, req backend.Request) (backend.Lease
 	}
 	if resp.Succeeded && (flat || !resp.Responses[0].GetResponseTxn().Succeeded) {
 		b.known.add(req.Key)
+		if renewErr != nil {
+			// The key is attached to an etcd lease that had run out (etcd
+			// ends it, and the key with it) or whose renewal is unknown: a
+			// resend answers which. A lease found gone is named in words
+			// (%v): Grant tries rpctypes.ErrLeaseNotFound again with another
+			// lease, which is right only for a Txn that attached nothing.
+			if errors.Is(renewErr, rpctypes.ErrLeaseNotFound) {
+				return backend.Lease{}, fmt.Errorf("%w: etcdbackend: grant: the key was attached to an etcd lease found gone (%v)", backend.ErrOutcomeUnknown, renewErr)
+			}
+			return backend.Lease{}, fmt.Errorf("%w: etcdbackend: grant: %w", backend.ErrOutcomeUnknown, renewErr)
+		}
+		b.pool.granted(el.id, el.set)
+		if dl.id != 0 {
+			b.pool.granted(dl.id, dl.set)
+		}
 		return lease(req.Key, m, resp.Header.Revision, el.set), nil
 	}
 	// From here on, the Txn attached nothing to the etcd leases.
-	b.recycle(ctx, el.id, asked, el.ttl)
+	switch {
+	case renewErr == nil:
+		b.recycle(ctx, el.id, asked, el.ttl, el.set)
+	case !errors.Is(renewErr, rpctypes.ErrLeaseNotFound):
+		b.recycle(ctx, el.id, asked, el.ttl, time.Time{}) // renewed or not: the next grant renews it first
+	}
 	if dl.id != 0 {
-		b.recycle(ctx, dl.id, dv.asked, dl.ttl)
+		b.recycle(ctx, dl.id, dv.asked, dl.ttl, dl.set)
 	}
 	return b.refusedGrant(ctx, k, req, resp, flat)
 }
+
+// errPooledGone means a grant's Txn named a pooled etcd lease that was
+// gone, as the keep-alive sent with it found: nothing happened, and the
+// grant takes another.
+var errPooledGone = errors.New("etcdbackend: grant: pooled etcd lease gone")
 
 // The grant Txn carries no reads: every grant would pay for them (each op
 // of a Txn is encoded, decoded and copied several times on its way through

@@ -2,7 +2,6 @@ package etcdbackend
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -114,9 +113,6 @@ func (b *Backend) fillTime(ctx context.Context, st *backend.KeyState, id int64) 
 // DefaultListLimit is the page size of List when the caller gives none.
 const DefaultListLimit = 100
 
-// errCursor is returned by List for a cursor it did not hand out.
-var errCursor = errors.New("etcdbackend: invalid list cursor")
-
 // List implements backend.Lister. User keys are stored base64url-encoded,
 // so a user prefix maps to the encoded prefix its whole bytes fix (see
 // encodedPrefix), and the keys in that etcd range are decoded and filtered.
@@ -133,7 +129,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 		limit = DefaultListLimit
 	}
 	if strings.ContainsRune(cursor, '/') {
-		return nil, "", errCursor
+		return nil, "", fmt.Errorf("etcdbackend: %w", backend.ErrInvalidCursor)
 	}
 	from := b.prefix + encodedPrefix(prefix)
 	end := clientv3.GetPrefixRangeEnd(from)

@@ -47,11 +47,29 @@ var errNoStream = errors.New("etcdbackend: keep-alive stream unavailable")
 // or rpctypes.ErrLeaseNotFound if it has run out or is gone. errNoStream
 // means the keep-alive may not have reached etcd and nothing is known.
 func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) {
+	ka, err := k.send(id)
+	if err != nil {
+		return 0, err
+	}
+	return k.wait(ctx, ka)
+}
+
+// keepAlive is a keep-alive sent on the shared stream, its reply not yet
+// read: wait reads it.
+type keepAlive struct {
+	ks *keepStream
+	id clientv3.LeaseID
+	ch chan keepReply
+}
+
+// send sends a keep-alive of etcd lease id on the shared stream without
+// waiting for the reply. errNoStream means it was not sent.
+func (k *keeper) send(id clientv3.LeaseID) (*keepAlive, error) {
 	ch := make(chan keepReply, 1)
 	k.mu.Lock()
+	defer k.mu.Unlock()
 	if k.closed {
-		k.mu.Unlock()
-		return 0, errNoStream
+		return nil, errNoStream
 	}
 	if k.cur == nil {
 		// Fail at once rather than wait for a connection under the lock:
@@ -60,8 +78,7 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) 
 		s, err := k.leases.LeaseKeepAlive(sctx, grpc.WaitForReady(false))
 		if err != nil {
 			cancel()
-			k.mu.Unlock()
-			return 0, errNoStream
+			return nil, errNoStream
 		}
 		k.cur = &keepStream{s: s, cancel: cancel, waiting: make(map[int64]chan keepReply)}
 		k.recv.Add(1)
@@ -69,15 +86,13 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) 
 	}
 	ks := k.cur
 	if _, busy := ks.waiting[int64(id)]; busy {
-		k.mu.Unlock()
-		return 0, errNoStream // cannot happen: the pool hands a lease out once
+		return nil, errNoStream // cannot happen: the pool hands a lease out once
 	}
 	ks.waiting[int64(id)] = ch
 	// A failed Send means the stream broke: its receiver then tells every
 	// waiter, this one too.
 	_ = ks.s.Send(&pb.LeaseKeepAliveRequest{ID: int64(id)})
-	k.mu.Unlock()
-	return k.wait(ctx, ks, id, ch)
+	return &keepAlive{ks: ks, id: id, ch: ch}, nil
 }
 
 // keepAliveWait is how long a keep-alive waits for its reply on the shared
@@ -86,7 +101,9 @@ func (k *keeper) renew(ctx context.Context, id clientv3.LeaseID) (int64, error) 
 // time, and one that a member without a leader forwards can wait for seconds.
 const keepAliveWait = 500 * time.Millisecond
 
-func (k *keeper) wait(ctx context.Context, ks *keepStream, id clientv3.LeaseID, ch chan keepReply) (int64, error) {
+// wait returns the reply to ka, as renew does.
+func (k *keeper) wait(ctx context.Context, ka *keepAlive) (int64, error) {
+	ks, id, ch := ka.ks, ka.id, ka.ch
 	timer := time.NewTimer(keepAliveWait)
 	defer timer.Stop()
 	select {

@@ -39,7 +39,7 @@ func (swallowed) Send(*pb.LeaseKeepAliveRequest) error { return nil }
 // sends its own), and the next keep-alive goes on a new stream.
 func TestKeepAliveStuckStream(t *testing.T) {
 	cli := etcdtest.Client(t)
-	b, err := New(cli, WithPrefix("keeper-test/"))
+	b, err := New(context.Background(), cli, WithPrefix("keeper-test/"))
 	if err != nil {
 		t.Fatal(err)
 	}

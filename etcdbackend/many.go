@@ -105,7 +105,7 @@ func (b *Backend) grantMany(ctx context.Context, reqs []backend.Request) ([]back
 	)
 	giveBack := func() {
 		for j, el := range acquired {
-			b.recycle(ctx, el.id, asked[j], el.ttl)
+			b.recycle(ctx, el.id, asked[j], el.ttl, el.set)
 		}
 	}
 	for i, r := range reqs {
@@ -123,7 +123,7 @@ func (b *Backend) grantMany(ctx context.Context, reqs []backend.Request) ([]back
 			clientv3.Compare(clientv3.CreateRevision(k.lease), "=", 0),
 			clientv3.Compare(clientv3.CreateRevision(k.delay), "=", 0))
 		secs := seconds(r.Timeout, r.Margin)
-		el, err := b.acquire(ctx, secs)
+		el, err := b.acquire(ctx, secs, false) // no keep-alive sent with the Txn (see grant)
 		if err != nil {
 			giveBack()
 			return nil, err
@@ -133,7 +133,7 @@ func (b *Backend) grantMany(ctx context.Context, reqs []backend.Request) ([]back
 		puts = append(puts, clientv3.OpPut(k.lease, metas[i].encode(), clientv3.WithLease(el.id)), clientv3.OpPut(k.id, r.LeaseID))
 		if r.LockDelay > 0 {
 			dv := delay{asked: el.ttl + delaySeconds(r.LockDelay), d: r.LockDelay}
-			dl, err := b.acquire(ctx, dv.asked)
+			dl, err := b.acquire(ctx, dv.asked, false)
 			if err != nil {
 				giveBack()
 				return nil, err
@@ -157,6 +157,9 @@ func (b *Backend) grantMany(ctx context.Context, reqs []backend.Request) ([]back
 	if !wresp.Succeeded {
 		giveBack()
 		return nil, errGrantAgain // a key changed since the read
+	}
+	for _, el := range acquired {
+		b.pool.granted(el.id, el.set)
 	}
 	for i, r := range reqs {
 		b.known.add(r.Key)

@@ -180,7 +180,7 @@ func TestNotifyFreeClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ignore := goleak.IgnoreCurrent()
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(newPrefix("notify-close")))
+	b, err := etcdbackend.New(context.Background(), cli, etcdbackend.WithPrefix(newPrefix("notify-close")))
 	if err != nil {
 		t.Fatal(err)
 	}

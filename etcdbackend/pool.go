@@ -41,13 +41,23 @@ import (
 // after ForceRelease (its holder may still be renewing that etcd lease).
 //
 // A pooled lease's TTL keeps running, and it may have run out, or been
-// revoked. A grant that takes one first renews it with a keep-alive, whose
-// send time starts the lease's ExpiresAt: the leader restarts its expiry
-// clock at the keep-alive, with the lease's full TTL. etcd refuses to renew a
-// lease whose TTL ran out (also before it has revoked it), so a lease that
-// expired in the pool can never come back; the grant drops it and takes
-// another, or grants a new one. The pool is bounded, and Close revokes what
-// it holds.
+// revoked. A grant that takes one renews it with a keep-alive, whose send
+// time starts the lease's ExpiresAt: the leader restarts its expiry clock at
+// the keep-alive, with the lease's full TTL. etcd refuses to renew a lease
+// whose TTL ran out (also before it has revoked it), so a lease that expired
+// in the pool can never come back; the grant drops it and takes another, or
+// grants a new one. The pool is bounded, and Close revokes what it holds.
+//
+// The keep-alive and the grant's Txn go out together, without waiting for
+// each other (one round trip instead of two), when the lease surely has
+// time left: this backend set its TTL (granted it, or renewed it for a
+// grant) less than half its TTL ago. The Txn then attaches the key to a live
+// lease, and the keep-alive, answered before the grant returns, restarts
+// its clock as above; if it finds the lease gone after all, the grant's
+// outcome is unknown (the key is attached to a lease etcd ends), and a
+// resend answers it. A lease whose TTL was set longer ago, or elsewhere (by
+// another process's grant that this backend released), is renewed first,
+// as before.
 
 // poolSize bounds the etcd leases a backend keeps unused.
 const poolSize = 64
@@ -59,27 +69,58 @@ type pool struct {
 	free   map[int64][]pooled
 	n      int
 	closed bool
+	// set is when this backend last set the TTL of the etcd leases its
+	// grants attached a key to (local time just before the request was
+	// sent), until they come back to the pool; bounded by maxSet.
+	set map[clientv3.LeaseID]time.Time
 }
+
+// maxSet bounds pool.set: the leases of keys that expire, are renewed or
+// are released by another process never come back, so the map is emptied
+// when it reaches this size (their grants then renew first, as before).
+const maxSet = 4096
 
 type pooled struct {
 	id      clientv3.LeaseID
 	granted int64     // seconds of its TTL
 	freed   time.Time // local time its last key was detached, or later
+	set     time.Time // local time before its TTL was last set; zero if unknown
+}
+
+// granted records that a grant attached a key to etcd lease id, whose TTL
+// was set by a request sent after set.
+func (p *pool) granted(id clientv3.LeaseID, set time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	if p.set == nil || len(p.set) >= maxSet {
+		p.set = make(map[clientv3.LeaseID]time.Time)
+	}
+	p.set[id] = set
 }
 
 // put adds an unused etcd lease, asked for asked seconds and granted
-// granted; it reports false when the pool is full or closed, and the caller
-// then revokes the lease.
-func (p *pool) put(id clientv3.LeaseID, asked, granted int64) bool {
+// granted, its TTL set after set (zero: when is unknown, see granted); it
+// reports false when the pool is full or closed, and the caller then
+// revokes the lease.
+func (p *pool) put(id clientv3.LeaseID, asked, granted int64, set time.Time) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if s, ok := p.set[id]; ok {
+		delete(p.set, id)
+		if set.IsZero() {
+			set = s
+		}
+	}
 	if p.closed || p.n >= poolSize {
 		return false
 	}
 	if p.free == nil {
 		p.free = make(map[int64][]pooled)
 	}
-	p.free[asked] = append(p.free[asked], pooled{id: id, granted: granted, freed: time.Now()})
+	p.free[asked] = append(p.free[asked], pooled{id: id, granted: granted, freed: time.Now(), set: set})
 	p.n++
 	return true
 }
@@ -88,7 +129,7 @@ func (p *pool) put(id clientv3.LeaseID, asked, granted int64) bool {
 // seconds. It drops the leases freed longer than their TTL ago, which have
 // almost surely run out (only a leader change since can have extended them):
 // dropping a lease with no key is always safe, it ends by itself.
-func (p *pool) take(asked int64) (clientv3.LeaseID, bool) {
+func (p *pool) take(asked int64) (pooled, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	now := time.Now()
@@ -99,11 +140,11 @@ func (p *pool) take(asked int64) (clientv3.LeaseID, bool) {
 		p.n--
 		if now.Sub(e.freed) < time.Duration(e.granted)*time.Second {
 			p.free[asked] = s
-			return e.id, true
+			return e, true
 		}
 	}
 	delete(p.free, asked)
-	return 0, false
+	return pooled{}, false
 }
 
 // drain closes the pool and returns the leases it held.
@@ -111,6 +152,7 @@ func (p *pool) drain() []clientv3.LeaseID {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
+	p.set = nil
 	var ids []clientv3.LeaseID
 	for _, s := range p.free {
 		for _, e := range s {
@@ -126,18 +168,30 @@ type etcdLease struct {
 	id  clientv3.LeaseID
 	ttl int64     // its TTL in seconds
 	set time.Time // local time just before the request that set its TTL was sent
+	// renewing is the keep-alive that sets its TTL, sent but not yet
+	// answered (see acquire); nil once answered.
+	renewing *keepAlive
 }
 
 // acquire returns a live etcd lease of at least asked seconds with nothing
 // attached, renewed from the pool or newly granted. An error means no grant
-// was sent.
-func (b *Backend) acquire(ctx context.Context, asked int64) (etcdLease, error) {
+// was sent. With early set, a pooled lease whose TTL this backend set less
+// than half its TTL ago comes back with its keep-alive sent and not yet
+// answered (renewing): the caller sends its Txn, then calls settle (see
+// the top of this file).
+func (b *Backend) acquire(ctx context.Context, asked int64, early bool) (etcdLease, error) {
 	for {
-		id, ok := b.pool.take(asked)
+		e, ok := b.pool.take(asked)
 		if !ok {
 			break
 		}
+		id := e.id
 		set := time.Now()
+		if early && !e.set.IsZero() && set.Sub(e.set) < time.Duration(e.granted)*time.Second/2 {
+			if ka, err := b.keeper.send(id); err == nil {
+				return etcdLease{id: id, ttl: e.granted, set: set, renewing: ka}, nil
+			}
+		}
 		ttl, err := b.keeper.renew(ctx, id)
 		if errors.Is(err, errNoStream) {
 			set = time.Now()
@@ -166,10 +220,37 @@ func (b *Backend) acquire(ctx context.Context, asked int64) (etcdLease, error) {
 	return etcdLease{id: lg.ID, ttl: lg.TTL, set: set}, nil
 }
 
+// settle reads the answer to el's keep-alive if acquire left it pending,
+// sending another on a stream of its own when the shared stream could not
+// tell. It returns rpctypes.ErrLeaseNotFound if the lease had run out,
+// another error if whether it was renewed is unknown; after nil, el.set
+// and el.ttl are the renewal's.
+func (b *Backend) settle(ctx context.Context, el *etcdLease) error {
+	ka := el.renewing
+	if ka == nil {
+		return nil
+	}
+	el.renewing = nil
+	ttl, err := b.keeper.wait(ctx, ka)
+	if errors.Is(err, errNoStream) {
+		el.set = time.Now()
+		ttl, _, err = b.keepAliveOnce(ctx, el.id)
+	}
+	if err != nil {
+		return fmt.Errorf("etcdbackend: lease keep-alive: %w", err)
+	}
+	if ttl != el.ttl {
+		// Cannot happen: a pooled lease keeps the TTL it was granted.
+		return fmt.Errorf("etcdbackend: lease keep-alive: TTL %ds, want %ds", ttl, el.ttl)
+	}
+	return nil
+}
+
 // recycle gives back an etcd lease that has no key attached (see the rules
-// above), or revokes it when the pool is full or closed.
-func (b *Backend) recycle(ctx context.Context, id clientv3.LeaseID, asked, granted int64) {
-	if !b.pool.put(id, asked, granted) {
+// above), its TTL set after set (zero if unknown), or revokes it when the
+// pool is full or closed.
+func (b *Backend) recycle(ctx context.Context, id clientv3.LeaseID, asked, granted int64, set time.Time) {
+	if !b.pool.put(id, asked, granted, set) {
 		b.revoke(ctx, id)
 	}
 }
@@ -188,7 +269,7 @@ func (b *Backend) recycleDeleted(ctx context.Context, op *pb.ResponseOp) {
 		b.revoke(ctx, id)
 		return
 	}
-	b.recycle(ctx, id, asked, granted)
+	b.recycle(ctx, id, asked, granted, time.Time{})
 }
 
 // closeTimeout bounds how long Close waits for the revokes of pooled leases;

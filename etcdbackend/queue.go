@@ -228,7 +228,7 @@ var errJoinAgain = errors.New("etcdbackend: enqueue: read the line again")
 // join creates waiter's entry me at the end of k's line, on an etcd lease
 // of asked seconds, and counts the entries before it in the same Txn.
 func (b *Backend) join(ctx context.Context, me string, k keys, asked int64) (backend.Place, error) {
-	el, err := b.acquire(ctx, asked)
+	el, err := b.acquire(ctx, asked, false)
 	if err != nil {
 		return backend.Place{}, err
 	}
@@ -248,7 +248,7 @@ func (b *Backend) join(ctx context.Context, me string, k keys, asked int64) (bac
 		return backend.Place{}, err
 	}
 	if !resp.Succeeded {
-		b.recycle(ctx, el.id, asked, el.ttl) // a concurrent Enqueue of the same waiter made it
+		b.recycle(ctx, el.id, asked, el.ttl, el.set) // a concurrent Enqueue of the same waiter made it
 		return backend.Place{}, errJoinAgain
 	}
 	b.entries.set(me, el.id)

@@ -214,7 +214,7 @@ func TestNotifyTurnClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	ignore := goleak.IgnoreCurrent()
-	b, err := etcdbackend.New(cli, etcdbackend.WithPrefix(newPrefix("turn-close")))
+	b, err := etcdbackend.New(context.Background(), cli, etcdbackend.WithPrefix(newPrefix("turn-close")))
 	if err != nil {
 		t.Fatal(err)
 	}

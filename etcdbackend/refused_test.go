@@ -35,7 +35,7 @@ func (k *pastReadKV) Get(ctx context.Context, key string, opts ...clientv3.OpOpt
 // cleanup, and a context for its calls.
 func refusedBackend(t *testing.T, cli *clientv3.Client) (*Backend, context.Context) {
 	t.Helper()
-	b, err := New(cli, WithPrefix(fmt.Sprintf("refused-test/%d/", time.Now().UnixNano())))
+	b, err := New(context.Background(), cli, WithPrefix(fmt.Sprintf("refused-test/%d/", time.Now().UnixNano())))
 	if err != nil {
 		t.Fatal(err)
 	}

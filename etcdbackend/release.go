@@ -127,7 +127,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 		var dv delay
 		if st.delay != nil {
 			dv = delay{asked: delaySeconds(st.delayed.d), d: st.delayed.d}
-			if fl, err = b.acquire(ctx, dv.asked); err != nil {
+			if fl, err = b.acquire(ctx, dv.asked, false); err != nil {
 				return false, err
 			}
 			dv.granted = fl.ttl
@@ -141,14 +141,14 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 		if err != nil {
 			err = mutationError("force release txn", err, reached(p))
 			if fl.id != 0 && !errors.Is(err, backend.ErrOutcomeUnknown) {
-				b.recycle(ctx, fl.id, dv.asked, fl.ttl)
+				b.recycle(ctx, fl.id, dv.asked, fl.ttl, fl.set)
 			}
 			return false, err
 		}
 		if !resp.Succeeded {
 			// That lease ended (and perhaps another began) after the read.
 			if fl.id != 0 {
-				b.recycle(ctx, fl.id, dv.asked, fl.ttl)
+				b.recycle(ctx, fl.id, dv.asked, fl.ttl, fl.set)
 			}
 			continue
 		}

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
@@ -117,17 +118,17 @@ func TestNewFailsOnEndpointThatIsNotEtcd(t *testing.T) {
 		const bound = 500 * time.Millisecond
 		ctx, cancel := context.WithTimeout(context.Background(), bound)
 		start := time.Now()
-		b, err := etcdbackend.NewContext(ctx, cli)
+		b, err := etcdbackend.New(ctx, cli)
 		cancel()
 		if err == nil {
 			b.Close()
-			t.Fatalf("NewContext on a %s endpoint succeeded", name)
+			t.Fatalf("New on a %s endpoint succeeded", name)
 		}
-		if !errors.Is(err, etcdbackend.ErrUnreachable) {
-			t.Errorf("NewContext on a %s endpoint: %v, want ErrUnreachable", name, err)
+		if !errors.Is(err, backend.ErrUnreachable) {
+			t.Errorf("New on a %s endpoint: %v, want ErrUnreachable", name, err)
 		}
 		if took := time.Since(start); took > bound+time.Second {
-			t.Errorf("NewContext on a %s endpoint took %v, want about %v", name, took, bound)
+			t.Errorf("New on a %s endpoint took %v, want about %v", name, took, bound)
 		}
 	}
 }

@@ -4,9 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	coordv1 "k8s.io/client-go/kubernetes/typed/coordination/v1"
 
@@ -19,6 +22,8 @@ type Backend struct {
 	leases    coordv1.LeaseInterface
 	namespace string
 	now       func() time.Time
+	check     backend.CheckMode
+	logger    *slog.Logger
 
 	mu     sync.Mutex
 	closed bool
@@ -44,16 +49,37 @@ func WithClock(now func() time.Time) Option {
 	return func(b *Backend) { b.now = now }
 }
 
+// WithSafetyCheck sets what New does when its check fails (default
+// backend.CheckRefuse; see backend's "Constructors and the safety check").
+// The API server keeps what it acknowledges (etcd beneath it), so the check
+// is that client reaches it and may list the namespace's Leases.
+func WithSafetyCheck(mode backend.CheckMode) Option {
+	return func(b *Backend) { b.check = mode }
+}
+
+// WithLogger sets where New logs a failed check under backend.CheckWarn
+// (default slog.Default()).
+func WithLogger(l *slog.Logger) Option {
+	return func(b *Backend) { b.logger = l }
+}
+
 // New returns a backend that keeps its leases as Lease objects in
-// namespace, through client. It never closes client. The namespace must
-// exist; the client's identity needs get, list, watch, create and update on
-// leases there (see docs/kubernetes.md for the Role).
-func New(client kubernetes.Interface, namespace string, opts ...Option) (*Backend, error) {
+// namespace, through client, in the shape every backend shares (see
+// backend's "Constructors and the safety check"). It never closes client.
+// The namespace must exist; the client's identity needs get, list, watch,
+// create and update on leases there (see docs/kubernetes.md for the Role).
+//
+// New first lists one Lease of the namespace, bounded by ctx: an API
+// server that does not answer fails New with an error wrapping
+// backend.ErrUnreachable, refused credentials or permission with
+// backend.ErrAuthRefused or backend.ErrPermissionDenied. A nil client or
+// an empty namespace wraps backend.ErrInvalidConfig.
+func New(ctx context.Context, client kubernetes.Interface, namespace string, opts ...Option) (*Backend, error) {
 	if client == nil {
-		return nil, errors.New("kubebackend: nil client")
+		return nil, fmt.Errorf("kubebackend: %w: nil client", backend.ErrInvalidConfig)
 	}
 	if namespace == "" {
-		return nil, errors.New("kubebackend: empty namespace")
+		return nil, fmt.Errorf("kubebackend: %w: empty namespace", backend.ErrInvalidConfig)
 	}
 	b := &Backend{
 		leases:    client.CoordinationV1().Leases(namespace),
@@ -64,7 +90,42 @@ func New(client kubernetes.Interface, namespace string, opts ...Option) (*Backen
 	for _, o := range opts {
 		o(b)
 	}
+	if err := b.check.Validate(); err != nil {
+		return nil, fmt.Errorf("kubebackend: %w", err)
+	}
+	if b.now == nil {
+		return nil, fmt.Errorf("kubebackend: %w: WithClock(nil)", backend.ErrInvalidConfig)
+	}
+	if b.logger == nil {
+		b.logger = slog.Default()
+	}
+	if b.check != backend.CheckSkip {
+		if err := b.probe(ctx); err != nil {
+			if b.check == backend.CheckRefuse || errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrPermissionDenied) {
+				return nil, err
+			}
+			b.logger.Warn("kubebackend: safety check failed; going on (CheckWarn)", "error", err)
+		}
+	}
 	return b, nil
+}
+
+// probe lists one Lease of the namespace.
+func (b *Backend) probe(ctx context.Context) error {
+	_, err := b.leases.List(ctx, metav1.ListOptions{Limit: 1})
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsUnauthorized(err):
+		return fmt.Errorf("kubebackend: checking namespace %q: %w: %w", b.namespace, backend.ErrAuthRefused, err)
+	case apierrors.IsForbidden(err):
+		return fmt.Errorf("kubebackend: checking namespace %q: %w: %w", b.namespace, backend.ErrPermissionDenied, err)
+	}
+	var st apierrors.APIStatus
+	if errors.As(err, &st) && st.Status().Code < 500 {
+		return fmt.Errorf("kubebackend: checking namespace %q: %w", b.namespace, err)
+	}
+	return fmt.Errorf("kubebackend: checking namespace %q: %w: %w", b.namespace, backend.ErrUnreachable, err)
 }
 
 // ObservedExpiry marks the backend as one whose store has no clock: see

@@ -3,6 +3,7 @@ package kubebackend
 import (
 	"context"
 	"encoding/base64"
+	"fmt"
 	"strings"
 	"time"
 
@@ -74,7 +75,8 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 
 // List pages through the Leases a fencing lease used (they carry the label
 // fencing-go.github.io/managed), in the API server's order; cursor is its
-// continue token. A page may hold fewer than limit keys when prefix leaves
+// continue token (one the API server refuses gets an error wrapping
+// backend.ErrInvalidCursor). A page may hold fewer than limit keys when prefix leaves
 // some out.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
 	if err := b.start(ctx); err != nil {
@@ -89,6 +91,9 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 		Continue:      cursor,
 	})
 	if err != nil {
+		if cursor != "" && apierrors.IsBadRequest(err) {
+			return nil, "", fmt.Errorf("kubebackend: list Leases: %w: %w", backend.ErrInvalidCursor, err)
+		}
 		return nil, "", readErr("list Leases", err)
 	}
 	now := b.now()

@@ -13,7 +13,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 // elector runs a client-go LeaderElector on Lease name and records when it
@@ -84,7 +84,7 @@ func (e *elector) times() (started, ended time.Time) {
 func TestLeaderElectorWaitsForFencingLease(t *testing.T) {
 	srv := kubetest.Shared(t)
 	ns, client := srv.Namespace(t)
-	b, err := kubebackend.New(client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestLeaderElectorWaitsForFencingLease(t *testing.T) {
 func TestFencingWaitsForLeaderElector(t *testing.T) {
 	srv := kubetest.Shared(t)
 	ns, client := srv.Namespace(t)
-	b, err := kubebackend.New(client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}

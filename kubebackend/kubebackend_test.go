@@ -16,14 +16,14 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/faultproxy"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 func newBackend(t *testing.T) (*kubebackend.Backend, kubernetes.Interface, string) {
 	t.Helper()
 	srv := kubetest.Shared(t)
 	ns, client := srv.Namespace(t)
-	b, err := kubebackend.New(client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestLostReplyIsOutcomeUnknown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := kubebackend.New(client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}

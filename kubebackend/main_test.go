@@ -13,7 +13,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 func TestMain(m *testing.M) {
@@ -40,7 +40,7 @@ func newHarness(t testing.TB) *harness {
 
 func (h *harness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
 	ns, client := h.srv.Namespace(t)
-	b, err := kubebackend.New(client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns)
 	if err == nil {
 		h.mu.Lock()
 		h.spaces[b] = space{ns, client}
@@ -55,7 +55,7 @@ func (h *harness) NewObserver(_ context.Context, t testing.TB, b backend.Backend
 	h.mu.Lock()
 	sp := h.spaces[b]
 	h.mu.Unlock()
-	return kubebackend.New(sp.client, sp.ns)
+	return kubebackend.New(context.Background(), sp.client, sp.ns)
 }
 
 func (h *harness) Wait(ctx context.Context, d time.Duration) error {

@@ -18,7 +18,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/kubebackend"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 // restarter kills kube-apiserver with SIGKILL and starts it again on the
@@ -62,7 +62,7 @@ func (keepOpen) Close() error { return nil }
 func TestServerFaults(t *testing.T) {
 	srv := kubetest.Start(t)
 	ns, client := srv.Namespace(t)
-	b, err := kubebackend.New(client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestServerFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ab, err := kubebackend.New(alt, ns)
+		ab, err := kubebackend.New(context.Background(), alt, ns)
 		if err != nil {
 			t.Fatal(err)
 		}

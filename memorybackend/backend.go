@@ -28,11 +28,17 @@ type Backend struct {
 // Option configures a Backend.
 type Option func(*Backend)
 
-// WithClock makes the backend read c instead of the system clock. Should c
-// ever go backwards, the backend holds time at the latest reading until c
-// catches up, so nothing that expired comes back.
+// WithClock makes the backend read c instead of the system clock (nil
+// means the system clock). Should c ever go backwards, the backend holds
+// time at the latest reading until c catches up, so nothing that expired
+// comes back.
 func WithClock(c Clock) Option {
-	return func(b *Backend) { b.clock = &monotonic{c: c} }
+	return func(b *Backend) {
+		b.clock = nil
+		if c != nil {
+			b.clock = &monotonic{c: c}
+		}
+	}
 }
 
 // WithMaxToken caps the tokens the backend mints (default math.MaxUint64);
@@ -42,7 +48,10 @@ func WithMaxToken(max uint64) Option {
 	return func(b *Backend) { b.maxToken = max }
 }
 
-// New returns an empty in-memory backend. It has 128 shards per
+// New returns an empty in-memory backend. Unlike the backends over a store
+// outside the process it takes no context and returns no error: it sends
+// nothing and no option can be wrong, so it can neither block nor fail
+// (see backend's "Constructors and the safety check"). It has 128 shards per
 // runtime.GOMAXPROCS at the time of the call, at most 256: enough that
 // goroutines on different keys seldom write to the same shard (each such
 // write moves the shard's cache lines between cores), few enough that the

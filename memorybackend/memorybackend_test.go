@@ -70,6 +70,16 @@ func TestMaxTokenZero(t *testing.T) {
 	}
 }
 
+// TestWithClockNil: a nil clock is the system clock, not a panic at the
+// first request (New has no error to report it with).
+func TestWithClockNil(t *testing.T) {
+	b := memorybackend.New(memorybackend.WithClock(nil))
+	defer b.Close()
+	if _, err := b.Grant(context.Background(), req("k", "id", time.Minute, 0)); err != nil {
+		t.Fatalf("Grant: %v", err)
+	}
+}
+
 func TestFakeClock(t *testing.T) {
 	c := memorybackend.NewFakeClock(epoch)
 	if got := c.Now(); !got.Equal(epoch) {

@@ -192,3 +192,26 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 	set[sub] = struct{}{}
 	return sub, nil
 }
+
+// LineLength implements backend.LineReader.
+func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
+	if err := b.ready(ctx); err != nil {
+		return 0, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return 0, err
+	}
+	b.lines.mu.Lock()
+	defer b.lines.mu.Unlock()
+	ln := b.lines.line(key, false)
+	if ln == nil {
+		return 0, nil
+	}
+	now, n := b.now(), 0
+	for _, e := range ln.entries {
+		if now < e.expires {
+			n++
+		}
+	}
+	return n, nil
+}

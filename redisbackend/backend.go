@@ -40,7 +40,7 @@ type Backend struct {
 	prefix      string
 	minReplicas int
 	waitTimeout time.Duration
-	checkMode   ConfigMode
+	checkMode   backend.CheckMode
 	logger      *slog.Logger
 	maxToken    any // MaxToken in decimal, the grant script's limit
 	publish     any // "spublish" on a Cluster, else "publish"
@@ -67,25 +67,19 @@ func WithLogger(l *slog.Logger) Option {
 	return func(b *Backend) { b.logger = l }
 }
 
-// New returns a backend over client, checking the server's configuration
-// first as WithConfigCheck says (by default it refuses an unsafe one). The
-// client stays the caller's: Close never closes it.
-//
-// New talks to the server only for the configuration check; NewContext
-// bounds that with a context.
-func New(client redis.UniversalClient, opts ...Option) (*Backend, error) {
-	return NewContext(context.Background(), client, opts...)
-}
-
-// NewContext is New with a context for the configuration check.
-func NewContext(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Backend, error) {
+// New returns a backend over client, in the shape every backend shares
+// (see backend's "Constructors and the safety check"). It checks the
+// server's configuration first, bounded by ctx, as WithSafetyCheck says (by
+// default it refuses an unsafe one). New talks to the server only for
+// that check. The client stays the caller's: Close never closes it.
+func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Backend, error) {
 	if client == nil {
-		return nil, fmt.Errorf("%w: nil client", ErrInvalidOption)
+		return nil, fmt.Errorf("redisbackend: %w: nil client", backend.ErrInvalidConfig)
 	}
 	b := &Backend{
 		client:    client,
 		prefix:    DefaultPrefix,
-		checkMode: ConfigRefuse,
+		checkMode: backend.CheckRefuse,
 		maxToken:  strconv.FormatInt(MaxToken, 10),
 		publish:   "publish",
 		direct:    directInFlight,
@@ -233,7 +227,7 @@ func ceil(d, unit time.Duration) time.Duration {
 // differs between the hash and the channel.
 func checkPrefix(prefix string) error {
 	if _, after, ok := strings.Cut(prefix, "{"); ok && strings.HasPrefix(after, "}") {
-		return fmt.Errorf("%w: the prefix's first '{' is followed by '}' (an empty hash tag would put a key's hash and channel in different Cluster slots)", ErrInvalidOption)
+		return fmt.Errorf("%w: the prefix's first '{' is followed by '}' (an empty hash tag would put a key's hash and channel in different Cluster slots)", errInvalidConfig)
 	}
 	return nil
 }

@@ -31,7 +31,7 @@ func newClusterBackend(ctx context.Context, t testing.TB, client redis.Universal
 		redisbackend.WithPrefix(prefix),
 		redisbackend.WithLogger(slog.New(slog.DiscardHandler)),
 	}, opts...)
-	b, err := redisbackend.NewContext(ctx, client, opts...)
+	b, err := redisbackend.New(ctx, client, opts...)
 	if err != nil {
 		t.Fatalf("redisbackend.New on the cluster: %v", err)
 	}

@@ -8,15 +8,15 @@ import (
 	"sync"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing/backend"
 )
 
-// ConfigMode says what New does about a server configuration that can lose
-// tokens.
-type ConfigMode int
-
-// The configuration check modes. New reads CONFIG GET appendonly,
-// appendfsync and maxmemory-policy from every node it can see (each primary
-// and replica of a Cluster). Unsafe settings are:
+// WithSafetyCheck sets what New does about a server configuration that can
+// lose tokens (default backend.CheckRefuse; see backend's "Constructors and
+// the safety check"). New reads CONFIG GET appendonly, appendfsync and
+// maxmemory-policy from every node it can see (each primary and replica of
+// a Cluster). Unsafe settings are:
 //
 //   - appendonly no: a restart loses the counters (RDB snapshots lose every
 //     grant since the last save), so tokens can go back and be reissued;
@@ -24,47 +24,26 @@ type ConfigMode int
 //     time, with the same effect. (volatile-* and noeviction are safe: the
 //     records have no TTL.)
 //
+// Under CheckRefuse New fails with a *ConfigError wrapping
+// backend.ErrUnsafeStore when a node is unsafe, and wrapping
+// backend.ErrUnreachable when it cannot reach a node to check; CheckWarn
+// logs each finding and goes on; CheckSkip sends nothing.
+//
 // appendfsync everysec or no is logged as a warning in every mode but
-// ConfigIgnore and never refused: such a server normally keeps acknowledged
+// CheckSkip and never refused: such a server normally keeps acknowledged
 // grants through kill -9 of the process, but a crash of the machine loses
 // about the last second or two (everysec) or more (no).
 //
 // Before reading a node's settings, New sends it a PING. When the server
 // refuses the connection's credentials (WRONGPASS, NOAUTH) New fails with
-// an error wrapping ErrAuth, and when the user may not even PING (NOPERM)
-// with one wrapping ErrPermission, in ConfigRefuse and ConfigWarn alike:
-// no setting makes a wrong password work. Where only CONFIG is refused on
-// a connection that works (disabled or renamed, as on many managed
-// services, or NOPERM for an ACL user kept from admin commands), New logs
-// a warning that it could not check and goes on, in every mode.
-const (
-	// ConfigRefuse (the default) makes New fail with ErrUnsafeConfig when a
-	// node is unsafe, and when it cannot reach a node to check. Tokens that
-	// go back defeat fencing silently, so the default fails loudly; a test
-	// or cache-only deployment opts out with ConfigWarn or ConfigIgnore.
-	ConfigRefuse ConfigMode = iota
-	// ConfigWarn logs each unsafe setting and goes on.
-	ConfigWarn
-	// ConfigIgnore skips the check: New sends nothing to the server.
-	ConfigIgnore
-)
-
-// String returns the mode's name.
-func (m ConfigMode) String() string {
-	switch m {
-	case ConfigRefuse:
-		return "ConfigRefuse"
-	case ConfigWarn:
-		return "ConfigWarn"
-	case ConfigIgnore:
-		return "ConfigIgnore"
-	}
-	return fmt.Sprintf("ConfigMode(%d)", int(m))
-}
-
-// WithConfigCheck sets what New does about an unsafe server configuration
-// (default ConfigRefuse).
-func WithConfigCheck(mode ConfigMode) Option {
+// an error wrapping backend.ErrAuthRefused, and when the user may not even
+// PING (NOPERM) with one wrapping backend.ErrPermissionDenied, in
+// CheckRefuse and CheckWarn alike: no setting makes a wrong password work.
+// Where only CONFIG is refused on a connection that works (disabled or
+// renamed, as on many managed services, or NOPERM for an ACL user kept
+// from admin commands), New logs a warning that it could not check and
+// goes on, in every mode.
+func WithSafetyCheck(mode backend.CheckMode) Option {
 	return func(b *Backend) { b.checkMode = mode }
 }
 
@@ -83,12 +62,11 @@ func (r *configReport) add(list *[]string, format string, args ...any) {
 }
 
 func (b *Backend) checkConfig(ctx context.Context) error {
-	switch b.checkMode {
-	case ConfigIgnore:
+	if err := b.checkMode.Validate(); err != nil {
+		return fmt.Errorf("redisbackend: %w", err)
+	}
+	if b.checkMode == backend.CheckSkip {
 		return nil
-	case ConfigRefuse, ConfigWarn:
-	default:
-		return fmt.Errorf("%w: unknown %v", ErrInvalidOption, b.checkMode)
 	}
 	r := new(configReport)
 	check := func(ctx context.Context, node string, c redis.Cmdable) error {
@@ -116,13 +94,13 @@ func (b *Backend) checkConfig(ctx context.Context) error {
 		b.logger.Warn("redisbackend: redis durability caveat", "detail", msg)
 	}
 	if err != nil {
-		if errors.Is(err, ErrAuth) || errors.Is(err, ErrPermission) {
+		if errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrPermissionDenied) {
 			return err
 		}
 		if aerr := authError("", err); aerr != nil {
 			return aerr // a Cluster's own CLUSTER SHARDS, refused
 		}
-		if b.checkMode == ConfigRefuse {
+		if b.checkMode == backend.CheckRefuse {
 			return &ConfigError{Err: err}
 		}
 		b.logger.Warn("redisbackend: cannot check the redis configuration", "error", err)
@@ -130,7 +108,7 @@ func (b *Backend) checkConfig(ctx context.Context) error {
 	if len(r.unsafe) == 0 {
 		return nil
 	}
-	if b.checkMode == ConfigRefuse {
+	if b.checkMode == backend.CheckRefuse {
 		return &ConfigError{Unsafe: r.unsafe}
 	}
 	for _, msg := range r.unsafe {
@@ -139,9 +117,10 @@ func (b *Backend) checkConfig(ctx context.Context) error {
 	return nil
 }
 
-// ConfigError is New's error in ConfigRefuse when the check found a
-// setting that can lose tokens (Unsafe; it then wraps ErrUnsafeConfig) or
-// could not reach a node to check it (Err). Its message names the Go
+// ConfigError is New's error in backend.CheckRefuse when the check found a
+// setting that can lose tokens (Unsafe; it then wraps
+// backend.ErrUnsafeStore) or could not reach a node to check it (Err; it
+// then wraps backend.ErrUnreachable). Its message names the Go
 // option that runs anyway; a program with other knobs (the fencing CLI's
 // --redis-config-check) reads the fields and says its own.
 type ConfigError struct {
@@ -154,50 +133,52 @@ type ConfigError struct {
 
 // Error implements error.
 func (e *ConfigError) Error() string {
-	return e.Describe("WithConfigCheck(ConfigWarn)")
+	return e.Describe("WithSafetyCheck(backend.CheckWarn)")
 }
 
 // Describe is the error's message with optOut named as what runs anyway.
 func (e *ConfigError) Describe(optOut string) string {
 	if len(e.Unsafe) > 0 {
-		return fmt.Sprintf("%v: %s (see docs/redis.md; %s runs anyway)", ErrUnsafeConfig, strings.Join(e.Unsafe, "; "), optOut)
+		return fmt.Sprintf("redisbackend: %v: %s (see docs/redis.md; %s runs anyway)", backend.ErrUnsafeStore, strings.Join(e.Unsafe, "; "), optOut)
 	}
-	return fmt.Sprintf("redisbackend: check the redis configuration (or use %s): %v", optOut, e.Err)
+	return fmt.Sprintf("redisbackend: %v: check the redis configuration (or use %s): %v", backend.ErrUnreachable, optOut, e.Err)
 }
 
-// Unwrap returns ErrUnsafeConfig when a setting is unsafe, and Err.
+// Unwrap returns backend.ErrUnsafeStore when a setting is unsafe, and
+// backend.ErrUnreachable and Err when Err is set.
 func (e *ConfigError) Unwrap() []error {
 	var errs []error
 	if len(e.Unsafe) > 0 {
-		errs = append(errs, ErrUnsafeConfig)
+		errs = append(errs, backend.ErrUnsafeStore)
 	}
 	if e.Err != nil {
-		errs = append(errs, e.Err)
+		errs = append(errs, backend.ErrUnreachable, e.Err)
 	}
 	return errs
 }
 
-// authError returns err wrapped with ErrAuth or ErrPermission when the
+// authError returns err wrapped with backend.ErrAuthRefused or
+// backend.ErrPermissionDenied when the
 // server refused the connection's credentials or the user's permission,
 // and nil otherwise. node, when not empty, names the server.
 func authError(node string, err error) error {
 	var sentinel error
 	switch {
 	case redis.IsAuthError(err):
-		sentinel = ErrAuth
+		sentinel = backend.ErrAuthRefused
 	case redis.IsPermissionError(err):
-		sentinel = ErrPermission
+		sentinel = backend.ErrPermissionDenied
 	default:
 		return nil
 	}
 	if node != "" {
-		return fmt.Errorf("%w: %s: %w", sentinel, node, err)
+		return fmt.Errorf("redisbackend: %w: %s: %w", sentinel, node, err)
 	}
-	return fmt.Errorf("%w: %w", sentinel, err)
+	return fmt.Errorf("redisbackend: %w: %w", sentinel, err)
 }
 
 // checkNode reads one node's settings into r. It returns an error wrapping
-// ErrAuth or ErrPermission when the node refuses the connection (a PING
+// backend.ErrAuthRefused or backend.ErrPermissionDenied when the node refuses the connection (a PING
 // first), and otherwise only errors that are not a refusal to run CONFIG
 // (those it notes as unreadable).
 func (r *configReport) checkNode(ctx context.Context, node string, c redis.Cmdable) error {

@@ -9,13 +9,14 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
 // TestConfigCheckAuth: a connection the server refuses (a wrong or missing
 // password, an ACL user that may run nothing) is an error from New in
-// ConfigRefuse and ConfigWarn, naming the cause; an ACL user kept only from
+// CheckRefuse and CheckWarn, naming the cause; an ACL user kept only from
 // CONFIG gets the "cannot check" warning and a working backend.
 func TestConfigCheckAuth(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{AppendOnly: true, Args: []string{
@@ -30,18 +31,18 @@ func TestConfigCheckAuth(t *testing.T) {
 		want      error  // nil: New succeeds
 		cause     string // in the error, or in the warning when want is nil
 	}{
-		{"WrongPassword", "", "wrong", redisbackend.ErrAuth, "WRONGPASS"},
-		{"MissingPassword", "", "", redisbackend.ErrAuth, "NOAUTH"},
-		{"WrongUser", "nobody", "pw", redisbackend.ErrAuth, "WRONGPASS"},
-		{"UserWithoutPermission", "nothing", "pw", redisbackend.ErrPermission, "NOPERM"},
+		{"WrongPassword", "", "wrong", backend.ErrAuthRefused, "WRONGPASS"},
+		{"MissingPassword", "", "", backend.ErrAuthRefused, "NOAUTH"},
+		{"WrongUser", "nobody", "pw", backend.ErrAuthRefused, "WRONGPASS"},
+		{"UserWithoutPermission", "nothing", "pw", backend.ErrPermissionDenied, "NOPERM"},
 		{"UserWithoutConfig", "noconfig", "pw", nil, "cannot check"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			client := srv.Client(func(o *redis.Options) { o.Username, o.Password, o.MaxRetries = c.user, c.pwd, -1 })
-			for _, mode := range []redisbackend.ConfigMode{redisbackend.ConfigRefuse, redisbackend.ConfigWarn} {
+			for _, mode := range []backend.CheckMode{backend.CheckRefuse, backend.CheckWarn} {
 				logs := new(logRecorder)
-				b, err := redisbackend.NewContext(ctx, client, redisbackend.WithConfigCheck(mode), redisbackend.WithLogger(slog.New(logs)))
+				b, err := redisbackend.New(ctx, client, redisbackend.WithSafetyCheck(mode), redisbackend.WithLogger(slog.New(logs)))
 				if c.want == nil {
 					if err != nil {
 						t.Fatalf("%v: New: %v", mode, err)
@@ -56,8 +57,8 @@ func TestConfigCheckAuth(t *testing.T) {
 				if !errors.Is(err, c.want) || !strings.Contains(err.Error(), c.cause) || !strings.Contains(err.Error(), srv.Addr()) {
 					t.Fatalf("%v: New: %v; want %v naming %s and the server", mode, err, c.want, c.cause)
 				}
-				if errors.Is(err, redisbackend.ErrUnsafeConfig) {
-					t.Errorf("%v: New: %v also wraps ErrUnsafeConfig", mode, err)
+				if errors.Is(err, backend.ErrUnsafeStore) {
+					t.Errorf("%v: New: %v also wraps ErrUnsafeStore", mode, err)
 				}
 			}
 		})
@@ -68,15 +69,15 @@ func TestConfigCheckAuth(t *testing.T) {
 // and another program can name its own knob instead.
 func TestConfigErrorDescribe(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
-	_, err := redisbackend.New(srv.Client(), redisbackend.WithLogger(quietLogger()))
+	_, err := redisbackend.New(context.Background(), srv.Client(), redisbackend.WithLogger(quietLogger()))
 	var cerr *redisbackend.ConfigError
-	if !errors.As(err, &cerr) || !errors.Is(err, redisbackend.ErrUnsafeConfig) {
-		t.Fatalf("New on a server without persistence: %v, want a *ConfigError wrapping ErrUnsafeConfig", err)
+	if !errors.As(err, &cerr) || !errors.Is(err, backend.ErrUnsafeStore) {
+		t.Fatalf("New on a server without persistence: %v, want a *ConfigError wrapping ErrUnsafeStore", err)
 	}
-	if !strings.Contains(err.Error(), "WithConfigCheck(ConfigWarn) runs anyway") || len(cerr.Unsafe) != 1 || !strings.Contains(cerr.Unsafe[0], "appendonly") {
+	if !strings.Contains(err.Error(), "WithSafetyCheck(backend.CheckWarn) runs anyway") || len(cerr.Unsafe) != 1 || !strings.Contains(cerr.Unsafe[0], "appendonly") {
 		t.Errorf("error %q, Unsafe %q: want the Go option and one appendonly finding", err, cerr.Unsafe)
 	}
-	if got := cerr.Describe("--redis-config-check warn"); !strings.Contains(got, "--redis-config-check warn runs anyway") || strings.Contains(got, "WithConfigCheck") {
+	if got := cerr.Describe("--redis-config-check warn"); !strings.Contains(got, "--redis-config-check warn runs anyway") || strings.Contains(got, "WithSafetyCheck") {
 		t.Errorf("Describe = %q", got)
 	}
 }

@@ -38,7 +38,7 @@ func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend
 		redisbackend.WithPrefix(fmt.Sprintf("%s%d:", h.name, h.n.Add(1))),
 		redisbackend.WithLogger(quietLogger()),
 	}, h.opts...)
-	return redisbackend.NewContext(ctx, h.client, opts...)
+	return redisbackend.New(ctx, h.client, opts...)
 }
 
 // NewManyBackend implements conformance.ManyHarness: a prefix with a hash
@@ -49,7 +49,7 @@ func (h *harness) NewManyBackend(ctx context.Context, t testing.TB) (backend.Bac
 		redisbackend.WithPrefix(fmt.Sprintf("{%s%d}:", h.name, h.n.Add(1))),
 		redisbackend.WithLogger(quietLogger()),
 	}, h.opts...)
-	return redisbackend.NewContext(ctx, h.client, opts...)
+	return redisbackend.New(ctx, h.client, opts...)
 }
 
 func (h *harness) Wait(ctx context.Context, d time.Duration) error {

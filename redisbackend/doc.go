@@ -51,7 +51,7 @@
 // an append-only file (RDB snapshots only, or no persistence) a restart
 // loses tokens and they go back. An allkeys-* eviction policy can evict a
 // key's record at any time; volatile-* policies and noeviction never touch
-// it, since it has no TTL. New checks this configuration (WithConfigCheck).
+// it, since it has no TTL. New checks this configuration (WithSafetyCheck).
 //
 // Replication is asynchronous: a failover can lose grants the old primary
 // acknowledged. WithMinReplicas makes the primary wait for replicas after

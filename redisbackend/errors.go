@@ -12,7 +12,9 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// Sentinel errors of this backend. Test them with errors.Is.
+// The sentinel error of this backend; test it with errors.Is. New's errors
+// wrap package backend's shared ones (see backend's "Constructors and the
+// safety check"), List's bad cursor backend.ErrInvalidCursor.
 var (
 	// ErrReplication: a grant or renewal took effect on the primary, but
 	// fewer replicas than WithMinReplicas asked for acknowledged it in
@@ -20,24 +22,10 @@ var (
 	// failover could still lose the write; resending with the same lease ID
 	// waits again.
 	ErrReplication = errors.New("redisbackend: too few replicas acknowledged the write")
-	// ErrUnsafeConfig: the server's configuration can lose or evict tokens
-	// (see WithConfigCheck).
-	ErrUnsafeConfig = errors.New("redisbackend: unsafe redis configuration")
-	// ErrAuth: the server refused the connection's credentials (WRONGPASS:
-	// a wrong user name or password; NOAUTH: none given where one is
-	// required). New returns it from its configuration check.
-	ErrAuth = errors.New("redisbackend: authentication failed")
-	// ErrPermission: the server's ACL refused the connection's user a
-	// command it needs (NOPERM). New returns it when the user may not even
-	// PING; a user kept only from CONFIG gets a warning instead (see
-	// WithConfigCheck).
-	ErrPermission = errors.New("redisbackend: permission denied")
-	// ErrInvalidOption: New got a nil client or options it cannot honour.
-	ErrInvalidOption = errors.New("redisbackend: invalid option")
-	// ErrInvalidCursor: List got a cursor that no List of this package
-	// returned.
-	ErrInvalidCursor = errors.New("redisbackend: invalid list cursor")
 )
+
+// errInvalidConfig is wrapped by New's errors about its arguments.
+var errInvalidConfig = fmt.Errorf("redisbackend: %w", backend.ErrInvalidConfig)
 
 // sendError classifies the error of a script that was handed to go-redis
 // for op ("grant", ...). Scripts go out once (onceCmd), so the error is

@@ -13,19 +13,22 @@ import (
 )
 
 // A Coordinator on a standalone Redis. New refuses a server that could lose
-// tokens (no append-only file, allkeys-* eviction); see WithConfigCheck.
+// tokens (no append-only file, allkeys-* eviction); see WithSafetyCheck.
 func ExampleNew() {
 	client := redis.NewClient(&redis.Options{Addr: "localhost:6379"})
 	defer client.Close() // the client is yours: the backend never closes it
 
-	b, err := redisbackend.New(client)
+	// New checks the server's configuration: give it a deadline.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	b, err := redisbackend.New(ctx, client)
+	cancel()
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close()
 
 	c := fencing.New(b)
-	ctx := context.Background()
+	ctx = context.Background()
 	lease, err := c.Grant(ctx, "orders/42", 10*time.Second)
 	if err != nil {
 		log.Fatal(err)
@@ -43,7 +46,7 @@ func ExampleWithMinReplicas() {
 	})
 	defer client.Close()
 
-	b, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, 100*time.Millisecond))
+	b, err := redisbackend.New(context.Background(), client, redisbackend.WithMinReplicas(1, 100*time.Millisecond))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -58,7 +61,7 @@ func ExampleNew_cluster() {
 	})
 	defer client.Close()
 
-	b, err := redisbackend.New(client, redisbackend.WithPrefix("myapp:fencing:"))
+	b, err := redisbackend.New(context.Background(), client, redisbackend.WithPrefix("myapp:fencing:"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -109,7 +109,7 @@ func TestPauseHistory(t *testing.T) {
 // fail.
 func TestKillRestartWithoutPersistenceFailsCheck(t *testing.T) {
 	t.Setenv(conformance.VisualizationDirEnv, t.TempDir())
-	history := killHistory(t, redistest.Config{}, 1, redisbackend.WithConfigCheck(redisbackend.ConfigIgnore))
+	history := killHistory(t, redistest.Config{}, 1, redisbackend.WithSafetyCheck(backend.CheckSkip))
 	if err := conformance.CheckHistory(history, faultTraits()); err == nil {
 		t.Fatal("the checker accepted a history across a restart that lost every token")
 	} else {

@@ -41,14 +41,14 @@ func BenchmarkLockHandoff(b *testing.B) {
 		for _, fifo := range []bool{false, true} {
 			b.Run(fmt.Sprintf("waiters=%d/fifo=%v", n, fifo), func(b *testing.B) {
 				client := srv.Client()
-				rb, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger()), redisbackend.WithPrefix(fmt.Sprintf("handoff%d%v:", n, fifo)))
+				rb, err := redisbackend.New(context.Background(), client, redisbackend.WithLogger(quietLogger()), redisbackend.WithPrefix(fmt.Sprintf("handoff%d%v:", n, fifo)))
 				if err != nil {
 					b.Fatal(err)
 				}
 				defer rb.Close()
 				g := &grantCounter{Backend: rb}
 				c := fencing.New(g)
-				var opts []fencing.HoldOption
+				var opts []fencing.LockOption
 				if fifo {
 					opts = append(opts, fencing.WithFIFO())
 				}

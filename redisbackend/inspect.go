@@ -164,7 +164,7 @@ func decodeCursor(s string) (listCursor, error) {
 		err = json.Unmarshal(b, &c)
 	}
 	if err != nil {
-		return c, fmt.Errorf("%w: %w", ErrInvalidCursor, err)
+		return c, fmt.Errorf("redisbackend: %w: %w", backend.ErrInvalidCursor, err)
 	}
 	return c, nil
 }

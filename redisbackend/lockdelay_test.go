@@ -113,7 +113,7 @@ func TestLockDelayWithMinReplicas(t *testing.T) {
 	_, err := b.Grant(ctx, delayedReq("k", "b", time.Minute, 0))
 	wantDelayed(t, err, delay, "on the primary")
 	replica := rs.Replica.Client()
-	onReplica := newBackend(t, replica, redisbackend.WithConfigCheck(redisbackend.ConfigIgnore))
+	onReplica := newBackend(t, replica, redisbackend.WithSafetyCheck(backend.CheckSkip))
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		st, err := onReplica.Inspect(ctx, "k")

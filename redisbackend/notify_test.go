@@ -182,7 +182,7 @@ func TestNotifyClose(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer client.Close()
-	b, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger()))
+	b, err := redisbackend.New(context.Background(), client, redisbackend.WithLogger(quietLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,7 +27,7 @@ var persistent = redistest.Config{AppendOnly: true} // appendfsync always
 func newBackend(t *testing.T, client redis.UniversalClient, opts ...redisbackend.Option) *redisbackend.Backend {
 	t.Helper()
 	opts = append([]redisbackend.Option{redisbackend.WithLogger(quietLogger())}, opts...)
-	b, err := redisbackend.New(client, opts...)
+	b, err := redisbackend.New(context.Background(), client, opts...)
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
@@ -105,8 +105,8 @@ func TestKillAndRestartWithAOFAlways(t *testing.T) {
 type restarter struct{ srv *redistest.Server }
 
 func (r *restarter) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
-	// The default ConfigRefuse accepts this server.
-	return redisbackend.NewContext(ctx, r.srv.Client(), redisbackend.WithPrefix("restart:"), redisbackend.WithLogger(quietLogger()))
+	// The default CheckRefuse accepts this server.
+	return redisbackend.New(ctx, r.srv.Client(), redisbackend.WithPrefix("restart:"), redisbackend.WithLogger(quietLogger()))
 }
 
 func (r *restarter) Kill(testing.TB)  { r.srv.Kill() }
@@ -121,15 +121,15 @@ func TestRestartWithoutPersistenceLosesTokens(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
 	client := srv.Client()
 
-	_, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger()))
-	if !errors.Is(err, redisbackend.ErrUnsafeConfig) || !strings.Contains(err.Error(), "appendonly") {
-		t.Fatalf("New on a server without persistence: %v, want ErrUnsafeConfig about appendonly", err)
+	_, err := redisbackend.New(context.Background(), client, redisbackend.WithLogger(quietLogger()))
+	if !errors.Is(err, backend.ErrUnsafeStore) || !strings.Contains(err.Error(), "appendonly") {
+		t.Fatalf("New on a server without persistence: %v, want ErrUnsafeStore about appendonly", err)
 	}
 
 	logs := new(logRecorder)
-	b := newBackend(t, client, redisbackend.WithConfigCheck(redisbackend.ConfigWarn), redisbackend.WithLogger(slog.New(logs)))
+	b := newBackend(t, client, redisbackend.WithSafetyCheck(backend.CheckWarn), redisbackend.WithLogger(slog.New(logs)))
 	if !strings.Contains(logs.text(), "appendonly") {
-		t.Fatalf("ConfigWarn logged %q, want a warning about appendonly", logs.text())
+		t.Fatalf("CheckWarn logged %q, want a warning about appendonly", logs.text())
 	}
 	for i := range 3 {
 		id := "before-" + strconv.Itoa(i)
@@ -148,7 +148,7 @@ func TestConfigCheck(t *testing.T) {
 	cases := []struct {
 		name    string
 		cfg     redistest.Config
-		unsafe  string // substring of the ErrUnsafeConfig message; "" means accepted
+		unsafe  string // substring of the ErrUnsafeStore message; "" means accepted
 		warning string // substring of a logged warning; "" means no warning
 	}{
 		{"AOFAlways", persistent, "", ""},
@@ -157,7 +157,7 @@ func TestConfigCheck(t *testing.T) {
 		{"AllKeysLRU", redistest.Config{AppendOnly: true, Args: []string{"--maxmemory-policy", "allkeys-lru"}}, "maxmemory-policy", ""},
 		{"VolatileLRU", redistest.Config{AppendOnly: true, Args: []string{"--maxmemory-policy", "volatile-lru"}}, "", ""},
 		// Managed services often disable CONFIG: New cannot check, warns
-		// and goes on even in ConfigRefuse.
+		// and goes on even in CheckRefuse.
 		{"ConfigDisabled", redistest.Config{Args: []string{"--rename-command", "CONFIG", ""}}, "", "cannot check"},
 	}
 	for _, c := range cases {
@@ -166,21 +166,21 @@ func TestConfigCheck(t *testing.T) {
 			srv := redistest.Start(t, c.cfg)
 			client := srv.Client()
 			logs := new(logRecorder)
-			b, err := redisbackend.NewContext(ctx, client, redisbackend.WithLogger(slog.New(logs)))
+			b, err := redisbackend.New(ctx, client, redisbackend.WithLogger(slog.New(logs)))
 			if c.unsafe != "" {
-				if !errors.Is(err, redisbackend.ErrUnsafeConfig) || !strings.Contains(err.Error(), c.unsafe) {
-					t.Fatalf("New: %v, want ErrUnsafeConfig about %s", err, c.unsafe)
+				if !errors.Is(err, backend.ErrUnsafeStore) || !strings.Contains(err.Error(), c.unsafe) {
+					t.Fatalf("New: %v, want ErrUnsafeStore about %s", err, c.unsafe)
 				}
-				// ConfigWarn runs anyway and logs it; ConfigIgnore says nothing.
-				if _, err := redisbackend.New(client, redisbackend.WithConfigCheck(redisbackend.ConfigWarn), redisbackend.WithLogger(slog.New(logs))); err != nil {
-					t.Fatalf("New with ConfigWarn: %v", err)
+				// CheckWarn runs anyway and logs it; CheckSkip says nothing.
+				if _, err := redisbackend.New(context.Background(), client, redisbackend.WithSafetyCheck(backend.CheckWarn), redisbackend.WithLogger(slog.New(logs))); err != nil {
+					t.Fatalf("New with CheckWarn: %v", err)
 				}
 				if !strings.Contains(logs.text(), c.unsafe) {
-					t.Fatalf("ConfigWarn logged %q, want %s", logs.text(), c.unsafe)
+					t.Fatalf("CheckWarn logged %q, want %s", logs.text(), c.unsafe)
 				}
 				quiet := new(logRecorder)
-				if _, err := redisbackend.New(client, redisbackend.WithConfigCheck(redisbackend.ConfigIgnore), redisbackend.WithLogger(slog.New(quiet))); err != nil || quiet.text() != "" {
-					t.Fatalf("New with ConfigIgnore: %v, logged %q", err, quiet.text())
+				if _, err := redisbackend.New(context.Background(), client, redisbackend.WithSafetyCheck(backend.CheckSkip), redisbackend.WithLogger(slog.New(quiet))); err != nil || quiet.text() != "" {
+					t.Fatalf("New with CheckSkip: %v, logged %q", err, quiet.text())
 				}
 				return
 			}
@@ -203,12 +203,12 @@ func TestConfigCheckUnreachable(t *testing.T) {
 	}
 	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:" + strconv.Itoa(port), MaxRetries: -1})
 	defer client.Close()
-	if _, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger())); err == nil {
-		t.Fatal("New with ConfigRefuse on an unreachable server succeeded")
+	if _, err := redisbackend.New(context.Background(), client, redisbackend.WithLogger(quietLogger())); !errors.Is(err, backend.ErrUnreachable) {
+		t.Fatalf("New with CheckRefuse on an unreachable server: %v, want ErrUnreachable", err)
 	}
-	b, err := redisbackend.New(client, redisbackend.WithConfigCheck(redisbackend.ConfigIgnore))
+	b, err := redisbackend.New(context.Background(), client, redisbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
-		t.Fatalf("New with ConfigIgnore: %v", err)
+		t.Fatalf("New with CheckSkip: %v", err)
 	}
 	b.Close()
 }
@@ -446,7 +446,7 @@ func TestClosed(t *testing.T) {
 	client := redis.NewClient(&redis.Options{Addr: srv.Addr()})
 	defer client.Close()
 	ctx := context.Background()
-	b, err := redisbackend.New(client, redisbackend.WithLogger(quietLogger()))
+	b, err := redisbackend.New(context.Background(), client, redisbackend.WithLogger(quietLogger()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -528,17 +528,17 @@ func TestMinReplicasWithoutReplicas(t *testing.T) {
 	// Release does not wait.
 	mustRelease(t, b, "k", "lease-1")
 
-	if _, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, 0)); !errors.Is(err, redisbackend.ErrInvalidOption) {
-		t.Fatalf("New with WithMinReplicas(1, 0): %v, want ErrInvalidOption", err)
+	if _, err := redisbackend.New(context.Background(), client, redisbackend.WithMinReplicas(1, 0)); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("New with WithMinReplicas(1, 0): %v, want ErrInvalidConfig", err)
 	}
-	if _, err := redisbackend.New(client, redisbackend.WithMinReplicas(1, time.Minute)); !errors.Is(err, redisbackend.ErrInvalidOption) {
-		t.Fatalf("New with a WAIT timeout longer than the client's ReadTimeout: %v, want ErrInvalidOption", err)
+	if _, err := redisbackend.New(context.Background(), client, redisbackend.WithMinReplicas(1, time.Minute)); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("New with a WAIT timeout longer than the client's ReadTimeout: %v, want ErrInvalidConfig", err)
 	}
-	if _, err := redisbackend.New(client, redisbackend.WithConfigCheck(42)); !errors.Is(err, redisbackend.ErrInvalidOption) {
-		t.Fatalf("New with ConfigMode(42): %v, want ErrInvalidOption", err)
+	if _, err := redisbackend.New(context.Background(), client, redisbackend.WithSafetyCheck(42)); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("New with CheckMode(42): %v, want ErrInvalidConfig", err)
 	}
-	if _, err := redisbackend.New(nil); !errors.Is(err, redisbackend.ErrInvalidOption) {
-		t.Fatalf("New(nil): %v, want ErrInvalidOption", err)
+	if _, err := redisbackend.New(context.Background(), nil); !errors.Is(err, backend.ErrInvalidConfig) {
+		t.Fatalf("New(nil): %v, want ErrInvalidConfig", err)
 	}
 }
 

@@ -28,7 +28,7 @@ func WithMinReplicas(n int, timeout time.Duration) Option {
 
 func (b *Backend) checkWaitOptions() error {
 	if b.waitTimeout <= 0 {
-		return fmt.Errorf("%w: WithMinReplicas(%d, %v): the timeout must be positive", ErrInvalidOption, b.minReplicas, b.waitTimeout)
+		return fmt.Errorf("%w: WithMinReplicas(%d, %v): the timeout must be positive", errInvalidConfig, b.minReplicas, b.waitTimeout)
 	}
 	var readTimeout time.Duration
 	switch c := b.client.(type) {
@@ -37,10 +37,10 @@ func (b *Backend) checkWaitOptions() error {
 	case *redis.ClusterClient:
 		readTimeout = c.Options().ReadTimeout
 	default:
-		return fmt.Errorf("%w: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", ErrInvalidOption, b.client)
+		return fmt.Errorf("%w: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", errInvalidConfig, b.client)
 	}
 	if readTimeout > 0 && b.waitTimeout >= readTimeout {
-		return fmt.Errorf("%w: WithMinReplicas timeout %v must be shorter than the client's ReadTimeout %v", ErrInvalidOption, b.waitTimeout, readTimeout)
+		return fmt.Errorf("%w: WithMinReplicas timeout %v must be shorter than the client's ReadTimeout %v", errInvalidConfig, b.waitTimeout, readTimeout)
 	}
 	return nil
 }

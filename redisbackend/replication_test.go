@@ -27,7 +27,7 @@ func TestMinReplicas(t *testing.T) {
 	// WAIT's timeout must be shorter than the client's read timeout.
 	client := rs.Primary.Client(func(o *redis.Options) { o.ReadTimeout = 5 * time.Second })
 	newBackend := func(wait time.Duration) *redisbackend.Backend {
-		b, err := redisbackend.NewContext(ctx, client,
+		b, err := redisbackend.New(ctx, client,
 			redisbackend.WithPrefix("replicated:"),
 			redisbackend.WithMinReplicas(1, wait),
 			redisbackend.WithLogger(slog.New(slog.DiscardHandler)))

@@ -80,8 +80,12 @@ func (s *Semaphore) Size() int { return len(s.slots) }
 // Acquire waits for a permit, or until ctx ends, and holds it as
 // fencing.Coordinator.Hold does: renewed in the background, its Context
 // ending when the permit is lost or ctx ends, released with Held.Release.
-// opts are Hold's (WithOwner, WithMargin...). The permit's Token is its
-// slot's fencing token; send it with every write to the slot's resource.
+// opts are Hold's (WithOwner, WithMargin...): fencing.HoldOption, so the
+// options of Lock's wait (fencing.WithFIFO, fencing.WithPollInterval,
+// fencing.WithWaitTimeout), which Acquire's own wait does not honour, do
+// not compile here; its poll is the Semaphore's WithPollInterval, its bound
+// ctx's. The permit's Token is its slot's fencing token; send it with every
+// write to the slot's resource.
 //
 // A waiter whose ctx ends returns ctx's error and leaves nothing behind: a
 // grant whose outcome stayed unknown is released first (see Hold).

@@ -45,7 +45,7 @@ func (b *Backend) AdmitTx(ctx context.Context, tx *sql.Tx, key string, token uin
 		return err
 	}
 	if tx == nil {
-		return fmt.Errorf("%w: AdmitTx with a nil *sql.Tx", ErrInvalidConfig)
+		return fmt.Errorf("%w: AdmitTx with a nil *sql.Tx", errInvalidConfig)
 	}
 	live, ok, err := b.admitToken(ctx, tx, key)
 	if err != nil {

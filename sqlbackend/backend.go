@@ -5,10 +5,10 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	"github.com/fencing-go/fencing/backend"
 )
@@ -44,9 +44,9 @@ var (
 // String returns the dialect's name: "postgres" or "sqlite".
 func (d Dialect) String() string { return d.name }
 
-// ErrInvalidConfig is returned by New for a nil database, a zero Dialect or
-// a bad table prefix.
-var ErrInvalidConfig = errors.New("sqlbackend: invalid configuration")
+// errInvalidConfig is wrapped by New's errors about its arguments (a nil
+// database, a zero Dialect, a bad table prefix), and AdmitTx's.
+var errInvalidConfig = fmt.Errorf("sqlbackend: %w", backend.ErrInvalidConfig)
 
 // ErrNoTables is wrapped by the error of an operation on a database that has
 // no tables for the backend's prefix yet: run CreateTables (or DDL in a
@@ -68,8 +68,8 @@ type Backend struct {
 	prefix    string
 	sql       statements
 	clock     HostClock
-	checks    bool
-	checkTime time.Duration
+	check     backend.CheckMode
+	logger    *slog.Logger
 	listenDSN string
 	closed    atomic.Bool
 	notPgx    atomic.Bool // the pool's driver is not pgx's stdlib (pgQueryRow)
@@ -91,70 +91,80 @@ func WithTablePrefix(prefix string) Option { return func(b *Backend) { b.prefix 
 // It has no effect on PostgreSQL, whose server clock decides.
 func WithHostClock(c HostClock) Option { return func(b *Backend) { b.clock = c } }
 
-// WithoutSafetyChecks makes New skip the checks that refuse a database that
-// can lose or roll back committed tokens (see SafetyError). For tests on
-// throw-away servers only.
-func WithoutSafetyChecks() Option { return func(b *Backend) { b.checks = false } }
+// WithSafetyCheck sets what New does about a database that can lose or
+// roll back committed tokens (see SafetyError), or that it cannot reach
+// (default backend.CheckRefuse; see backend's "Constructors and the safety
+// check"). backend.CheckSkip is for tests on throw-away servers only.
+func WithSafetyCheck(mode backend.CheckMode) Option { return func(b *Backend) { b.check = mode } }
 
-// WithCheckTimeout bounds the round trips New makes for its safety checks,
-// and how long it waits for the listener's test notification (see
-// WithListener) (default 10 seconds each).
-func WithCheckTimeout(d time.Duration) Option { return func(b *Backend) { b.checkTime = d } }
+// WithLogger sets where New logs a failed safety check under
+// backend.CheckWarn (default slog.Default()).
+func WithLogger(l *slog.Logger) Option { return func(b *Backend) { b.logger = l } }
 
 // WithListener gives a PostgreSQL backend a connection string for the one
 // session it opens to LISTEN for releases and for leaves of a line, so
 // that NotifyFree and NotifyTurn wake waiters at once. It must reach the
 // server directly (a session, not a pooler in transaction mode): New
 // opens it once, LISTENs and sends a NOTIFY through db, and refuses a
-// session that hears nothing within the check timeout with
-// ErrNoNotifications. Without it both poll, every 100 ms, in one statement
+// session that hears nothing within ten seconds (or before New's context
+// ends) with ErrNoNotifications. Without it both poll, every 100 ms, in one statement
 // per Backend (see the package documentation). The session is opened for
 // the first subscription and closed a second after the last one, so that
 // consecutive Locks share it, or by Close.
 func WithListener(connString string) Option { return func(b *Backend) { b.listenDSN = connString } }
 
 // New returns a backend over db, which stays the caller's: Close never
-// closes it. On PostgreSQL db may reach the server through PgBouncer in
-// transaction pooling mode (see the package documentation).
+// closes it, in the shape every backend shares (see backend's
+// "Constructors and the safety check"). On PostgreSQL db may reach the
+// server through PgBouncer in transaction pooling mode (see the package
+// documentation). ctx bounds the round trips New makes.
 //
-// New checks that the database keeps what it commits (see SafetyError);
-// WithoutSafetyChecks turns that off. Its errors on PostgreSQL wrap
-// ErrAuthRefused, ErrUnreachable or ErrPermissionDenied when the server
-// refused the login, could not be reached or refused the role, and
-// ErrInvalidConfig (naming the fix) when pgx's cached prepared statements
-// clash through PgBouncer. It does not create the tables: call
+// New checks that the database keeps what it commits (see SafetyError),
+// as WithSafetyCheck says. Its errors wrap backend.ErrInvalidConfig for
+// its arguments (and, naming the fix, when pgx's cached prepared
+// statements clash through PgBouncer), and on PostgreSQL
+// backend.ErrAuthRefused, backend.ErrUnreachable or
+// backend.ErrPermissionDenied when the server refused the login, could not
+// be reached or refused the role. It does not create the tables: call
 // CreateTables, from every replica if you like, or run DDL in a migration.
-func New(db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
-	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, checks: true, checkTime: 10 * time.Second, writer: make(chan struct{}, 1)}
+func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
+	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, writer: make(chan struct{}, 1)}
 	b.hub.b = b
 	for _, o := range opts {
 		o(b)
 	}
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: nil *sql.DB", errInvalidConfig)
 	}
 	if dialect != Postgres && dialect != SQLite {
-		return nil, fmt.Errorf("%w: no dialect (use sqlbackend.Postgres or sqlbackend.SQLite)", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: no dialect (use sqlbackend.Postgres or sqlbackend.SQLite)", errInvalidConfig)
 	}
 	if !prefixPattern.MatchString(b.prefix) {
-		return nil, fmt.Errorf("%w: table prefix %q is not an unquoted identifier, optionally schema-qualified", ErrInvalidConfig, b.prefix)
+		return nil, fmt.Errorf("%w: table prefix %q is not an unquoted identifier, optionally schema-qualified", errInvalidConfig, b.prefix)
+	}
+	if err := b.check.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlbackend: %w", err)
 	}
 	if dialect == SQLite && b.clock == nil {
 		b.clock = SystemClock()
 	}
 	if b.listenDSN != "" && dialect != Postgres {
-		return nil, fmt.Errorf("%w: WithListener is for PostgreSQL", ErrInvalidConfig)
+		return nil, fmt.Errorf("%w: WithListener is for PostgreSQL", errInvalidConfig)
+	}
+	if b.logger == nil {
+		b.logger = slog.Default()
 	}
 	b.sql = newStatements(dialect, b.prefix)
-	if b.checks {
-		ctx, cancel := context.WithTimeout(context.Background(), b.checkTime)
-		defer cancel()
+	if b.check != backend.CheckSkip {
 		if err := b.checkSafety(ctx); err != nil {
-			return nil, err
+			if b.check == backend.CheckRefuse || errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrPermissionDenied) {
+				return nil, err
+			}
+			b.logger.Warn("sqlbackend: safety check failed; going on (CheckWarn)", "error", err)
 		}
 	}
 	if b.listenDSN != "" {
-		ctx, cancel := context.WithTimeout(context.Background(), b.checkTime)
+		ctx, cancel := context.WithTimeout(ctx, listenCheckWait)
 		defer cancel()
 		if err := b.checkListener(ctx); err != nil {
 			return nil, err

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -19,7 +20,7 @@ func TestPostgresLeaseKeptAcrossRestartBehindPgBouncer(t *testing.T) {
 	const ttl = 10 * time.Second // shorter than PgBouncer's default server_login_retry
 	srv := pgtest.Start(t)
 	bouncer := pgtest.StartBouncerConfig(t, srv, pgtest.BouncerConfig{PoolSize: 4, ServerLoginRetry: time.Second})
-	b, err := sqlbackend.New(bouncer.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	b, err := sqlbackend.New(context.Background(), bouncer.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		t.Fatal(err)
 	}

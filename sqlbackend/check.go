@@ -4,21 +4,19 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
-	"errors"
 	"fmt"
 	"strings"
-)
 
-// ErrUnsafeDatabase is wrapped by every *SafetyError.
-var ErrUnsafeDatabase = errors.New("sqlbackend: database may lose committed tokens")
+	"github.com/fencing-go/fencing/backend"
+)
 
 // SafetyError is returned by New for a database that could lose a committed
 // grant, and so reissue a token after a crash, or that cannot take writes;
 // on PostgreSQL also by Grant and Renew, which check the session in their
 // own statement (synchronous_commit, a standby, an unlogged lease table).
 // It names the setting, what it is, and the fix. errors.Is(err,
-// ErrUnsafeDatabase) reports true for it. WithoutSafetyChecks skips the
-// checks.
+// backend.ErrUnsafeStore) reports true for it. WithSafetyCheck sets what
+// New does about it.
 type SafetyError struct {
 	Setting string // e.g. "fsync", "synchronous_commit", "journal_mode"
 	Value   string // what the database reports
@@ -26,11 +24,11 @@ type SafetyError struct {
 }
 
 func (e *SafetyError) Error() string {
-	return fmt.Sprintf("%v: %s is %s; %s (or use sqlbackend.WithoutSafetyChecks for a throw-away database)", ErrUnsafeDatabase, e.Setting, e.Value, e.Fix)
+	return fmt.Sprintf("sqlbackend: %v: %s is %s; %s (or use sqlbackend.WithSafetyCheck(backend.CheckSkip) for a throw-away database)", backend.ErrUnsafeStore, e.Setting, e.Value, e.Fix)
 }
 
-// Unwrap returns ErrUnsafeDatabase.
-func (e *SafetyError) Unwrap() error { return ErrUnsafeDatabase }
+// Unwrap returns backend.ErrUnsafeStore.
+func (e *SafetyError) Unwrap() error { return backend.ErrUnsafeStore }
 
 // checkSafety refuses, on PostgreSQL, fsync=off, synchronous_commit=off, a
 // standby (pg_is_in_recovery) and a read-only session
@@ -132,7 +130,7 @@ func (b *Backend) schemaError(ctx context.Context, what string, err error) error
 // schemaGaps lists what the backend's tables lack; tables is false when
 // the leases table does not exist. It is bounded by the check timeout.
 func (b *Backend) schemaGaps(ctx context.Context) (missing []string, tables bool, err error) {
-	ctx, cancel := context.WithTimeout(ctx, b.checkTime)
+	ctx, cancel := context.WithTimeout(ctx, listenCheckWait)
 	defer cancel()
 	if b.dialect == Postgres {
 		var hasColumns, hasWaiters, hasGrant, hasEnqueue bool

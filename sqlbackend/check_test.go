@@ -18,7 +18,7 @@ import (
 func wantSafety(t *testing.T, what string, err error, setting string) {
 	t.Helper()
 	var se *sqlbackend.SafetyError
-	if !errors.As(err, &se) || se.Setting != setting || !errors.Is(err, sqlbackend.ErrUnsafeDatabase) || se.Fix == "" {
+	if !errors.As(err, &se) || se.Setting != setting || !errors.Is(err, backend.ErrUnsafeStore) || se.Fix == "" {
 		t.Fatalf("%s: New returned %v, want a *SafetyError for %s with a fix", what, err, setting)
 	}
 }
@@ -40,14 +40,14 @@ func TestSQLiteSafetyChecks(t *testing.T) {
 		{"off.db", "&_pragma=synchronous(OFF)", "synchronous"},
 	} {
 		db := open(c.name, c.params)
-		_, err := sqlbackend.New(db, sqlbackend.SQLite)
+		_, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 		wantSafety(t, c.params, err, c.setting)
-		if _, err := sqlbackend.New(db, sqlbackend.SQLite, sqlbackend.WithoutSafetyChecks()); err != nil {
-			t.Fatalf("%s with WithoutSafetyChecks: %v", c.params, err)
+		if _, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite, sqlbackend.WithSafetyCheck(backend.CheckSkip)); err != nil {
+			t.Fatalf("%s with CheckSkip: %v", c.params, err)
 		}
 	}
 	for _, params := range []string{"&_pragma=journal_mode(WAL)", "&_pragma=journal_mode(DELETE)&_pragma=synchronous(EXTRA)"} {
-		if _, err := sqlbackend.New(open("ok"+params[len(params)-5:], params), sqlbackend.SQLite); err != nil {
+		if _, err := sqlbackend.New(context.Background(), open("ok"+params[len(params)-5:], params), sqlbackend.SQLite); err != nil {
 			t.Fatalf("%s: %v, want a safe database", params, err)
 		}
 	}
@@ -56,12 +56,12 @@ func TestSQLiteSafetyChecks(t *testing.T) {
 	if _, err := rw.Exec("CREATE TABLE x (a)"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := sqlbackend.New(open("ro.db", "&mode=ro"), sqlbackend.SQLite)
+	_, err := sqlbackend.New(context.Background(), open("ro.db", "&mode=ro"), sqlbackend.SQLite)
 	wantSafety(t, "mode=ro", err, "write access")
 	// A file that is not SQLite.
 	junk := filepath.Join(dir, "junk.db")
 	os.WriteFile(junk, []byte(strings.Repeat("not a database ", 100)), 0o600)
-	if _, err := sqlbackend.New(open("junk.db", ""), sqlbackend.SQLite); err == nil || !strings.Contains(err.Error(), "SQLite") {
+	if _, err := sqlbackend.New(context.Background(), open("junk.db", ""), sqlbackend.SQLite); err == nil || !strings.Contains(err.Error(), "SQLite") {
 		t.Fatalf("New on a file that is not SQLite: %v, want an error saying so", err)
 	}
 }
@@ -69,13 +69,13 @@ func TestSQLiteSafetyChecks(t *testing.T) {
 func TestPostgresSafetyChecks(t *testing.T) {
 	// pgtest's fast server runs with fsync off.
 	fast := pgtest.Start(t)
-	_, err := sqlbackend.New(fast.DB(t), sqlbackend.Postgres)
+	_, err := sqlbackend.New(context.Background(), fast.DB(t), sqlbackend.Postgres)
 	wantSafety(t, "fsync=off", err, "fsync")
 
 	srv := pgtest.StartConfig(t, pgtest.Config{Durable: true})
 	admin := srv.DB(t)
 	ctx := context.Background()
-	if _, err := sqlbackend.New(srv.DB(t), sqlbackend.Postgres); err != nil {
+	if _, err := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres); err != nil {
 		t.Fatalf("New on a durable server: %v", err)
 	}
 	for _, c := range []struct{ set, reset, setting string }{
@@ -85,17 +85,17 @@ func TestPostgresSafetyChecks(t *testing.T) {
 		if _, err := admin.ExecContext(ctx, c.set); err != nil {
 			t.Fatal(err)
 		}
-		_, err := sqlbackend.New(srv.DB(t), sqlbackend.Postgres) // a new pool: new sessions
+		_, err := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres) // a new pool: new sessions
 		wantSafety(t, c.set, err, c.setting)
-		if _, err := sqlbackend.New(srv.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks()); err != nil {
-			t.Fatalf("%s with WithoutSafetyChecks: %v", c.set, err)
+		if _, err := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip)); err != nil {
+			t.Fatalf("%s with CheckSkip: %v", c.set, err)
 		}
 		if _, err := srv.DB(t).ExecContext(ctx, "BEGIN READ WRITE; "+c.reset+"; COMMIT"); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// A database that is not PostgreSQL.
-	if _, err := sqlbackend.New(openSQLite(t), sqlbackend.Postgres); err == nil || !strings.Contains(err.Error(), "PostgreSQL") {
+	if _, err := sqlbackend.New(context.Background(), openSQLite(t), sqlbackend.Postgres); err == nil || !strings.Contains(err.Error(), "PostgreSQL") {
 		t.Fatalf("New(Postgres) on SQLite: %v, want an error asking whether it is PostgreSQL", err)
 	}
 }
@@ -114,11 +114,11 @@ func TestBadConfig(t *testing.T) {
 		{"quoted prefix", db, sqlbackend.SQLite, []sqlbackend.Option{sqlbackend.WithTablePrefix(`"x"`)}},
 		{"listener on SQLite", db, sqlbackend.SQLite, []sqlbackend.Option{sqlbackend.WithListener("postgres://x")}},
 	} {
-		if _, err := sqlbackend.New(c.db, c.d, c.opts...); !errors.Is(err, sqlbackend.ErrInvalidConfig) {
+		if _, err := sqlbackend.New(context.Background(), c.db, c.d, c.opts...); !errors.Is(err, backend.ErrInvalidConfig) {
 			t.Errorf("%s: %v, want ErrInvalidConfig", c.name, err)
 		}
 	}
-	if _, err := sqlbackend.New(db, sqlbackend.SQLite, sqlbackend.WithTablePrefix("main.app_")); err != nil {
+	if _, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite, sqlbackend.WithTablePrefix("main.app_")); err != nil {
 		t.Errorf("schema-qualified prefix: %v", err)
 	}
 }
@@ -126,7 +126,7 @@ func TestBadConfig(t *testing.T) {
 // Before CreateTables every operation names it.
 func TestMissingTables(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
-		b, err := sqlbackend.New(h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix("never_created_"))...)
+		b, err := sqlbackend.New(context.Background(), h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix("never_created_"))...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func TestSchemaQualifiedPrefix(t *testing.T) {
 		if h.dialect == sqlbackend.Postgres {
 			prefix = "public.app_"
 		}
-		b, err := sqlbackend.New(h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix(prefix))...)
+		b, err := sqlbackend.New(context.Background(), h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix(prefix))...)
 		if err != nil {
 			t.Fatal(err)
 		}

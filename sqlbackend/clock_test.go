@@ -12,7 +12,7 @@ import (
 
 func newSQLiteBackend(t *testing.T, opts ...sqlbackend.Option) *sqlbackend.Backend {
 	t.Helper()
-	b, err := sqlbackend.New(openSQLite(t), sqlbackend.SQLite, opts...)
+	b, err := sqlbackend.New(context.Background(), openSQLite(t), sqlbackend.SQLite, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 func TestPostgresCopiedTablesRefuseUntilAdopted(t *testing.T) {
 	ctx := context.Background()
 	from, to := pgtest.Start(t), pgtest.Start(t)
-	old, err := sqlbackend.New(from.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	old, err := sqlbackend.New(context.Background(), from.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestPostgresCopiedTablesRefuseUntilAdopted(t *testing.T) {
 	}
 	pgtest.CopyDatabase(t, from, to)
 
-	b, err := sqlbackend.New(to.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	b, err := sqlbackend.New(context.Background(), to.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestPostgresCopiedTablesRefuseUntilAdopted(t *testing.T) {
 func TestPostgresPointInTimeRecoveryTokensNeverGoBack(t *testing.T) {
 	ctx := context.Background()
 	primary := pgtest.StartConfig(t, pgtest.Config{Durable: true, Archive: true})
-	b, err := sqlbackend.New(primary.DB(t), sqlbackend.Postgres)
+	b, err := sqlbackend.New(context.Background(), primary.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestPostgresPointInTimeRecoveryTokensNeverGoBack(t *testing.T) {
 	primary.Stop()
 
 	recovered := pgtest.StartRecovery(t, backup)
-	rb, err := sqlbackend.New(recovered.DB(t), sqlbackend.Postgres)
+	rb, err := sqlbackend.New(context.Background(), recovered.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}

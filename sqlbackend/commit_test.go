@@ -27,7 +27,7 @@ func TestSQLiteFailedCommitIsUnknown(t *testing.T) {
 		}
 		return err
 	})
-	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +62,7 @@ func TestSQLiteBeginThatRanButFailed(t *testing.T) {
 		return err
 	})
 	db.SetMaxOpenConns(1) // the connection that began is the one the next call gets
-	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package sqlbackend_test
 import (
 	"testing"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
@@ -37,7 +38,7 @@ func TestPostgresConformanceListener(t *testing.T) {
 func TestPgBouncerConformance(t *testing.T) {
 	srv := pgtest.Start(t)
 	bouncer := pgtest.StartBouncer(t, srv, 4)
-	h := &harness{db: bouncer.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithoutSafetyChecks()}}
+	h := &harness{db: bouncer.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithSafetyCheck(backend.CheckSkip)}}
 	conformance.Run(t, h)
 }
 

@@ -136,7 +136,7 @@ func createTables(dialect, where, prefix string) error {
 		return err
 	}
 	defer db.Close()
-	b, err := sqlbackend.New(db, d, opts...)
+	b, err := sqlbackend.New(context.Background(), db, d, opts...)
 	if err != nil {
 		return err
 	}
@@ -149,7 +149,7 @@ func openWhere(dialect, where, prefix string) (*sql.DB, sqlbackend.Dialect, []sq
 	if dialect == "postgres" {
 		db, err := sqlOpenPgx(where)
 		// The test server runs with fsync off.
-		return db, sqlbackend.Postgres, append(opts, sqlbackend.WithoutSafetyChecks()), err
+		return db, sqlbackend.Postgres, append(opts, sqlbackend.WithSafetyCheck(backend.CheckSkip)), err
 	}
 	db, err := sql.Open("sqlite", where)
 	return db, sqlbackend.SQLite, opts, err
@@ -163,7 +163,7 @@ func checkTablesWork(t *testing.T, dialect, where, prefix string) {
 		t.Fatal(err)
 	}
 	defer db.Close()
-	b, err := sqlbackend.New(db, d, opts...)
+	b, err := sqlbackend.New(context.Background(), db, d, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@
 // adapter and modernc.org/sqlite).
 //
 //	db, _ := sql.Open("pgx", "postgres://app@db/app")
-//	b, err := sqlbackend.New(db, sqlbackend.Postgres)
+//	b, err := sqlbackend.New(ctx, db, sqlbackend.Postgres) // ctx bounds the safety check
 //	if err != nil { ... }                   // e.g. a *SafetyError: fsync=off
 //	if err := b.CreateTables(ctx); err != nil { ... } // or DDL() in a migration
 //	c := fencing.New(b)
@@ -45,7 +45,7 @@
 // in transaction pooling mode; with pgx before PgBouncer 1.21, use a
 // connection string with default_query_exec_mode=exec (or simple_protocol),
 // as pgx's default caches named prepared statements per connection (New
-// reports the clash as ErrInvalidConfig). Set PgBouncer's
+// reports the clash as backend.ErrInvalidConfig). Set PgBouncer's
 // server_login_retry to 1 second: after a login fails while PostgreSQL
 // restarts, PgBouncer refuses logins for that long (15 seconds by
 // default), and every renewal in that time fails. The listener session
@@ -141,7 +141,7 @@
 // writes, with a *SafetyError naming the setting and the fix: on PostgreSQL
 // fsync=off, synchronous_commit=off, a standby, a read-only session and an
 // UNLOGGED lease table; on SQLite journal_mode MEMORY or OFF and
-// synchronous below FULL. WithoutSafetyChecks skips them, for throw-away
+// synchronous below FULL. WithSafetyCheck(backend.CheckSkip) skips them, for throw-away
 // test databases. On PostgreSQL every grant and renewal checks again, in
 // its own statement, what a pooler or an application can change after New:
 // a session with synchronous_commit off, a standby, an unlogged lease

@@ -25,7 +25,7 @@ func Example() {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 	if err != nil {
 		panic(err) // e.g. a *sqlbackend.SafetyError
 	}
@@ -53,7 +53,7 @@ func ExampleBackend_AdmitTx() {
 	db, _ := sql.Open("sqlite", "file:"+filepath.Join(dir, "app.db")+"?_pragma=busy_timeout(10000)&_pragma=journal_mode(WAL)")
 	defer db.Close()
 	ctx := context.Background()
-	b, _ := sqlbackend.New(db, sqlbackend.SQLite)
+	b, _ := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 	defer b.Close()
 	b.CreateTables(ctx)
 	db.ExecContext(ctx, `CREATE TABLE orders (id INTEGER PRIMARY KEY, total INTEGER)`)

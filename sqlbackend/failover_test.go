@@ -85,7 +85,7 @@ func asyncFailover(t *testing.T) {
 	primary := pgtest.StartConfig(t, pgtest.Config{Durable: true})
 	p := faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", primary.Port()), faultproxy.Hooks{})
 	replica := pgtest.StartReplica(t, primary, p.Addr())
-	b, err := sqlbackend.New(primary.DB(t), sqlbackend.Postgres)
+	b, err := sqlbackend.New(context.Background(), primary.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -111,7 +111,7 @@ func asyncFailover(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	standby, err := sqlbackend.New(replica.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	standby, err := sqlbackend.New(context.Background(), replica.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +175,7 @@ func asyncFailover(t *testing.T) {
 	if err := replica.DB(t).QueryRowContext(ctx, "SELECT timeline_id FROM pg_control_checkpoint()").Scan(&checkpointTimeline); err != nil {
 		t.Fatal(err)
 	}
-	promoted, err := sqlbackend.New(replica.DB(t), sqlbackend.Postgres)
+	promoted, err := sqlbackend.New(context.Background(), replica.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatalf("New on the promoted replica: %v", err)
 	}

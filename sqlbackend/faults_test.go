@@ -31,7 +31,7 @@ import (
 func TestPostgresCrashTokensNeverGoBack(t *testing.T) {
 	srv := pgtest.StartConfig(t, pgtest.Config{Durable: true})
 	db := srv.DB(t)
-	b, err := sqlbackend.New(db, sqlbackend.Postgres)
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func TestPostgresLostReply(t *testing.T) {
 	// dropped reply is the one after the statement ran.
 	proxied.SetMaxOpenConns(1)
 	ctx := context.Background()
-	b, err := sqlbackend.New(proxied, sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	b, err := sqlbackend.New(context.Background(), proxied, sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +129,7 @@ func TestPostgresLostReply(t *testing.T) {
 	if err := b.CreateTables(ctx); err != nil {
 		t.Fatal(err)
 	}
-	direct, _ := sqlbackend.New(srv.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	direct, _ := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	defer direct.Close()
 	if _, err := b.Grant(ctx, backend.Request{Key: "warm-up", LeaseID: "w", Timeout: time.Minute}); err != nil {
 		t.Fatal(err)
@@ -177,7 +177,7 @@ func TestPostgresLostReply(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer refused.Close()
-	rb, _ := sqlbackend.New(refused, sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	rb, _ := sqlbackend.New(context.Background(), refused, sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	defer rb.Close()
 	_, err = rb.Grant(ctx, backend.Request{Key: "k", LeaseID: "never", Timeout: time.Minute})
 	if err == nil || errors.Is(err, backend.ErrOutcomeUnknown) {
@@ -221,7 +221,7 @@ func runChild(role, path string) {
 	}
 	// New, then the first Grant, wait for the victim's write lock.
 	fmt.Println("waiting")
-	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -272,7 +272,7 @@ func runChild(role, path string) {
 func TestSQLiteProcesses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shared.db")
 	db := openSQLitePath(t, path)
-	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}

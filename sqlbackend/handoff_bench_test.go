@@ -77,7 +77,7 @@ func benchHandoff(b *testing.B, h *harness, extra []sqlbackend.Option, backends,
 			db = openSQLitePath(b, dbPath(b, h))
 		}
 		opts := append(append([]sqlbackend.Option{prefix}, h.opts...), extra...)
-		sb, err := sqlbackend.New(db, h.dialect, opts...)
+		sb, err := sqlbackend.New(context.Background(), db, h.dialect, opts...)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -89,7 +89,7 @@ func benchHandoff(b *testing.B, h *harness, extra []sqlbackend.Option, backends,
 		}
 		cs = append(cs, fencing.New(grantCounter{sb, &grants}))
 	}
-	var opts []fencing.HoldOption
+	var opts []fencing.LockOption
 	if fifo {
 		opts = append(opts, fencing.WithFIFO())
 	}

@@ -119,7 +119,7 @@ func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend
 	if h.clock != nil {
 		opts = append(opts, sqlbackend.WithHostClock(h.clock))
 	}
-	b, err := sqlbackend.New(h.db, h.dialect, opts...)
+	b, err := sqlbackend.New(context.Background(), h.db, h.dialect, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -171,5 +171,5 @@ func (h *harness) PresetToken(ctx context.Context, b backend.Backend, key string
 // with fsync off, which the safety check would refuse.
 func newPostgres(t testing.TB) (*pgtest.Server, *harness) {
 	srv := pgtest.Start(t)
-	return srv, &harness{db: srv.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithoutSafetyChecks()}}
+	return srv, &harness{db: srv.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithSafetyCheck(backend.CheckSkip)}}
 }

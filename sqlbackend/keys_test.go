@@ -56,7 +56,7 @@ func TestKeysAreBytes(t *testing.T) {
 func TestSQLGuardInTheSameSchema(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		ctx := context.Background()
-		b, err := sqlbackend.New(h.db, h.dialect, h.opts...) // the default prefix
+		b, err := sqlbackend.New(context.Background(), h.db, h.dialect, h.opts...) // the default prefix
 		if err != nil {
 			t.Fatal(err)
 		}

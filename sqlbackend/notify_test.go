@@ -27,7 +27,7 @@ func TestNotifyFreeFromAnotherBackend(t *testing.T) {
 		}
 		defer waiterB.Close()
 		prefix := sqlbackend.WithTablePrefix("t" + strconv.FormatInt(h.n.Load(), 10) + "_")
-		other, err := sqlbackend.New(h.db, h.dialect, append(append([]sqlbackend.Option(nil), h.opts...), prefix)...)
+		other, err := sqlbackend.New(context.Background(), h.db, h.dialect, append(append([]sqlbackend.Option(nil), h.opts...), prefix)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +82,7 @@ func drain(sub backend.Subscription) {
 func TestSQLiteLockOnePoolConnection(t *testing.T) {
 	db := openSQLite(t)
 	db.SetMaxOpenConns(1)
-	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,7 +126,7 @@ func TestNotifyTurnOnlyTheNext(t *testing.T) {
 		defer waiterB.Close()
 		q := waiterB.(backend.Queuer)
 		prefix := sqlbackend.WithTablePrefix("t" + strconv.FormatInt(h.n.Load(), 10) + "_")
-		other, err := sqlbackend.New(h.db, h.dialect, append(append([]sqlbackend.Option(nil), h.opts...), prefix)...)
+		other, err := sqlbackend.New(context.Background(), h.db, h.dialect, append(append([]sqlbackend.Option(nil), h.opts...), prefix)...)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -351,8 +351,8 @@ func TestPostgresReleaseNotifiesOnlyWaiters(t *testing.T) {
 		t.Fatalf("with nobody waiting the spy heard %q first, want only the marker", p)
 	}
 
-	waiter, err := sqlbackend.New(h.db, sqlbackend.Postgres, sqlbackend.WithTablePrefix(strings.TrimSuffix(b.Table(), "leases")),
-		sqlbackend.WithoutSafetyChecks(), sqlbackend.WithListener(srv.DSN()))
+	waiter, err := sqlbackend.New(context.Background(), h.db, sqlbackend.Postgres, sqlbackend.WithTablePrefix(strings.TrimSuffix(b.Table(), "leases")),
+		sqlbackend.WithSafetyCheck(backend.CheckSkip), sqlbackend.WithListener(srv.DSN()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestPostgresReleaseNotifiesOnlyWaiters(t *testing.T) {
 func TestNotifyTurnPollOlderThanEnqueueDoesNotWake(t *testing.T) {
 	b, path := sharedFile(t)
 	ctx := context.Background()
-	other, err := sqlbackend.New(openSQLitePath(t, path), sqlbackend.SQLite)
+	other, err := sqlbackend.New(context.Background(), openSQLitePath(t, path), sqlbackend.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -23,7 +24,7 @@ func TestPostgresSameOwnerTwoProcesses(t *testing.T) {
 	srv := pgtest.Start(t)
 	bouncer := pgtest.StartBouncer(t, srv, 2)
 	coordinator := func() (*fencing.Coordinator, *sqlbackend.Backend) {
-		b, err := sqlbackend.New(bouncer.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+		b, err := sqlbackend.New(context.Background(), bouncer.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func runQueueChild(ctx context.Context, db *sql.DB, role string) bool {
 	}
 	switch {
 	case role == "delay-holder":
-		b, err := sqlbackend.New(db, sqlbackend.SQLite)
+		b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 		if err != nil {
 			fail(err)
 		}
@@ -54,7 +54,7 @@ func runQueueChild(ctx context.Context, db *sql.DB, role string) bool {
 		os.Exit(1)
 	case strings.HasPrefix(role, "fifo-waiter/"):
 		name := strings.TrimPrefix(role, "fifo-waiter/")
-		b, err := sqlbackend.New(db, sqlbackend.SQLite)
+		b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 		if err != nil {
 			fail(err)
 		}
@@ -128,7 +128,7 @@ func startChild(t *testing.T, role, path string) (*exec.Cmd, *bufio.Scanner) {
 func sharedFile(t *testing.T) (*sqlbackend.Backend, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "shared.db")
-	b, err := sqlbackend.New(openSQLitePath(t, path), sqlbackend.SQLite)
+	b, err := sqlbackend.New(context.Background(), openSQLitePath(t, path), sqlbackend.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -385,3 +385,26 @@ func (h *hub) wakeTurn(key, tag string) {
 		}
 	}
 }
+
+// LineLength implements backend.LineReader: one read of the key's live
+// entries, outside any transaction.
+func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
+	if err := b.ready(ctx); err != nil {
+		return 0, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return 0, err
+	}
+	var n int
+	var err error
+	if b.dialect == Postgres {
+		err = b.db.QueryRowContext(ctx, b.sql.lineLength, []byte(key)).Scan(&n)
+	} else {
+		now := b.hostNow()
+		err = b.db.QueryRowContext(ctx, b.sql.lineLength, []byte(key), now.boot, now.since).Scan(&n)
+	}
+	if err != nil {
+		return 0, b.classify(ctx, "line length", err)
+	}
+	return n, nil
+}

@@ -91,6 +91,7 @@ type statements struct {
 
 	notifyChannel string // PostgreSQL's NOTIFY channel for releases
 	turnChannel   string // and for a line's entries leaving
+	lineLength    string // LineReader: a key's live entries
 	table         string
 	waiters       string
 	cluster       string
@@ -135,6 +136,7 @@ func newStatements(d Dialect, prefix string) statements {
 		s.turn = r.Replace(`SELECT s.k, s.id, coalesce((SELECT max(a.seq) FROM {w} AS a WHERE a.key = e.key AND a.seq < e.seq AND a.expires_at > c.n), 0) ` +
 			`FROM (SELECT clock_timestamp() AS n) AS c CROSS JOIN unnest($1::bytea[], $2::text[]) AS s(k, id) ` +
 			`JOIN {w} AS e ON e.key = s.k AND e.waiter_id = s.id AND e.expires_at > c.n`)
+		s.lineLength = r.Replace(`SELECT count(*) FROM {w} WHERE key = $1 AND expires_at > clock_timestamp()`)
 		return s
 	}
 	bare := channelName(prefix, "waiters") // the table's name without its schema, as CREATE INDEX ... ON takes it
@@ -174,6 +176,7 @@ func newStatements(d Dialect, prefix string) statements {
 	s.behind = r.Replace(`SELECT waiter_id FROM {w} WHERE key = ?1 AND seq > ?5 AND ` + liveEntry + ` ORDER BY seq LIMIT 1`)
 	// A key's live entries in order, for the poll.
 	s.turn = r.Replace(`SELECT waiter_id, seq FROM {w} WHERE key = ?1 AND boot_id = ?2 AND expires_at > ?3 ORDER BY seq`)
+	s.lineLength = r.Replace(`SELECT count(*) FROM {w} WHERE key = ?1 AND boot_id = ?2 AND expires_at > ?3`)
 	return s
 }
 

@@ -31,7 +31,7 @@ func failover(t *testing.T, synchronous bool) (acked, next uint64) {
 	}
 	p := faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", primary.Port()), faultproxy.Hooks{})
 	replica := pgtest.StartReplica(t, primary, p.Addr())
-	b, err := sqlbackend.New(primary.DB(t), sqlbackend.Postgres)
+	b, err := sqlbackend.New(context.Background(), primary.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -55,7 +55,7 @@ func failover(t *testing.T, synchronous bool) (acked, next uint64) {
 		}
 	}
 	// Wait until the replica has replayed them.
-	replicaBackend, err := sqlbackend.New(replica.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	replicaBackend, err := sqlbackend.New(context.Background(), replica.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,7 +94,7 @@ func failover(t *testing.T, synchronous bool) (acked, next uint64) {
 			t.Fatal(err)
 		}
 	}
-	promoted, err := sqlbackend.New(replica.DB(t), sqlbackend.Postgres)
+	promoted, err := sqlbackend.New(context.Background(), replica.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatalf("New on the promoted replica: %v", err)
 	}

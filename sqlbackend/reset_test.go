@@ -29,7 +29,7 @@ func TestPostgresResetAfterSend(t *testing.T) {
 	defer proxied.Close()
 	proxied.SetMaxOpenConns(1) // prepared by the warm-up: one round trip per operation
 	ctx := context.Background()
-	b, err := sqlbackend.New(proxied, sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	b, err := sqlbackend.New(context.Background(), proxied, sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +37,7 @@ func TestPostgresResetAfterSend(t *testing.T) {
 	if err := b.CreateTables(ctx); err != nil {
 		t.Fatal(err)
 	}
-	direct, _ := sqlbackend.New(srv.DB(t), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+	direct, _ := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	defer direct.Close()
 	if _, err := b.Grant(ctx, backend.Request{Key: "warm-up", LeaseID: "w", Timeout: time.Minute}); err != nil {
 		t.Fatal(err)

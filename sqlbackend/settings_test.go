@@ -23,7 +23,7 @@ func TestPostgresGrantChecksSettings(t *testing.T) {
 	srv := pgtest.StartConfig(t, pgtest.Config{Durable: true})
 	ctx := context.Background()
 	admin := srv.DB(t)
-	b, err := sqlbackend.New(srv.DB(t), sqlbackend.Postgres)
+	b, err := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func TestPostgresGrantChecksSettings(t *testing.T) {
 		t.Helper()
 		var safety *sqlbackend.SafetyError
 		_, err := b.Grant(ctx, backend.Request{Key: "other", LeaseID: "x", Timeout: time.Minute})
-		if !errors.As(err, &safety) || safety.Setting != setting || !errors.Is(err, sqlbackend.ErrUnsafeDatabase) {
+		if !errors.As(err, &safety) || safety.Setting != setting || !errors.Is(err, backend.ErrUnsafeStore) {
 			t.Fatalf("%s: Grant = %v, want a *SafetyError naming %s", what, err, setting)
 		}
 		_, err = b.Renew(ctx, backend.Request{Key: "k", LeaseID: "held", Timeout: time.Minute})
@@ -73,7 +73,7 @@ func TestPostgresGrantChecksSettings(t *testing.T) {
 	// A session setting, behind New's back: one connection.
 	one := srv.DB(t)
 	one.SetMaxOpenConns(1)
-	sb, err := sqlbackend.New(one, sqlbackend.Postgres)
+	sb, err := sqlbackend.New(context.Background(), one, sqlbackend.Postgres)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +98,7 @@ func TestPostgresGrantChecksSettings(t *testing.T) {
 	} {
 		exec(admin, c.set)
 		fresh := srv.DB(t) // new sessions
-		nb, err := sqlbackend.New(fresh, sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+		nb, err := sqlbackend.New(context.Background(), fresh, sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -113,7 +113,7 @@ func TestPostgresGrantChecksSettings(t *testing.T) {
 	setting := "persistence of " + b.Table()
 	refused("ALTER TABLE ... SET UNLOGGED", b, setting)
 	var safety *sqlbackend.SafetyError
-	if _, err := sqlbackend.New(srv.DB(t), sqlbackend.Postgres); !errors.As(err, &safety) || safety.Setting != setting {
+	if _, err := sqlbackend.New(context.Background(), srv.DB(t), sqlbackend.Postgres); !errors.As(err, &safety) || safety.Setting != setting {
 		t.Fatalf("New on an unlogged lease table: %v, want a *SafetyError naming %s", err, setting)
 	}
 	if err := b.CreateTables(ctx); !errors.As(err, &safety) || safety.Setting != setting {

@@ -16,7 +16,7 @@ import (
 func newSkewedPostgres(t *testing.T, offset time.Duration) (*faketime.Clock, *pgtest.Server, *harness) {
 	clock := faketime.New(t, offset)
 	srv := pgtest.StartConfig(t, pgtest.Config{Env: clock.Env()})
-	h := &harness{db: srv.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithoutSafetyChecks()}}
+	h := &harness{db: srv.DB(t), dialect: sqlbackend.Postgres, opts: []sqlbackend.Option{sqlbackend.WithSafetyCheck(backend.CheckSkip)}}
 	var server time.Time
 	if err := h.db.QueryRow(`SELECT clock_timestamp()`).Scan(&server); err != nil {
 		t.Fatal(err)

@@ -8,28 +8,24 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencing-go/fencing/backend"
 )
 
 // The errors of New and CreateTables on PostgreSQL that a deployment meets
-// at start-up, besides *SafetyError (unsafe settings), ErrInvalidConfig
-// and ErrNoTables / ErrOldSchema (missing tables, from the operations).
+// at start-up wrap package backend's (backend.ErrAuthRefused,
+// backend.ErrPermissionDenied, backend.ErrUnreachable,
+// backend.ErrInvalidConfig, and backend.ErrUnsafeStore by way of
+// *SafetyError), besides ErrNoTables / ErrOldSchema (missing tables, from
+// the operations) and ErrNoNotifications.
 
-// ErrAuthRefused is wrapped by the error of New or CreateTables when the
-// server refused the login: a wrong password, an unknown role, no
-// pg_hba.conf entry (SQLSTATE class 28).
-var ErrAuthRefused = errors.New("sqlbackend: the server refused the login")
-
-// ErrPermissionDenied is wrapped by the error of CreateTables (and New)
-// when the role may not do what it asked (SQLSTATE 42501): create in the
-// schema, or replace functions another role owns.
-var ErrPermissionDenied = errors.New("sqlbackend: permission denied")
-
-// ErrUnreachable is wrapped by the error of New or CreateTables when the
-// server could not be reached: the connection was refused, timed out or
-// broke, or the server is starting or shutting down.
-var ErrUnreachable = errors.New("sqlbackend: the server is unreachable")
+// listenCheckWait bounds how long New waits for the test notification of
+// WithListener, its absence being seen only by waiting, and how long an
+// operation's error waits for the catalog that explains it (schemaGaps).
+const listenCheckWait = 10 * time.Second
 
 // ErrNoNotifications is wrapped by the error of New when the session of
 // WithListener does not receive a notification sent through db: it does
@@ -52,19 +48,19 @@ func startError(what string, err error) error {
 	var netErr net.Error
 	switch {
 	case class == "28":
-		return fmt.Errorf("sqlbackend: %s: %w: %w", what, ErrAuthRefused, err)
+		return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrAuthRefused, err)
 	case code == "42501":
-		return fmt.Errorf("sqlbackend: %s: %w: %w", what, ErrPermissionDenied, err)
+		return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrPermissionDenied, err)
 	case code == "26000" || code == "42P05":
 		// prepared statement "stmtcache_..." does not exist, or already
 		// exists: a pooler moved the client to a server session without
 		// pgx's cached statement, or with another client's.
 		return fmt.Errorf("%w: %s: prepared statements clash on a shared server session (PgBouncer in transaction mode before 1.21?): "+
 			"add default_query_exec_mode=exec (or simple_protocol) to the connection string, or set PgBouncer's max_prepared_statements (1.21 or later): %w",
-			ErrInvalidConfig, what, err)
+			errInvalidConfig, what, err)
 	case class == "08", code == "57P01", code == "57P02", code == "57P03",
 		!isState && (notSent(err) || errors.As(err, &netErr) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, os.ErrDeadlineExceeded)):
-		return fmt.Errorf("sqlbackend: %s: %w: %w", what, ErrUnreachable, err)
+		return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrUnreachable, err)
 	}
 	return fmt.Errorf("sqlbackend: %s: %w", what, err)
 }
@@ -95,7 +91,7 @@ func (b *Backend) checkListener(ctx context.Context) error {
 	case err == nil && n.Channel == ch:
 		return nil
 	case err == nil || errors.Is(err, context.DeadlineExceeded):
-		return fmt.Errorf("%w (nothing within %v of a NOTIFY): does WithListener reach PgBouncer in transaction mode? It must reach the server directly; without it waiters poll", ErrNoNotifications, b.checkTime)
+		return fmt.Errorf("%w (nothing within %v of a NOTIFY): does WithListener reach PgBouncer in transaction mode? It must reach the server directly; without it waiters poll", ErrNoNotifications, listenCheckWait)
 	}
 	return startError("WithListener: wait for the notification", err)
 }

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -37,9 +38,9 @@ func TestPostgresStartErrors(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { db.Close() })
-		return sqlbackend.New(db, sqlbackend.Postgres, opts...)
+		return sqlbackend.New(context.Background(), db, sqlbackend.Postgres, opts...)
 	}
-	all := []error{sqlbackend.ErrAuthRefused, sqlbackend.ErrUnreachable, sqlbackend.ErrPermissionDenied, sqlbackend.ErrInvalidConfig, sqlbackend.ErrUnsafeDatabase}
+	all := []error{backend.ErrAuthRefused, backend.ErrUnreachable, backend.ErrPermissionDenied, backend.ErrInvalidConfig, backend.ErrUnsafeStore}
 	only := func(t *testing.T, what string, err, want error, says string) {
 		t.Helper()
 		for _, e := range all {
@@ -57,21 +58,21 @@ func TestPostgresStartErrors(t *testing.T) {
 		want      error
 		says      string
 	}{
-		{"a wrong password", strings.Replace(dsn("app", srv.Port()), "app@", "app:wrong@", 1), sqlbackend.ErrAuthRefused, "28P01"},
-		{"no password", dsn("app", srv.Port()), sqlbackend.ErrAuthRefused, "28P01"},
-		{"an unknown role", dsn("nobody", srv.Port()), sqlbackend.ErrAuthRefused, `"nobody"`},
-		{"a closed port", dsn("app", closedPort), sqlbackend.ErrUnreachable, "refused"},
+		{"a wrong password", strings.Replace(dsn("app", srv.Port()), "app@", "app:wrong@", 1), backend.ErrAuthRefused, "28P01"},
+		{"no password", dsn("app", srv.Port()), backend.ErrAuthRefused, "28P01"},
+		{"an unknown role", dsn("nobody", srv.Port()), backend.ErrAuthRefused, `"nobody"`},
+		{"a closed port", dsn("app", closedPort), backend.ErrUnreachable, "refused"},
 	} {
 		_, err := newBackend(c.dsn)
 		only(t, c.what, err, c.want, c.says)
 	}
 	// The role may log in but not create in the schema public.
-	b, err := newBackend(strings.Replace(dsn("app", srv.Port()), "app@", "app:right@", 1), sqlbackend.WithoutSafetyChecks())
+	b, err := newBackend(strings.Replace(dsn("app", srv.Port()), "app@", "app:right@", 1), sqlbackend.WithSafetyCheck(backend.CheckSkip))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	only(t, "CreateTables without CREATE on the schema", b.CreateTables(context.Background()), sqlbackend.ErrPermissionDenied, "42501")
+	only(t, "CreateTables without CREATE on the schema", b.CreateTables(context.Background()), backend.ErrPermissionDenied, "42501")
 
 	// Through PgBouncer 1.18 (one server session) without
 	// default_query_exec_mode: the second client's prepared statement
@@ -79,7 +80,7 @@ func TestPostgresStartErrors(t *testing.T) {
 	noExec := strings.Replace(bouncer.DSN(), "&default_query_exec_mode=exec", "", 1)
 	var clash error
 	for range 2 {
-		if _, err := newBackend(noExec, sqlbackend.WithCheckTimeout(30*time.Second)); err != nil {
+		if _, err := newBackend(noExec); err != nil {
 			clash = err
 		}
 	}
@@ -87,7 +88,7 @@ func TestPostgresStartErrors(t *testing.T) {
 		t.Skip("this PgBouncer keeps prepared statements (1.21 or later with max_prepared_statements)")
 	}
 	t.Logf("through PgBouncer without default_query_exec_mode: %v", clash)
-	only(t, "pgx's prepared statements through PgBouncer", clash, sqlbackend.ErrInvalidConfig, "default_query_exec_mode=exec")
+	only(t, "pgx's prepared statements through PgBouncer", clash, backend.ErrInvalidConfig, "default_query_exec_mode=exec")
 }
 
 // WithListener through PgBouncer in transaction mode would never hear a
@@ -97,12 +98,14 @@ func TestPostgresListenerThroughPgBouncer(t *testing.T) {
 	bouncer := pgtest.StartBouncer(t, srv, 4)
 	db := bouncer.DB(t)
 	start := time.Now()
-	_, err := sqlbackend.New(db, sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks(), sqlbackend.WithListener(bouncer.DSN()), sqlbackend.WithCheckTimeout(time.Second))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second) // bounds the wait for a NOTIFY that never comes
+	_, err := sqlbackend.New(ctx, db, sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip), sqlbackend.WithListener(bouncer.DSN()))
+	cancel()
 	if !errors.Is(err, sqlbackend.ErrNoNotifications) || !strings.Contains(err.Error(), "PgBouncer") {
 		t.Fatalf("WithListener through PgBouncer: %v; want ErrNoNotifications naming PgBouncer", err)
 	}
 	t.Logf("refused after %v: %v", time.Since(start).Round(time.Millisecond), err)
-	b, err := sqlbackend.New(db, sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks(), sqlbackend.WithListener(srv.DSN()))
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip), sqlbackend.WithListener(srv.DSN()))
 	if err != nil {
 		t.Fatalf("WithListener on the server, the pool through PgBouncer: %v", err)
 	}

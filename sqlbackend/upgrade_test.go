@@ -72,7 +72,7 @@ func TestUpgradeFromEarlierRelease(t *testing.T) {
 		const prefix = "v1_"
 		createV1(t, h, prefix)
 		_, v1Token := grantV1(t, h, prefix, "k", "v1-lease", time.Minute)
-		b, err := sqlbackend.New(h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix(prefix))...)
+		b, err := sqlbackend.New(context.Background(), h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix(prefix))...)
 		if err != nil {
 			t.Fatalf("New on the earlier release's tables: %v", err)
 		}
@@ -152,7 +152,7 @@ func TestDDLForMigrations(t *testing.T) {
 			prefix string
 			v1     bool
 		}{{"fresh_", false}, {"migrated_", true}} {
-			b, err := sqlbackend.New(h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix(c.prefix))...)
+			b, err := sqlbackend.New(context.Background(), h.db, h.dialect, append(h.opts, sqlbackend.WithTablePrefix(c.prefix))...)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -24,7 +24,6 @@ import (
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/redisbackend"
-	"github.com/fencing-go/fencing/sqlbackend"
 )
 
 // envPrefix starts the environment variable of every backend flag:
@@ -65,7 +64,8 @@ type connFlags struct {
 	redisCluster        bool
 	redisConfigCheck    string
 
-	sql sqlFlags // sqlconn.go
+	sql  sqlFlags  // sqlconn.go
+	kube kubeFlags // kubeconn.go
 }
 
 // addConnFlags declares the backend flags on cmd and arranges for their
@@ -86,7 +86,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 			fs.SetAnnotation(n, envAnnotation, []string{envName(n)})
 		}
 	}
-	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, memory, etcd or redis (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, else sqlite)")
+	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, memory, etcd, redis or kube (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, else sqlite)")
 	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis)", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
@@ -115,6 +115,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 	env("redis-addr", "redis-user", "redis-password", "redis-db", "redis-tls", "redis-cacert", "redis-cert", "redis-key",
 		"redis-tls-insecure", "redis-sentinel-master", "redis-sentinel-password", "redis-cluster", "redis-config-check")
 	f.sql.add(fs)
+	f.kube.add(fs)
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error { return applyEnv(cmd.Flags()) }
 	return f
 }
@@ -148,7 +149,7 @@ func applyEnv(fs *pflag.FlagSet) error {
 type session struct {
 	c       *fencing.Coordinator
 	b       backend.Backend
-	name    string // sqlite, postgres, memory, etcd or redis
+	name    string // sqlite, postgres, memory, etcd, redis or kube
 	where   string // what to name in "unreachable" errors
 	timeout time.Duration
 	close   func()
@@ -236,8 +237,10 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 		err = f.openSQLite(ctx, s)
 	case "postgres":
 		err = f.openPostgres(ctx, s)
+	case "kube":
+		err = f.openKube(ctx, s)
 	default:
-		return nil, fmt.Errorf("%w: --backend %q: want sqlite, postgres, memory, etcd or redis", errUsage, kind)
+		return nil, fmt.Errorf("%w: --backend %q: want sqlite, postgres, memory, etcd, redis or kube", errUsage, kind)
 	}
 	if err != nil {
 		return nil, err
@@ -278,7 +281,7 @@ func (f *connFlags) openEtcd(ctx context.Context, s *session) error {
 	// bounds it.
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	b, err := etcdbackend.NewContext(cctx, cli, opts...)
+	b, err := etcdbackend.New(cctx, cli, opts...)
 	if err != nil {
 		cli.Close()
 		return s.reachError(err)
@@ -303,12 +306,14 @@ func (s *session) authError(err error) error {
 	var mark error
 	switch {
 	case redis.IsAuthError(err), errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrUserEmpty),
-		errors.Is(err, sqlbackend.ErrAuthRefused):
+		errors.Is(err, backend.ErrAuthRefused):
 		mark = errAuth
-	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, sqlbackend.ErrPermissionDenied):
+	case redis.IsPermissionError(err), errors.Is(err, rpctypes.ErrPermissionDenied), errors.Is(err, backend.ErrPermissionDenied):
 		mark = errPermission
 	default:
-		return nil
+		if mark = kubeAuthError(err); mark == nil {
+			return nil
+		}
 	}
 	return fmt.Errorf("%w: %s: %w", mark, s.where, err)
 }
@@ -329,14 +334,14 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	if f.redisAddr == "" {
 		return fmt.Errorf("%w: the redis backend needs --redis-addr (or FENCING_REDIS_ADDR)", errUsage)
 	}
-	var mode redisbackend.ConfigMode
+	var mode backend.CheckMode
 	switch f.redisConfigCheck {
 	case "refuse":
-		mode = redisbackend.ConfigRefuse
+		mode = backend.CheckRefuse
 	case "warn":
-		mode = redisbackend.ConfigWarn
+		mode = backend.CheckWarn
 	case "ignore":
-		mode = redisbackend.ConfigIgnore
+		mode = backend.CheckSkip
 	default:
 		return fmt.Errorf("%w: --redis-config-check %q: want refuse, warn or ignore", errUsage, f.redisConfigCheck)
 	}
@@ -351,11 +356,11 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 		client.Close()
 		return s.reachError(err)
 	}
-	opts := []redisbackend.Option{redisbackend.WithConfigCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
+	opts := []redisbackend.Option{redisbackend.WithSafetyCheck(mode), redisbackend.WithLogger(slog.New(slog.NewTextHandler(os.Stderr, nil)))}
 	if f.prefix != "" {
 		opts = append(opts, redisbackend.WithPrefix(f.prefix))
 	}
-	b, err := redisbackend.NewContext(cctx, client, opts...)
+	b, err := redisbackend.New(cctx, client, opts...)
 	if err != nil {
 		client.Close()
 		var cerr *redisbackend.ConfigError

@@ -98,7 +98,7 @@ func elect(cmd *cobra.Command, conn *connFlags, tf termFlags, key, identity stri
 		return err
 	}
 	defer s.Close()
-	e := election.New(s.c, key, tf.ttl, election.WithHoldOptions(tf.holdOptions()...))
+	e := election.New(s.c, key, tf.ttl, election.WithLockOptions(lockOptions(tf.holdOptions())...))
 	// The command's environment is this process's (see runHeld).
 	if err := setenv("FENCING_IDENTITY", identity); err != nil {
 		return err

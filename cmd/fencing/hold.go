@@ -194,15 +194,19 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, keys []string) (h hel
 	if hf.maxHold > 0 {
 		opts = append(opts, fencing.WithMaxHold(hf.maxHold))
 	}
-	if hf.fifo {
-		opts = append(opts, fencing.WithFIFO())
-	}
 	stop = func() { cancel(nil) }
+	var lockOpts []fencing.LockOption
+	if hf.wait {
+		lockOpts = lockOptions(opts)
+		if hf.fifo {
+			lockOpts = append(lockOpts, fencing.WithFIFO())
+		}
+	}
 	switch {
 	case len(keys) > 1 && hf.wait:
 		spin := startSpinner(cmd.ErrOrStderr(), "waiting for "+quote(key)+" and "+strconv.Itoa(len(keys)-1)+" more keys")
 		var m *fencing.HeldMany
-		m, err = s.c.LockMany(ctx, keys, hf.ttl, opts...)
+		m, err = s.c.LockMany(ctx, keys, hf.ttl, lockOpts...)
 		spin.Stop()
 		h = heldMany{m}
 	case len(keys) > 1:
@@ -212,7 +216,7 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, keys []string) (h hel
 	case hf.wait:
 		spin := startSpinner(cmd.ErrOrStderr(), "waiting for "+quote(key))
 		var one *fencing.Held
-		one, err = s.c.Lock(ctx, key, hf.ttl, opts...)
+		one, err = s.c.Lock(ctx, key, hf.ttl, lockOpts...)
 		spin.Stop()
 		h = heldOne{one}
 	default:
@@ -329,4 +333,13 @@ func runHeld(cmd *cobra.Command, h heldLeases, grace time.Duration, env []string
 			child.stop()
 		}
 	}
+}
+
+// lockOptions returns Hold's options as Lock's, to add Lock's own to.
+func lockOptions(opts []fencing.HoldOption) []fencing.LockOption {
+	lock := make([]fencing.LockOption, len(opts), len(opts)+1)
+	for i, o := range opts {
+		lock[i] = o
+	}
+	return lock
 }

@@ -14,8 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/redisbackend"
-	"github.com/fencing-go/fencing/sqlbackend"
+	"github.com/fencing-go/fencing/backend"
 )
 
 // Exit codes. A command run by hold exits with its own code; these are the
@@ -125,7 +124,7 @@ failed or permission denied; hold passes on its command's own code.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(demoCommand(), getCommand(), listCommand(), grantCommand(), renewCommand(), releaseCommand(), holdCommand(), watchCommand())
+	root.AddCommand(demoCommand(), getCommand(), listCommand(), grantCommand(), renewCommand(), releaseCommand(), holdCommand(), watchCommand(), topCommand())
 	root.AddCommand(electCommand(), leaderCommand(), semCommand())
 	root.AddCommand(fenceCommand())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return err })
@@ -156,10 +155,10 @@ func exitCodeOf(err error) int {
 		return exitHeld
 	case errors.Is(err, fencing.ErrLeaseLost), errors.Is(err, fencing.ErrLeaseExpired), errors.Is(err, fencing.ErrLeaseNotFound):
 		return exitLost
-	case errors.Is(err, errAuth), errors.Is(err, errPermission), errors.Is(err, redisbackend.ErrAuth), errors.Is(err, redisbackend.ErrPermission),
-		errors.Is(err, sqlbackend.ErrAuthRefused), errors.Is(err, sqlbackend.ErrPermissionDenied):
+	case errors.Is(err, errAuth), errors.Is(err, errPermission), errors.Is(err, backend.ErrAuthRefused), errors.Is(err, backend.ErrPermissionDenied),
+		errors.Is(err, backend.ErrAuthRefused), errors.Is(err, backend.ErrPermissionDenied):
 		return exitAuth
-	case errors.Is(err, errUnreachable), errors.Is(err, sqlbackend.ErrUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
+	case errors.Is(err, errUnreachable), errors.Is(err, backend.ErrUnreachable), errors.As(err, &oe), errors.Is(err, fencing.ErrOutcomeUnknown),
 		errors.Is(err, context.DeadlineExceeded):
 		return exitUnreachable
 	}

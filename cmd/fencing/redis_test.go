@@ -52,7 +52,7 @@ func TestRedisAuth(t *testing.T) {
 func TestRedisConfigRefusal(t *testing.T) {
 	srv := redistest.Start(t, redistest.Config{})
 	r := want(t, exitError, "get", "k", "--redis-addr", srv.Addr())
-	if !strings.Contains(r.stderr, "appendonly") || !strings.Contains(r.stderr, "--redis-config-check warn") || strings.Contains(r.stderr, "WithConfigCheck") {
+	if !strings.Contains(r.stderr, "appendonly") || !strings.Contains(r.stderr, "--redis-config-check warn") || strings.Contains(r.stderr, "WithSafetyCheck") {
 		t.Errorf("refusal: %v", r)
 	}
 	want(t, 0, "get", "k", "--redis-addr", srv.Addr(), "--redis-config-check", "warn")

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 	_ "modernc.org/sqlite" // the "sqlite" database/sql driver
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -94,7 +95,7 @@ func (f *connFlags) openSQLite(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
-	b, err := sqlbackend.New(db, sqlbackend.SQLite)
+	b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
 	if err == nil {
 		cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 		err = b.CreateTables(cctx)
@@ -132,8 +133,8 @@ func (f *connFlags) openPostgres(ctx context.Context, s *session) error {
 	defer cancel()
 	// New's first round trip tells a refused login (exit 6) from a
 	// server that does not answer (exit 5).
-	b, err := sqlbackend.New(db, sqlbackend.Postgres, sqlbackend.WithCheckTimeout(f.requestTimeout))
-	if errors.Is(err, sqlbackend.ErrAuthRefused) || errors.Is(err, sqlbackend.ErrUnreachable) {
+	b, err := sqlbackend.New(cctx, db, sqlbackend.Postgres)
+	if errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrUnreachable) {
 		db.Close()
 		return s.reachError(err)
 	}

@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fencing-go/fencing/guard"
-	"github.com/fencing-go/fencing/kubebackend/internal/kubetest"
 	"github.com/fencing-go/fencing/kubebackend/kubeguard"
+	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
 
 func TestMain(m *testing.M) { kubetest.Main(m) }

@@ -15,7 +15,7 @@ import (
 // until b.N locks have been taken, so that each release hands the key to a
 // waiter. The timer runs from the first Lock to the last Release; any error
 // fails b.
-func LockHandoffs(b *testing.B, cs []*fencing.Coordinator, key string, n int, opts ...fencing.HoldOption) {
+func LockHandoffs(b *testing.B, cs []*fencing.Coordinator, key string, n int, opts ...fencing.LockOption) {
 	b.Helper()
 	ctx := context.Background()
 	var left atomic.Int64

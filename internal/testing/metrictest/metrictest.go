@@ -1,11 +1,13 @@
 // Package metrictest reads OpenTelemetry metrics in tests: a MeterProvider
-// backed by the SDK's ManualReader, and the sum of an Int64 counter.
+// backed by the SDK's ManualReader, the sum of an Int64 counter and the
+// count of a histogram.
 package metrictest
 
 import (
 	"context"
 	"testing"
 
+	"go.opentelemetry.io/otel/attribute"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 )
@@ -41,6 +43,33 @@ func (r *Reader) Sum(t testing.TB, name string) int64 {
 			if sum, ok := m.Data.(metricdata.Sum[int64]); ok {
 				for _, dp := range sum.DataPoints {
 					total += dp.Value
+				}
+			}
+		}
+	}
+	return total
+}
+
+// Count returns how many values the Float64 histogram called name
+// recorded with the attribute attr=value (every attribute set when attr is
+// empty).
+func (r *Reader) Count(t testing.TB, name string, attr attribute.Key, value string) uint64 {
+	t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := r.reader.Collect(context.Background(), &rm); err != nil {
+		t.Fatalf("collect metrics: %v", err)
+	}
+	var total uint64
+	for _, sm := range rm.ScopeMetrics {
+		for _, m := range sm.Metrics {
+			if m.Name != name {
+				continue
+			}
+			if h, ok := m.Data.(metricdata.Histogram[float64]); ok {
+				for _, dp := range h.DataPoints {
+					if v, ok := dp.Attributes.Value(attr); attr == "" || ok && v.Emit() == value {
+						total += dp.Count
+					}
 				}
 			}
 		}

@@ -42,17 +42,17 @@ func BenchmarkMintCheck(b *testing.B) {
 		}},
 		{"postgres", func(b *testing.B) backend.Backend {
 			// The test server runs with fsync off, for speed.
-			return sqlBackend(b, pgtest.Start(b).DB(b), sqlbackend.Postgres, sqlbackend.WithoutSafetyChecks())
+			return sqlBackend(b, pgtest.Start(b).DB(b), sqlbackend.Postgres, sqlbackend.WithSafetyCheck(backend.CheckSkip))
 		}},
 		{"etcd", func(b *testing.B) backend.Backend {
-			be, err := etcdbackend.New(etcdtest.Client(b))
+			be, err := etcdbackend.New(context.Background(), etcdtest.Client(b))
 			if err != nil {
 				b.Fatal(err)
 			}
 			return be
 		}},
 		{"redis", func(b *testing.B) backend.Backend {
-			be, err := redisbackend.New(redistest.Start(b, redistest.Config{AppendOnly: true}).Client())
+			be, err := redisbackend.New(context.Background(), redistest.Start(b, redistest.Config{AppendOnly: true}).Client())
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -89,7 +89,7 @@ func BenchmarkMintCheck(b *testing.B) {
 }
 
 func sqlBackend(b *testing.B, db *sql.DB, d sqlbackend.Dialect, opts ...sqlbackend.Option) backend.Backend {
-	be, err := sqlbackend.New(db, d, opts...)
+	be, err := sqlbackend.New(context.Background(), db, d, opts...)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,7 @@
 package recipetest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -85,7 +86,7 @@ func Etcd(t *testing.T) World {
 // EtcdBackend returns a backend on endpoints (a member, or a proxy in front
 // of it) with prefix, closed when t ends.
 func EtcdBackend(t testing.TB, endpoints []string, prefix string) backend.Backend {
-	b, err := etcdbackend.New(etcdtest.NewClient(t, endpoints), etcdbackend.WithPrefix(prefix))
+	b, err := etcdbackend.New(context.Background(), etcdtest.NewClient(t, endpoints), etcdbackend.WithPrefix(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,7 +110,7 @@ func Redis(t *testing.T) World {
 // over a client of its own; both are closed when t ends.
 func RedisBackend(t testing.TB, addr, prefix string) backend.Backend {
 	client := redis.NewClient(&redis.Options{Addr: addr})
-	b, err := redisbackend.New(client, redisbackend.WithPrefix(prefix))
+	b, err := redisbackend.New(context.Background(), client, redisbackend.WithPrefix(prefix))
 	if err != nil {
 		client.Close()
 		t.Fatal(err)

@@ -39,9 +39,9 @@ func Postgres(t *testing.T) World {
 	s := pgtest.Start(t)
 	prefix := fmt.Sprintf("recipe%d_", prefixes.Add(1))
 	// The recipes' tests need no durability: the server runs with fsync off.
-	b := SQLBackend(t, "pgx", s.DSN(), sqlbackend.Postgres, prefix, true, sqlbackend.WithoutSafetyChecks()) // the tables and functions, once
+	b := SQLBackend(t, "pgx", s.DSN(), sqlbackend.Postgres, prefix, true, sqlbackend.WithSafetyCheck(backend.CheckSkip)) // the tables and functions, once
 	newBackend := func(t *testing.T) backend.Backend {
-		return SQLBackend(t, "pgx", s.DSN(), sqlbackend.Postgres, prefix, false, sqlbackend.WithoutSafetyChecks(), sqlbackend.WithListener(s.DSN()))
+		return SQLBackend(t, "pgx", s.DSN(), sqlbackend.Postgres, prefix, false, sqlbackend.WithSafetyCheck(backend.CheckSkip), sqlbackend.WithListener(s.DSN()))
 	}
 	ttl := shortTTL(t, b, time.Second)
 	return World{Name: "postgres", TTL: ttl, Margin: ttl / 2, Prefix: prefix, NewBackend: newBackend}
@@ -59,7 +59,7 @@ func SQLBackend(t testing.TB, driver, dsn string, dialect sqlbackend.Dialect, pr
 	if prefix != "" {
 		opts = append(opts, sqlbackend.WithTablePrefix(prefix))
 	}
-	b, err := sqlbackend.New(db, dialect, opts...)
+	b, err := sqlbackend.New(context.Background(), db, dialect, opts...)
 	if err == nil && create {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = b.CreateTables(ctx)

@@ -1,8 +1,14 @@
 // Package kubetest starts a real etcd and kube-apiserver as child processes
-// on loopback for the kubebackend tests, from the binaries that
+// on loopback for tests, from the binaries that
 // scripts/build-kube-binaries.sh builds (FENCING_ETCD and
 // FENCING_KUBE_APISERVER). Without them a test skips with a message, or
 // fails when CI is set.
+//
+// It serves the tests of kubebackend and of the fencing command's
+// --backend kube, which lives in a module of its own and so cannot import an
+// internal package of this one; a program that tests its own use of
+// kubebackend against a real API server may use it too, as
+// controller-runtime's envtest is used.
 package kubetest
 
 import (
