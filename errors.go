@@ -77,8 +77,11 @@ var (
 type OutcomeError struct {
 	// Op is the request: "grant", "renew" or "release".
 	Op string
-	// Key is the request's key.
+	// Key is the request's key (of a request on several keys, the first).
 	Key string
+	// Keys is every key of a request on several keys (GrantMany, HoldMany,
+	// LockMany), which share LeaseID; nil for a request on one key.
+	Keys []string
 	// LeaseID is the lease the request was for.
 	LeaseID string
 	// Settled is set by Hold, Lock and Do when they released the lease the
@@ -89,7 +92,11 @@ type OutcomeError struct {
 }
 
 func (e *OutcomeError) Error() string {
-	msg := e.Op + " " + backend.QuoteKey(e.Key) + ": " + e.Err.Error()
+	label := backend.QuoteKey(e.Key)
+	if len(e.Keys) > 0 {
+		label = keysLabel(e.Keys)
+	}
+	msg := e.Op + " " + label + ": " + e.Err.Error()
 	if e.Settled {
 		msg += " (the lease it may have taken was released)"
 	}

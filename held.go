@@ -161,8 +161,15 @@ func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) 
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), bound)
 	defer cancel()
-	rerr := c.Release(rctx, oe.Key, oe.LeaseID)
-	oe.Settled = rerr == nil || errors.Is(rerr, ErrLeaseNotFound) || errors.Is(rerr, ErrLeaseExpired)
+	keys := oe.Keys
+	if keys == nil {
+		keys = []string{oe.Key}
+	}
+	oe.Settled = true
+	for _, key := range keys {
+		rerr := c.Release(rctx, key, oe.LeaseID)
+		oe.Settled = oe.Settled && (rerr == nil || errors.Is(rerr, ErrLeaseNotFound) || errors.Is(rerr, ErrLeaseExpired))
+	}
 	return oe
 }
 
@@ -175,7 +182,10 @@ func (c *Coordinator) startHeld(parent context.Context, lease Lease, ttl time.Du
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(time.Until(lease.Deadline), h.expire)
 	if cfg.warnBefore > 0 {
-		h.warn = make(chan Lease, 1)
+		h.warn = cfg.warnTo
+		if h.warn == nil {
+			h.warn = make(chan Lease, 1)
+		}
 		h.warning = time.AfterFunc(time.Until(lease.Deadline.Add(-cfg.warnBefore)), h.sendWarning)
 	}
 	h.mu.Unlock()

@@ -41,6 +41,7 @@ type holdConfig struct {
 	interval   time.Duration // renew this long after each confirmed request was sent
 	warnBefore time.Duration // 0: no warnings
 	maxHold    time.Duration // the cap on the whole hold (maxhold.go); 0: none
+	warnTo     chan Lease    // the warnings' channel, shared by a HeldMany's leases (many.go); nil: the Held's own
 }
 
 // lockConfig is what LockOptions set: the held lease's configuration, and

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 )
 
 // RunBenchmarks measures the operations users call, through a
@@ -38,6 +39,38 @@ func RunBenchmarks(b *testing.B, h Harness) {
 			if err := grantRelease(ctx, c, "k", timeout); err != nil {
 				b.Fatal(err)
 			}
+		}
+	})
+	// A grant of three keys in one GrantMany against three single grants:
+	// the grants are timed, the releases are not.
+	manyKeys := []string{"m/a", "m/b", "m/c"}
+	b.Run("GrantMany3", func(b *testing.B) {
+		c := newManyCoordinator(b, h)
+		ctx := context.Background()
+		for b.Loop() {
+			leases, err := c.GrantMany(ctx, manyKeys, timeout)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.StopTimer()
+			releaseAll(b, c, leases)
+			b.StartTimer()
+		}
+	})
+	b.Run("Grant3", func(b *testing.B) {
+		c := newManyCoordinator(b, h)
+		ctx := context.Background()
+		leases := make([]fencing.Lease, len(manyKeys))
+		for b.Loop() {
+			for i, k := range manyKeys {
+				var err error
+				if leases[i], err = c.Grant(ctx, k, timeout); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			releaseAll(b, c, leases)
+			b.StartTimer()
 		}
 	})
 	b.Run("Renew", func(b *testing.B) {
@@ -249,4 +282,30 @@ func wakeParked(settle time.Duration) time.Duration {
 	ch <- time.Now()
 	sent := time.Now()
 	return (<-woke).Sub(sent)
+}
+
+// newManyCoordinator returns a Coordinator over a backend for the cases of
+// several keys (see ManyHarness), skipping without backend.MultiGranter.
+func newManyCoordinator(b *testing.B, h Harness) *fencing.Coordinator {
+	mk := h.NewBackend
+	if mh, ok := h.(ManyHarness); ok {
+		mk = mh.NewManyBackend
+	}
+	be, err := mk(context.Background(), b)
+	if err != nil {
+		b.Fatalf("NewBackend: %v", err)
+	}
+	b.Cleanup(func() { be.Close() })
+	if _, ok := be.(backend.MultiGranter); !ok {
+		b.Skip("the backend does not implement backend.MultiGranter")
+	}
+	return fencing.New(be)
+}
+
+func releaseAll(b *testing.B, c *fencing.Coordinator, leases []fencing.Lease) {
+	for _, l := range leases {
+		if err := c.Release(context.Background(), l.Key, l.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

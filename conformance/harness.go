@@ -63,3 +63,13 @@ func Sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// ManyHarness is implemented by a harness whose backends take several keys
+// in one GrantMany (backend.MultiGranter) only when made for it: a Redis
+// Cluster backend reaches several keys in one script only when its prefix
+// puts them in one hash slot. The cases of GrantMany, HoldMany and
+// LockMany use its backends; the other cases use NewBackend's.
+type ManyHarness interface {
+	// NewManyBackend is NewBackend for the cases of several keys.
+	NewManyBackend(ctx context.Context, t testing.TB) (backend.Backend, error)
+}

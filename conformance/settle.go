@@ -58,3 +58,37 @@ func (s suite) testHoldSettlesUnknownGrant(t *testing.T) {
 		t.Fatalf("Hold whose settling release met a closed backend: %v (%+v), want an *OutcomeError not Settled, with the lease ID", err, oe)
 	}
 }
+
+// manyAnswerLost is answerLost for GrantMany: every grant takes effect,
+// and its answer is lost.
+type manyAnswerLost struct {
+	backend.Backend
+	mg backend.MultiGranter
+}
+
+func (a *manyAnswerLost) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
+	if _, err := a.mg.GrantMany(ctx, reqs); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("conformance: answer lost: %w", backend.ErrOutcomeUnknown)
+}
+
+// testHoldManySettlesUnknownGrant: a lost answer to a GrantMany (resent,
+// lost again) is settled for every key: HoldMany releases them all, and
+// the *OutcomeError names them all with the lease ID.
+func (s suite) testHoldManySettlesUnknownGrant(t *testing.T) {
+	ctx := context.Background()
+	ttl, margin := s.holdTTL(t)
+	b := s.manyBackend(t)
+	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
+	c := fencing.New(&manyAnswerLost{Backend: b, mg: mg}, fencing.WithOutcomeRetries(1))
+	keys := []string{"settle/b", "settle/a", "settle/c"}
+	_, err := c.HoldMany(ctx, keys, ttl, fencing.WithMargin(margin))
+	var oe *fencing.OutcomeError
+	if !errors.As(err, &oe) || !oe.Settled || len(oe.Keys) != len(keys) || oe.LeaseID == "" {
+		t.Fatalf("HoldMany with the grant's answer lost: %v (%+v), want a settled *OutcomeError with every key", err, oe)
+	}
+	for _, k := range keys {
+		wantFree(t, fencing.New(b), k)
+	}
+}

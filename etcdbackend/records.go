@@ -260,10 +260,20 @@ func (b *Backend) readAt(ctx context.Context, k keys, rev int64) (state, error) 
 	// records begin with, and the line's entries sort after them.
 	resp, err := b.kv.Get(ctx, k.delay, clientv3.WithRange(k.released+"\x00"), clientv3.WithRev(rev))
 	if err != nil {
-		return state{}, fmt.Errorf("etcdbackend: read: %w", err)
+		return state{}, readError(err)
 	}
+	return decodeState(k, resp.Kvs)
+}
+
+// readError wraps the error of a read of a key's records.
+func readError(err error) error { return fmt.Errorf("etcdbackend: read: %w", err) }
+
+// decodeState decodes a key's records, as a range read from its delay
+// record to its released record returned them.
+func decodeState(k keys, kvs []*mvccpb.KeyValue) (state, error) {
 	var st state
-	for _, kv := range resp.Kvs {
+	var err error
+	for _, kv := range kvs {
 		switch string(kv.Key) {
 		case k.delay:
 			st.delay = kv

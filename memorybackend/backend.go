@@ -122,6 +122,7 @@ var (
 	_ backend.Lister        = (*Backend)(nil)
 	_ backend.InProcess     = (*Backend)(nil)
 	_ backend.Queuer        = (*Backend)(nil)
+	_ backend.MultiGranter  = (*Backend)(nil)
 )
 
 // InProcess implements backend.InProcess: no request waits on anything

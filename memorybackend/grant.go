@@ -2,6 +2,7 @@ package memorybackend
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
@@ -19,41 +20,117 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := b.now()
-	ref, found := s.find(h, req.Key)
-	var last uint64
-	if found {
-		r := s.record(ref)
-		last = r.token()
-		if l := s.lease(r.state()); l != nil {
-			if l.id == req.LeaseID { // a retry of the grant that made this lease
-				switch {
-				case now < l.expires:
-					return b.leaseOf(req.Key, last, l), nil
-				case l.forced():
-					return backend.Lease{}, backend.ErrLeaseNotFound
-				}
-				return backend.Lease{}, backend.ErrLeaseExpired
-			}
-			if now < l.expires {
-				return backend.Lease{}, &backend.HeldError{Remaining: time.Duration(l.expires-now) + l.delay}
-			}
-			if end := l.delayEnd(); now < end {
-				return backend.Lease{}, &backend.HeldError{Remaining: time.Duration(end - now), Delayed: true}
-			}
-			s.end(ref, l.endState(), b.idSeed) // reads as before: expired or released
-		} else if r.fingerprint() == b.fingerprint(req.LeaseID) { // a retry, after the lease ended
-			if r.state() == stateReleased {
-				return backend.Lease{}, backend.ErrLeaseNotFound
-			}
-			return backend.Lease{}, backend.ErrLeaseExpired
+	at, l, done, err := b.checkGrant(s, h, req, now)
+	if done || err != nil {
+		return l, err
+	}
+	return b.applyGrant(s, h, at, req, now), nil
+}
+
+// GrantMany implements backend.MultiGranter: it locks the shards of reqs'
+// keys in shard order (two calls over overlapping sets take their common
+// shards in one order, so neither waits on the other in a cycle), checks
+// every key in key order, and grants only when none refuses.
+func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, err
+	}
+	if err := backend.CheckMany(reqs); err != nil {
+		return nil, err
+	}
+	hashes := make([]uint64, len(reqs))
+	shards := make([]*shard, len(reqs))
+	idx := make([]uint64, 0, len(reqs))
+	for i, r := range reqs {
+		hashes[i], shards[i] = b.locate(r.Key)
+		idx = append(idx, hashes[i]>>b.shardShift)
+	}
+	slices.Sort(idx)
+	idx = slices.Compact(idx)
+	for _, i := range idx {
+		b.shards[i].mu.Lock()
+		defer b.shards[i].mu.Unlock()
+	}
+	now := b.now()
+	leases := make([]backend.Lease, len(reqs))
+	held := make([]bool, len(reqs)) // a retry: the key's lease is already this request's
+	at := make([]recordAt, len(reqs))
+	for _, i := range backend.KeyOrder(reqs) {
+		var err error
+		at[i], leases[i], held[i], err = b.checkGrant(shards[i], hashes[i], reqs[i], now)
+		if err != nil {
+			return nil, &backend.ManyError{Index: i, Err: err}
 		}
 	}
-	if last >= b.maxToken {
-		return backend.Lease{}, backend.ErrTokenSpaceExhausted
+	for i, r := range reqs {
+		if !held[i] {
+			leases[i] = b.applyGrant(shards[i], hashes[i], at[i], r, now)
+		}
 	}
+	return leases, nil
+}
+
+// recordAt is where checkGrant found a key's record, for applyGrant.
+type recordAt struct {
+	ref   uint32
+	found bool
+}
+
+// checkGrant decides a grant of req, whose key's hash is h, on shard s
+// (locked) at now: an error when it is refused, the lease with done set
+// when req is a retry of the grant that made the key's live lease, or
+// neither when applyGrant is to grant it, at the record it returns. It
+// changes nothing a reader can see (it may end a lease whose time and lock
+// delay are over, which reads as before), and no record moves before
+// applyGrant.
+// applyGrant.
+func (b *Backend) checkGrant(s *shard, h uint64, req backend.Request, now int64) (at recordAt, l backend.Lease, done bool, err error) {
+	ref, found := s.find(h, req.Key)
+	at = recordAt{ref, found}
 	if !found {
+		if b.maxToken == 0 {
+			return at, backend.Lease{}, false, backend.ErrTokenSpaceExhausted
+		}
+		return at, backend.Lease{}, false, nil
+	}
+	r := s.record(ref)
+	last := r.token()
+	if l := s.lease(r.state()); l != nil {
+		if l.id == req.LeaseID { // a retry of the grant that made this lease
+			switch {
+			case now < l.expires:
+				return at, b.leaseOf(req.Key, last, l), true, nil
+			case l.forced():
+				return at, backend.Lease{}, false, backend.ErrLeaseNotFound
+			}
+			return at, backend.Lease{}, false, backend.ErrLeaseExpired
+		}
+		if now < l.expires {
+			return at, backend.Lease{}, false, &backend.HeldError{Remaining: time.Duration(l.expires-now) + l.delay}
+		}
+		if end := l.delayEnd(); now < end {
+			return at, backend.Lease{}, false, &backend.HeldError{Remaining: time.Duration(end - now), Delayed: true}
+		}
+		s.end(ref, l.endState(), b.idSeed) // reads as before: expired or released
+	} else if r.fingerprint() == b.fingerprint(req.LeaseID) { // a retry, after the lease ended
+		if r.state() == stateReleased {
+			return at, backend.Lease{}, false, backend.ErrLeaseNotFound
+		}
+		return at, backend.Lease{}, false, backend.ErrLeaseExpired
+	}
+	if last >= b.maxToken {
+		return at, backend.Lease{}, false, backend.ErrTokenSpaceExhausted
+	}
+	return at, backend.Lease{}, false, nil
+}
+
+// applyGrant grants req, which checkGrant let through, on shard s (locked).
+func (b *Backend) applyGrant(s *shard, h uint64, at recordAt, req backend.Request, now int64) backend.Lease {
+	ref := at.ref
+	if !at.found {
 		ref = s.insert(h, req.Key, 0, stateReleased)
 	}
+	last := s.record(ref).token()
 	state := s.addLive(liveLease{
 		id:      req.LeaseID,
 		owner:   req.Owner,
@@ -66,5 +143,5 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	r := s.record(ref)
 	r.setToken(last + 1)
 	r.setState(state)
-	return b.leaseOf(req.Key, last+1, s.lease(state)), nil
+	return b.leaseOf(req.Key, last+1, s.lease(state))
 }

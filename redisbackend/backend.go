@@ -181,12 +181,29 @@ func (b *Backend) run(ctx context.Context, op string, s *script, key string, min
 		}
 		return reply, nil
 	}
+	return b.runReplicated(ctx, op, s, []string{rk}, args)
+}
+
+// runKeys is run on several Redis keys, all in one hash slot.
+func (b *Backend) runKeys(ctx context.Context, op string, s *script, rks []string, minReplicas int, args ...any) ([]any, error) {
+	if minReplicas <= 0 {
+		reply, err := s.runKeys(ctx, b.batch, rks, args...).Slice()
+		if err != nil {
+			return nil, sendError(ctx, op, err)
+		}
+		return reply, nil
+	}
+	return b.runReplicated(ctx, op, s, rks, args)
+}
+
+// runReplicated is run with WAIT for minReplicas (see runAndWait).
+func (b *Backend) runReplicated(ctx context.Context, op string, s *script, rks []string, args []any) ([]any, error) {
 	if !b.batch.detach || ctx.Done() == nil {
-		return b.runAndWait(ctx, op, s, rk, args)
+		return b.runAndWait(ctx, op, s, rks, args)
 	}
 	// The client would not end the exchange at ctx's end (see
 	// honoursDeadlines): wait for it on a goroutine of its own.
-	reply, err := await(b.batch, ctx, func() ([]any, error) { return b.runAndWait(ctx, op, s, rk, args) })
+	reply, err := await(b.batch, ctx, func() ([]any, error) { return b.runAndWait(ctx, op, s, rks, args) })
 	if abandoned(err) || errors.As(err, new(notSentError)) {
 		return nil, sendError(ctx, op, err) // await's own: runAndWait's are classified
 	}

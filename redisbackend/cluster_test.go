@@ -54,6 +54,7 @@ func TestCluster(t *testing.T) {
 	t.Run("NotifyOnKeyShard", func(t *testing.T) { testClusterNotifyOnKeyShard(t, c) })
 	t.Run("ListEveryMaster", func(t *testing.T) { testClusterListEveryMaster(t, c) })
 	t.Run("LineOnKeyShard", func(t *testing.T) { testClusterLineOnKeyShard(t, c) })
+	t.Run("ManyCrossSlot", func(t *testing.T) { testClusterManyCrossSlot(t, c) })
 }
 
 // testClusterLineOnKeyShard: on every master, a key's line keys share the
@@ -341,5 +342,33 @@ func testClusterMinReplicasWithoutReplicas(t *testing.T, c *redistest.Cluster) {
 		if tok, _, _ := b.Token(ctx, k); tok != 1 {
 			t.Fatalf("Token(%q) = %d after a resend, want 1", k, tok)
 		}
+	}
+}
+
+// testClusterManyCrossSlot: GrantMany over keys in different slots is
+// refused with ErrCrossSlot and takes nothing; with a hash tag in the
+// prefix, the same keys are granted together.
+func testClusterManyCrossSlot(t *testing.T, c *redistest.Cluster) {
+	client := c.Client(t)
+	ctx := context.Background()
+	b := newClusterBackend(ctx, t, client, "many:")
+	perMaster := keysPerMaster(t, c, client, b, 1)
+	keys := []string{perMaster[0][0], perMaster[1][0]}
+	reqs := []backend.Request{
+		{Key: keys[0], LeaseID: "m-1", Timeout: time.Minute},
+		{Key: keys[1], LeaseID: "m-1", Timeout: time.Minute},
+	}
+	_, err := b.GrantMany(ctx, reqs)
+	if !errors.Is(err, redisbackend.ErrCrossSlot) || !errors.Is(err, backend.ErrInvalidKey) {
+		t.Fatalf("GrantMany on two masters: %v, want ErrCrossSlot", err)
+	}
+	for _, k := range keys {
+		if _, live, err := b.Token(ctx, k); err != nil || live {
+			t.Fatalf("Token(%q) after a refused GrantMany: live %v, %v", k, live, err)
+		}
+	}
+	tagged := newClusterBackend(ctx, t, client, "{many}:")
+	if _, err := tagged.GrantMany(ctx, reqs); err != nil {
+		t.Fatalf("GrantMany under a hash-tagged prefix: %v", err)
 	}
 }

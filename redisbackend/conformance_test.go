@@ -41,6 +41,17 @@ func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend
 	return redisbackend.New(ctx, h.client, opts...)
 }
 
+// NewManyBackend implements conformance.ManyHarness: a prefix with a hash
+// tag keeps the backend's keys in one Cluster slot, so GrantMany can take
+// any of them.
+func (h *harness) NewManyBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
+	opts := append([]redisbackend.Option{
+		redisbackend.WithPrefix(fmt.Sprintf("{%s%d}:", h.name, h.n.Add(1))),
+		redisbackend.WithLogger(quietLogger()),
+	}, h.opts...)
+	return redisbackend.New(ctx, h.client, opts...)
+}
+
 func (h *harness) Wait(ctx context.Context, d time.Duration) error {
 	return conformance.Sleep(ctx, d)
 }

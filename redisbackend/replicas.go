@@ -47,7 +47,7 @@ func (b *Backend) checkWaitOptions() error {
 
 // runAndWait sends the script and WAIT in one pipeline on one connection to
 // the primary that owns the key, so WAIT covers the script's writes.
-func (b *Backend) runAndWait(ctx context.Context, op string, s *script, key string, args []any) ([]any, error) {
+func (b *Backend) runAndWait(ctx context.Context, op string, s *script, keys []string, args []any) ([]any, error) {
 	for attempt := 0; ; attempt++ {
 		var node *redis.Client
 		switch c := b.client.(type) {
@@ -55,14 +55,14 @@ func (b *Backend) runAndWait(ctx context.Context, op string, s *script, key stri
 			node = c
 		case *redis.ClusterClient:
 			var err error
-			if node, err = c.MasterForKey(ctx, key); err != nil {
+			if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
 				return nil, fmt.Errorf("redisbackend: %s: find the key's primary: %w", op, err)
 			}
 		default: // New rejects other clients
 			return nil, fmt.Errorf("redisbackend: %s: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", op, b.client)
 		}
 		pipe := node.Pipeline()
-		eval := s.cmd(ctx, attempt > 0, key, args)
+		eval := s.cmdKeys(ctx, attempt > 0, keys, args)
 		_ = pipe.Process(ctx, eval)
 		wait := pipe.Do(ctx, "wait", b.minReplicas, ceil(b.waitTimeout, time.Millisecond).Milliseconds())
 		_, _ = pipe.Exec(ctx) // errors are on the commands

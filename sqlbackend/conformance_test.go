@@ -75,3 +75,15 @@ func (r *mysqlRestarter) NewBackend(ctx context.Context, t testing.TB) (backend.
 func (r *mysqlRestarter) Kill(testing.TB)            { r.srv.Crash() }
 func (r *mysqlRestarter) Start(t testing.TB)         { r.srv.Restart(t) }
 func (r *mysqlRestarter) Traits() conformance.Traits { return r.h.Traits() }
+
+// BenchmarkConformance runs the suite's benchmarks on SQLite (the host's
+// clock) and PostgreSQL.
+func BenchmarkConformance(b *testing.B) {
+	b.Run("SQLite", func(b *testing.B) {
+		conformance.RunBenchmarks(b, &harness{db: openSQLite(b), dialect: sqlbackend.SQLite})
+	})
+	b.Run("Postgres", func(b *testing.B) {
+		_, h := newPostgres(b)
+		conformance.RunBenchmarks(b, h)
+	})
+}

@@ -30,13 +30,19 @@ func (b *Backend) grantPG(ctx context.Context, req backend.Request) (backend.Lea
 	if l, ok, err := b.grantRow(ctx, req); ok || err != nil {
 		return l, err
 	}
+	return b.grantFunc(ctx, b.db, req)
+}
+
+// grantFunc runs the grant function for req on q (the pool, or a
+// transaction of GrantMany's), which locks the key's row.
+func (b *Backend) grantFunc(ctx context.Context, q querier, req backend.Request) (backend.Lease, error) {
 	var (
 		outcome          int
 		token, ttl, marg sql.NullInt64
 		expires          sql.NullTime
 		remainingMicros  sql.NullInt64
 	)
-	err := b.db.QueryRowContext(ctx, b.sql.grant, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner, int64(req.LockDelay)).
+	err := q.QueryRowContext(ctx, b.sql.grant, []byte(req.Key), req.LeaseID, int64(req.Timeout), int64(req.Margin), req.Owner, int64(req.LockDelay)).
 		Scan(&outcome, &token, &expires, &ttl, &marg, &remainingMicros)
 	if err != nil {
 		return backend.Lease{}, b.classify(ctx, "grant", err)
@@ -71,46 +77,51 @@ func verdict(outcome int) error {
 
 func (b *Backend) grantSQLite(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	var lease backend.Lease
-	err := b.rowTx(ctx, "grant", func(c querier, now hostNow) error {
-		r, found, now, err := b.lockRow(ctx, c, req.Key)
-		if err != nil {
-			return err
-		}
-		if found && r.leaseID == req.LeaseID { // a resend of the grant that made this lease
-			switch {
-			case r.released:
-				return backend.ErrLeaseNotFound
-			case !r.live(now):
-				return backend.ErrLeaseExpired
-			}
-			lease = b.rowLease(req.Key, &r, now)
-			return nil
-		}
-		if found && r.live(now) {
-			return &backend.HeldError{Remaining: r.remaining(now) + time.Duration(r.lockDelay)}
-		}
-		if found && r.delayed(now) {
-			return &backend.HeldError{Remaining: r.delayRemaining(now), Delayed: true}
-		}
-		if r.token >= MaxToken {
-			return backend.ErrTokenSpaceExhausted
-		}
-		r = leaseRow{
-			token: r.token + 1, leaseID: req.LeaseID, boot: now.boot,
-			expires: now.since + int64(req.Timeout+req.Margin), ttl: int64(req.Timeout), margin: int64(req.Margin),
-			owner: req.Owner, lockDelay: int64(req.LockDelay),
-		}
-		r.delayUntil = r.expires + r.lockDelay
-		if err := b.writeRow(ctx, c, req.Key, r, found); err != nil {
-			return err
-		}
-		lease = b.rowLease(req.Key, &r, now)
-		return nil
+	err := b.rowTx(ctx, "grant", func(c querier, now hostNow) (err error) {
+		lease, err = b.grantInTx(ctx, c, req)
+		return err
 	})
 	if err != nil {
 		return backend.Lease{}, err
 	}
 	return lease, nil
+}
+
+// grantInTx grants req in a transaction of the row dialects (SQLite,
+// MySQL) on c, judging by the coordinator's clock read with the row.
+func (b *Backend) grantInTx(ctx context.Context, c querier, req backend.Request) (backend.Lease, error) {
+	r, found, now, err := b.lockRow(ctx, c, req.Key)
+	if err != nil {
+		return backend.Lease{}, err
+	}
+	if found && r.leaseID == req.LeaseID { // a resend of the grant that made this lease
+		switch {
+		case r.released:
+			return backend.Lease{}, backend.ErrLeaseNotFound
+		case !r.live(now):
+			return backend.Lease{}, backend.ErrLeaseExpired
+		}
+		return b.rowLease(req.Key, &r, now), nil
+	}
+	if found && r.live(now) {
+		return backend.Lease{}, &backend.HeldError{Remaining: r.remaining(now) + time.Duration(r.lockDelay)}
+	}
+	if found && r.delayed(now) {
+		return backend.Lease{}, &backend.HeldError{Remaining: r.delayRemaining(now), Delayed: true}
+	}
+	if r.token >= MaxToken {
+		return backend.Lease{}, backend.ErrTokenSpaceExhausted
+	}
+	r = leaseRow{
+		token: r.token + 1, leaseID: req.LeaseID, boot: now.boot,
+		expires: now.since + int64(req.Timeout+req.Margin), ttl: int64(req.Timeout), margin: int64(req.Margin),
+		owner: req.Owner, lockDelay: int64(req.LockDelay),
+	}
+	r.delayUntil = r.expires + r.lockDelay
+	if err := b.writeRow(ctx, c, req.Key, r, found); err != nil {
+		return backend.Lease{}, err
+	}
+	return b.rowLease(req.Key, &r, now), nil
 }
 
 func (b *Backend) rowLease(key string, r *leaseRow, now hostNow) backend.Lease {

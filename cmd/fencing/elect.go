@@ -112,7 +112,7 @@ func elect(cmd *cobra.Command, conn *connFlags, tf termFlags, key, identity stri
 			return s.wrap(cmd.Context(), err)
 		}
 		fmt.Fprintf(stderr, "fencing: elect: leading %s, term %d, as %q\n", quote(key), h.Token(), identity)
-		code, err := runHeld(cmd, h, tf.grace, key, argv)
+		code, err := runHeld(cmd, heldOne{h}, tf.grace, tokenEnv(h.Lease()), argv)
 		lost := h.Err() != nil
 		rctx, cancel := s.call(context.WithoutCancel(cmd.Context()))
 		h.Release(rctx) // resign; after a loss, frees the key early if still ours

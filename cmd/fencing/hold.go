@@ -36,8 +36,8 @@ func holdCommand() *cobra.Command {
 		hf   holdFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "hold KEY --ttl DURATION [--wait] -- COMMAND [ARG...]",
-		Short: "Run a command while holding a lease on KEY, renewed in the background",
+		Use:   "hold KEY... --ttl DURATION [--wait] -- COMMAND [ARG...]",
+		Short: "Run a command while holding a lease on KEY (or on several keys), renewed in the background",
 		Long: `Hold takes a lease on KEY (with --wait, waits for it), runs COMMAND with
 FENCING_KEY and FENCING_TOKEN in its environment, and renews the lease in the
 background while the command runs. The command must send $FENCING_TOKEN with its
@@ -68,6 +68,14 @@ killer), it sends the command SIGTERM at once and SIGKILL after --grace or
 before the lease's deadline, whichever is first; should hold stay frozen past
 the deadline, it stops the command as a lost lease does.
 
+With several keys, hold takes them all in one atomic grant or none (with --wait,
+it waits until it can take them all; --fifo waits in each key's line in turn, in
+key order), gives the command FENCING_KEYS (how many), and FENCING_KEY_n and
+FENCING_TOKEN_n for each key n from 1 in the order given, and stops the command
+as above when any one lease is lost. The backend must grant several keys
+atomically (every backend of this program does; on a Redis Cluster the keys must
+share a hash slot: give --key-prefix a hash tag, such as '{jobs}:').
+
 Exit status: the command's own; 3 the key is held (without --wait, or still held
 after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
 flags; 127 the command could not be started.`,
@@ -75,15 +83,17 @@ flags; 127 the command could not be started.`,
   fencing hold jobs/nightly --ttl 30s --wait --wait-timeout 10m -- sh -c 'run --token "$FENCING_TOKEN"'
   fencing hold jobs/deploy --ttl 30s --wait --fifo -- ./deploy.sh
   fencing hold jobs/nightly --ttl 30s --max-hold 2h -- ./nightly.sh
-  fencing hold mail/digest --ttl 30s --lock-delay 15s -- ./send-digest.sh`,
+  fencing hold mail/digest --ttl 30s --lock-delay 15s -- ./send-digest.sh
+  fencing hold accounts/a accounts/b --ttl 30s --wait -- ./transfer.sh`,
 		Args: func(cmd *cobra.Command, args []string) error {
-			if cmd.ArgsLenAtDash() != 1 || len(args) < 2 {
-				return errors.New("want KEY -- COMMAND [ARG...]: the key, then \"--\", then the command")
+			if cmd.ArgsLenAtDash() < 1 || len(args) <= cmd.ArgsLenAtDash() {
+				return errors.New("want KEY... -- COMMAND [ARG...]: the keys, then \"--\", then the command")
 			}
 			return nil
 		},
 		RunE: runE(func(cmd *cobra.Command, args []string) error {
-			return hold(cmd, conn, hf, args[0], args[1:])
+			n := cmd.ArgsLenAtDash()
+			return hold(cmd, conn, hf, args[:n], args[n:])
 		}),
 	}
 	hf.add(cmd)
@@ -99,7 +109,7 @@ flags; 127 the command could not be started.`,
 	return cmd
 }
 
-func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, key string, argv []string) error {
+func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, keys []string, argv []string) error {
 	switch {
 	case hf.grace < 0:
 		return fmt.Errorf("%w: --grace %v is negative", errUsage, hf.grace)
@@ -117,12 +127,12 @@ func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, key string, argv []
 		return err
 	}
 	defer s.Close()
-	h, stop, err := acquire(cmd, s, hf, key)
+	h, stop, err := acquire(cmd, s, hf, keys)
 	if err != nil {
 		return err
 	}
 	defer stop()
-	code, err := runHeld(cmd, h, hf.grace, key, argv)
+	code, err := runHeld(cmd, h, hf.grace, h.env(), argv)
 	// Release even after an interrupt: the key would otherwise stay blocked
 	// until the lease expires. But not for long: the command is done, and a
 	// server that does not answer soon leaves the lease to its expiry.
@@ -148,7 +158,8 @@ func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, key string, argv []
 // so its parent is a context only acquire itself cancels, on an interrupt
 // or timeout while waiting.
 // The returned stop frees that context once the lease is released.
-func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fencing.Held, stop func(), err error) {
+func acquire(cmd *cobra.Command, s *session, hf holdFlags, keys []string) (h heldLeases, stop func(), err error) {
+	key := keys[0]
 	ctx, cancel := context.WithCancelCause(context.WithoutCancel(cmd.Context()))
 	limit := s.timeout
 	if hf.wait {
@@ -184,16 +195,34 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fenci
 		opts = append(opts, fencing.WithMaxHold(hf.maxHold))
 	}
 	stop = func() { cancel(nil) }
+	var lockOpts []fencing.LockOption
 	if hf.wait {
-		lockOpts := lockOptions(opts)
+		lockOpts = lockOptions(opts)
 		if hf.fifo {
 			lockOpts = append(lockOpts, fencing.WithFIFO())
 		}
-		spin := startSpinner(cmd.ErrOrStderr(), "waiting for "+quote(key))
-		h, err = s.c.Lock(ctx, key, hf.ttl, lockOpts...)
+	}
+	switch {
+	case len(keys) > 1 && hf.wait:
+		spin := startSpinner(cmd.ErrOrStderr(), "waiting for "+quote(key)+" and "+strconv.Itoa(len(keys)-1)+" more keys")
+		var m *fencing.HeldMany
+		m, err = s.c.LockMany(ctx, keys, hf.ttl, lockOpts...)
 		spin.Stop()
-	} else {
-		h, err = s.c.Hold(ctx, key, hf.ttl, opts...)
+		h = heldMany{m}
+	case len(keys) > 1:
+		var m *fencing.HeldMany
+		m, err = s.c.HoldMany(ctx, keys, hf.ttl, opts...)
+		h = heldMany{m}
+	case hf.wait:
+		spin := startSpinner(cmd.ErrOrStderr(), "waiting for "+quote(key))
+		var one *fencing.Held
+		one, err = s.c.Lock(ctx, key, hf.ttl, lockOpts...)
+		spin.Stop()
+		h = heldOne{one}
+	default:
+		var one *fencing.Held
+		one, err = s.c.Hold(ctx, key, hf.ttl, opts...)
+		h = heldOne{one}
 	}
 	close(acquired)
 	<-watching
@@ -211,10 +240,55 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, key string) (h *fenci
 	return h, stop, nil
 }
 
-// runHeld runs argv under h and returns its exit status. When the lease is
-// lost it stops the command and returns exitLost.
+// heldLeases is what runHeld runs a command under: one held lease, or
+// several taken together.
+type heldLeases interface {
+	// Lease is the lease whose Deadline comes first.
+	Lease() fencing.Lease
+	Done() <-chan struct{}
+	Err() error
+	Release(ctx context.Context) error
+	// env is the command's variables: each key and its token.
+	env() []string
+}
+
+type heldOne struct{ *fencing.Held }
+
+func (h heldOne) env() []string { return tokenEnv(h.Lease()) }
+
+// tokenEnv is the command's variables for one lease.
+func tokenEnv(l fencing.Lease) []string {
+	return []string{"FENCING_KEY=" + l.Key, "FENCING_TOKEN=" + strconv.FormatUint(l.Token, 10)}
+}
+
+type heldMany struct{ *fencing.HeldMany }
+
+func (h heldMany) Lease() fencing.Lease {
+	leases := h.Leases()
+	first := leases[0]
+	for _, l := range leases[1:] {
+		if l.Deadline.Before(first.Deadline) {
+			first = l
+		}
+	}
+	return first
+}
+
+func (h heldMany) env() []string {
+	leases := h.Leases()
+	env := []string{"FENCING_KEYS=" + strconv.Itoa(len(leases))}
+	for i, l := range leases {
+		n := strconv.Itoa(i + 1)
+		env = append(env, "FENCING_KEY_"+n+"="+l.Key, "FENCING_TOKEN_"+n+"="+strconv.FormatUint(l.Token, 10))
+	}
+	return env
+}
+
+// runHeld runs argv under h, with env added to this process's environment,
+// and returns its exit status. When the lease is lost it stops the command
+// and returns exitLost.
 // Its messages name the command that runs it (hold, elect, sem).
-func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key string, argv []string) (int, error) {
+func runHeld(cmd *cobra.Command, h heldLeases, grace time.Duration, env []string, argv []string) (int, error) {
 	lease := h.Lease()
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, forwarded...)
@@ -222,7 +296,7 @@ func runHeld(cmd *cobra.Command, h *fencing.Held, grace time.Duration, key strin
 	child, err := startCommand(commandSpec{
 		name:   cmd.Name(),
 		argv:   argv,
-		env:    append(os.Environ(), "FENCING_KEY="+key, "FENCING_TOKEN="+strconv.FormatUint(lease.Token, 10)),
+		env:    append(os.Environ(), env...),
 		stdin:  cmd.InOrStdin(),
 		stdout: cmd.OutOrStdout(), stderr: cmd.ErrOrStderr(),
 		grace: grace, ttl: lease.TTL, deadline: lease.Deadline,

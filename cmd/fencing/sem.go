@@ -161,7 +161,7 @@ func runPermit(cmd *cobra.Command, s *session, tf termFlags, sem *semaphore.Sema
 	if err := setenv("FENCING_SLOT", slot); err != nil {
 		return err
 	}
-	code, err := runHeld(cmd, h, tf.grace, key, argv)
+	code, err := runHeld(cmd, heldOne{h}, tf.grace, tokenEnv(h.Lease()), argv)
 	rctx, rcancel := s.call(context.WithoutCancel(cmd.Context()))
 	defer rcancel()
 	rerr := h.Release(rctx)

@@ -1,0 +1,508 @@
+package fencing
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/tokenctx"
+)
+
+// Several keys at once: GrantMany, HoldMany and LockMany take leases on
+// several keys in one atomic step of the store (backend.MultiGranter), so
+// a holder never holds some of its keys and waits for the others: no
+// deadlock between holders that take overlapping sets in any order.
+
+// errNoMultiGrant is the error of a many-key call on a backend without
+// backend.MultiGranter.
+var errNoMultiGrant = fmt.Errorf("%w: the backend cannot grant several keys in one atomic step (backend.MultiGranter)", errors.ErrUnsupported)
+
+// GrantMany takes a lease on each of keys in one atomic step, as Grant
+// takes one: every key gets its lease, each with its own token (each key's
+// tokens keep increasing, and a guard checks each key's as for Grant), or
+// none does. It fails with ErrLeaseHeld, naming the key, while any key is
+// held, and takes nothing then. The leases come back in the order of keys;
+// they share one lease ID, and each is an ordinary lease afterwards (Renew,
+// Release, CheckToken take it key by key).
+//
+// keys are 1 to backend.MaxKeys distinct keys. A backend that cannot grant
+// them atomically (it does not implement backend.MultiGranter) gets an
+// error wrapping errors.ErrUnsupported: there is no fallback to one grant
+// per key. When the outcome stays unknown the error is an *OutcomeError
+// with every key (Keys) and the lease ID.
+func (c *Coordinator) GrantMany(ctx context.Context, keys []string, ttl time.Duration, margin ...time.Duration) ([]Lease, error) {
+	req, err := c.request("", c.newLeaseID(), ttl, margin)
+	if err != nil {
+		return nil, manyError("grant", keys, err)
+	}
+	req.Owner, req.LockDelay = c.defaultOwner, c.lockDelay
+	return c.sendMany(ctx, keys, req)
+}
+
+// sendMany sends a GrantMany of req's lease to keys, resending it with the
+// same lease ID while its outcome is unknown, as send does for one key.
+func (c *Coordinator) sendMany(ctx context.Context, keys []string, req backend.Request) ([]Lease, error) {
+	mg, ok := c.backend.(backend.MultiGranter)
+	if !ok {
+		return nil, manyError("grant", keys, errNoMultiGrant)
+	}
+	reqs := make([]backend.Request, len(keys))
+	for i, k := range keys {
+		reqs[i] = req
+		reqs[i].Key = k
+	}
+	sent := c.clock.now()
+	one := func(ctx context.Context) ([]backend.Lease, error) { return mg.GrantMany(ctx, reqs) }
+	recs, err := attempt(c, ctx, one)
+	if err != nil {
+		recs, err = resend(c, ctx, sent, recs, err, func() ([]backend.Lease, error) { return attempt(c, ctx, one) })
+	}
+	if err != nil {
+		key := ""
+		if len(keys) > 0 {
+			key = keys[0]
+		}
+		if i, ok := backend.ManyIndex(err); ok && i < len(keys) {
+			key = keys[i]
+		}
+		c.obs.request(ctx, opGrant, key, sent, 0, err)
+		if errors.Is(err, ErrOutcomeUnknown) {
+			return nil, &OutcomeError{Op: "grant", Key: key, Keys: keys, LeaseID: req.LeaseID, Err: err}
+		}
+		return nil, manyError("grant", keys, err)
+	}
+	leases := make([]Lease, len(recs))
+	for i, rec := range recs {
+		c.obs.request(ctx, opGrant, rec.Key, sent, rec.Token, nil)
+		leases[i] = Lease{
+			Key:       rec.Key,
+			ID:        rec.LeaseID,
+			Token:     rec.Token,
+			TTL:       rec.TTL,
+			Margin:    rec.Margin,
+			ExpiresAt: rec.ExpiresAt,
+			Deadline:  sent.Add(req.Timeout),
+		}
+	}
+	return leases, nil
+}
+
+// manyError names the key a GrantMany error is about (a
+// *backend.ManyError's), or the keys when it is about all of them.
+func manyError(op string, keys []string, err error) error {
+	var me *backend.ManyError
+	if errors.As(err, &me) && me.Index >= 0 && me.Index < len(keys) {
+		return opError(op, keys[me.Index], me.Err)
+	}
+	return &keysError{op: op, keys: keys, err: err}
+}
+
+// keysError is an error of an operation on several keys, none of which is
+// to blame: it names the first and how many more.
+type keysError struct {
+	op   string
+	keys []string
+	err  error
+}
+
+func (e *keysError) Error() string {
+	return e.op + " " + keysLabel(e.keys) + ": " + e.err.Error()
+}
+
+func (e *keysError) Unwrap() error { return e.err }
+
+// keysLabel names keys in a message: the first, shortened, and how many
+// more.
+func keysLabel(keys []string) string {
+	switch len(keys) {
+	case 0:
+		return "no keys"
+	case 1:
+		return backend.QuoteKey(keys[0])
+	}
+	return backend.QuoteKey(keys[0]) + " and " + strconv.Itoa(len(keys)-1) + " more keys"
+}
+
+// HoldMany takes leases on keys in one atomic step, as GrantMany does
+// (ErrLeaseHeld, naming the key, when one is held; nothing is taken then),
+// and keeps them renewed as Hold keeps one, until Release, the parent
+// context ending, or the loss of any one of them: the HeldMany's Context
+// ends then, and the others are released. Its options are Hold's; each
+// lease is renewed with its own request, all on one schedule.
+//
+// When the grant's outcome stays unknown, HoldMany releases every lease it
+// may have taken before returning the *OutcomeError (with Settled set),
+// as Hold does for one.
+func (c *Coordinator) HoldMany(ctx context.Context, keys []string, ttl time.Duration, opts ...HoldOption) (*HeldMany, error) {
+	cfg, err := c.holdConfig(ttl, opts)
+	if err != nil {
+		return nil, manyError("hold", keys, err)
+	}
+	req, err := c.request("", c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
+	if err != nil {
+		return nil, manyError("hold", keys, err)
+	}
+	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
+	leases, err := c.sendMany(ctx, keys, req)
+	if err != nil {
+		return nil, c.settle(ctx, err, ttl)
+	}
+	return c.startHeldMany(ctx, leases, ttl, cfg), nil
+}
+
+// HeldMany is leases on several keys taken in one atomic grant (HoldMany)
+// and kept alive together: each is renewed in the background as a Held's
+// is, and the loss of any one ends them all. Its Context ends at the
+// earliest of any lease's loss (see Held), the parent context ending, and
+// Release.
+//
+// A HeldMany is safe for concurrent use. Call Release when done, even after
+// a loss: it stops the renewals and frees the keys early.
+type HeldMany struct {
+	held   []*Held // in the order of the keys
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	warn   chan Lease
+	stops  []func() bool // the context.AfterFuncs that end ctx with a lease's
+
+	released sync.Once
+	relErr   error
+}
+
+func (c *Coordinator) startHeldMany(parent context.Context, leases []Lease, ttl time.Duration, cfg holdConfig) *HeldMany {
+	ctx, cancel := context.WithCancelCause(parent)
+	m := &HeldMany{cancel: cancel}
+	if cfg.warnBefore > 0 {
+		m.warn = make(chan Lease, 1)
+		cfg.warnTo = m.warn
+	}
+	m.ctx = manyContext{Context: ctx, m: m}
+	for _, l := range leases {
+		h := c.startHeld(ctx, l, ttl, cfg)
+		inner := h.ctx.(heldContext).Context
+		m.held = append(m.held, h)
+		m.stops = append(m.stops, context.AfterFunc(inner, func() { cancel(context.Cause(inner)) }))
+	}
+	return m
+}
+
+// Leases returns each lease as of its latest confirmed grant or renewal, in
+// the order of the keys.
+func (m *HeldMany) Leases() []Lease {
+	leases := make([]Lease, len(m.held))
+	for i, h := range m.held {
+		leases[i] = h.Lease()
+	}
+	return leases
+}
+
+// Context returns a context that ends when the leases do (see HeldMany).
+// Its cause (context.Cause) says why, as a Held's does. Unlike a Held's, it
+// carries no token (guard.TokenFromContext): give each write the token of
+// the key it writes under, from Leases.
+func (m *HeldMany) Context() context.Context { return m.ctx }
+
+// Done is Context().Done().
+func (m *HeldMany) Done() <-chan struct{} { return m.ctx.Done() }
+
+// Err returns nil while the leases are held and after Release when they
+// were held until then; the error of the first loss (wrapping ErrLeaseLost
+// and naming its key) after one; and the parent context's cause when that
+// ended first.
+func (m *HeldMany) Err() error {
+	m.checkDeadlines()
+	if cause := context.Cause(m.ctx.(manyContext).Context); cause != nil && cause != errReleased {
+		return cause
+	}
+	for _, h := range m.held {
+		if err := h.Err(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Warning receives a lease when less than the WithWarning duration remains
+// before its Deadline without a newer confirmed renewal. It is nil (never
+// ready) without WithWarning. It has room for one value; a warning that
+// finds it full is dropped.
+func (m *HeldMany) Warning() <-chan Lease { return m.warn }
+
+// Release stops the renewals and releases every lease, in the order of the
+// keys. It returns nil when the leases were held until now; after a loss it
+// still releases the others and returns Err(). Calling it again returns the
+// same result. No goroutine of the HeldMany outlives Release.
+func (m *HeldMany) Release(ctx context.Context) error {
+	m.released.Do(func() {
+		m.checkDeadlines()
+		lost := m.Err()
+		for _, stop := range m.stops {
+			stop() // a member's own release must not end the others
+		}
+		var errs []error
+		for _, h := range m.held {
+			if err := h.Release(ctx); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		m.cancel(errReleased)
+		switch {
+		case lost != nil:
+			m.relErr = lost
+		case len(errs) > 0:
+			m.relErr = errors.Join(errs...)
+		}
+	})
+	return m.relErr
+}
+
+// checkDeadlines ends every lease, as the expiry timers do, when one's
+// Deadline has passed on the monotonic clock.
+func (m *HeldMany) checkDeadlines() {
+	for _, h := range m.held {
+		h.checkDeadline()
+		if inner := h.ctx.(heldContext).Context; inner.Err() != nil {
+			m.cancel(context.Cause(inner))
+			return
+		}
+	}
+}
+
+// manyContext is a HeldMany's context: heldContext's rules over every
+// lease.
+type manyContext struct {
+	context.Context
+	m *HeldMany
+}
+
+// Err is the embedded context's, once the Deadlines have been checked.
+func (c manyContext) Err() error {
+	if err := c.Context.Err(); err != nil {
+		return err
+	}
+	c.m.checkDeadlines()
+	return c.Context.Err()
+}
+
+// Done is the embedded context's, once the Deadlines have been checked.
+func (c manyContext) Done() <-chan struct{} {
+	if c.Context.Err() == nil {
+		c.m.checkDeadlines()
+	}
+	return c.Context.Done()
+}
+
+// Deadline is the earliest of the leases' Deadlines and the parent's.
+func (c manyContext) Deadline() (time.Time, bool) {
+	d, ok := c.Context.Deadline()
+	for _, h := range c.m.held {
+		if hd := h.Lease().Deadline; !ok || hd.Before(d) {
+			d, ok = hd, true
+		}
+	}
+	return d, ok
+}
+
+// Value carries no token (see HeldMany.Context).
+func (c manyContext) Value(k any) any {
+	if tokenctx.IsKey(k) {
+		return nil
+	}
+	if c.Context.Err() == nil {
+		c.m.checkDeadlines()
+	}
+	return c.Context.Value(k)
+}
+
+// LockMany waits until keys can be granted together, then holds the leases
+// as HoldMany does. It waits as Lock does (notifications, the refused
+// grant's time left, the poll interval, WithWaitTimeout), for whichever key
+// refused the latest attempt, and tries every key again each time: it
+// never holds some keys while it waits for others, so waiters that take
+// overlapping sets in any order cannot deadlock. Its options are Lock's;
+// its wait is traced and measured as Lock's, under the first key.
+//
+// With WithFIFO it waits in the line of each key in turn, in key order
+// (byte order): it joins the first key's line, waits to reach its head,
+// then joins the next key's line, and so on; at the head of every line it
+// waits for the keys to be free and grants them all at once. Heads are
+// taken in one global order, so no two waiters each wait for a head the
+// other has (no deadlock), and each line serves its waiters first come,
+// first served (no starvation among waiters in the lines). A waiter at the
+// head of a key's line holds up that line while it waits in the next ones,
+// as a waiter holding an ordered lock would. Without WithFIFO a many-key
+// waiter can be overtaken on any of its keys by grants of fewer keys.
+//
+// When the outcome of a grant stays unknown, LockMany releases every lease
+// it may have taken, as Lock does for one.
+func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Duration, opts ...LockOption) (m *HeldMany, err error) {
+	cfg, err := c.lockConfig(ttl, opts)
+	if err != nil {
+		return nil, manyError("lock", keys, err)
+	}
+	if _, ok := c.backend.(backend.MultiGranter); !ok {
+		return nil, manyError("lock", keys, errNoMultiGrant)
+	}
+	if err := backend.CheckMany(manyKeyReqs(keys)); err != nil {
+		return nil, manyError("lock", keys, err)
+	}
+	wctx := ctx
+	if cfg.waitTimeout > 0 {
+		var cancel context.CancelFunc
+		wctx, cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
+		defer cancel()
+	}
+	// Traces and metrics as Lock's (trace.go), under the first key.
+	obs := c.obs.lockBegin(ctx, keys[0], cfg.fifo)
+	defer func() {
+		var first *Held
+		if m != nil {
+			first = m.held[0]
+		}
+		c.obs.lockEnd(ctx, wctx, obs, first, err)
+	}()
+	wctx = obs.waitContext(wctx)
+	var lastHeld error
+	giveUp := func(key string, err error) error {
+		if ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout && lastHeld != nil {
+			return opError("lock", key, &waitError{waited: cfg.waitTimeout, err: lastHeld})
+		}
+		return opError("lock", key, err)
+	}
+	req, err := c.request("", c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
+	if err != nil {
+		return nil, manyError("lock", keys, err)
+	}
+	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
+	order := backend.KeyOrder(manyKeyReqs(keys))
+
+	// One waiter per key, subscribed before the first attempt.
+	ws := make([]*waiter, len(keys))
+	defer func() {
+		for _, w := range ws {
+			if w != nil {
+				w.close()
+			}
+		}
+	}()
+	lines := make([]*line, len(keys))
+	defer func() {
+		for _, ln := range lines {
+			if ln != nil { // not handed to a Held
+				ln.leave(nil)
+			}
+		}
+	}()
+	for _, i := range order {
+		if cfg.fifo {
+			if lines[i], err = c.joinLine(wctx, keys[i], ttl, cfg.pollInterval); err != nil {
+				return nil, giveUp(keys[i], err)
+			}
+			if err := lines[i].waitTurn(wctx); err != nil {
+				lastHeld = &lineError{ahead: lines[i].ahead}
+				return nil, giveUp(keys[i], err)
+			}
+		}
+		ws[i] = &waiter{c: c, key: keys[i], poll: cfg.pollInterval}
+		if err := ws[i].subscribe(wctx); err != nil {
+			return nil, giveUp(keys[i], err)
+		}
+	}
+	if cfg.fifo {
+		for _, i := range order {
+			if err := ws[i].awaitFree(wctx); err != nil {
+				return nil, giveUp(keys[i], err)
+			}
+		}
+	}
+
+	var unknownSince time.Time
+	for {
+		sent := time.Now()
+		if !unknownSince.IsZero() {
+			sent = unknownSince
+		}
+		leases, err := c.sendMany(wctx, keys, req)
+		var held *backend.HeldError
+		var oe *OutcomeError
+		switch {
+		case err == nil:
+			if !unknownSince.IsZero() {
+				for i := range leases { // an earlier attempt's lease: its Deadline counts from then
+					leases[i].Deadline = sent.Add(req.Timeout)
+				}
+			}
+			m = c.startHeldMany(ctx, leases, ttl, cfg.holdConfig)
+			for i, ln := range lines {
+				if ln != nil {
+					m.held[i].line = ln
+					ln.gotKey()
+					lines[i] = nil
+				}
+			}
+			return m, nil
+		case errors.As(err, &held):
+			lastHeld = held
+			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
+			w := ws[0]
+			var ke *keyError
+			if errors.As(err, &ke) {
+				for i, k := range keys {
+					if k == ke.key {
+						w = ws[i]
+					}
+				}
+			}
+			if err := w.waitHeld(wctx, held); err != nil {
+				return nil, giveUp(w.key, err)
+			}
+		case errors.As(err, &oe) && wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
+			if unknownSince.IsZero() {
+				unknownSince = sent
+			}
+			if err := ws[0].pause(wctx); err != nil {
+				return nil, c.lockManyEnded(ctx, manyError("lock", keys, err), keys, req, unknownSince, ttl)
+			}
+		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
+			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
+			if err := ws[0].pause(wctx); err != nil {
+				return nil, giveUp(keys[0], err)
+			}
+		case unknownSince.IsZero() && oe == nil:
+			if lastHeld != nil && ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout {
+				return nil, giveUp(keys[0], err)
+			}
+			return nil, err
+		default:
+			return nil, c.lockManyEnded(ctx, err, keys, req, unknownSince, ttl)
+		}
+	}
+}
+
+// lockManyEnded is lockEnded for LockMany: it releases every lease an
+// attempt with an unknown outcome may have taken.
+func (c *Coordinator) lockManyEnded(ctx context.Context, err error, keys []string, req backend.Request, unknownSince time.Time, ttl time.Duration) error {
+	var oe *OutcomeError
+	isOutcome := errors.As(err, &oe)
+	if unknownSince.IsZero() && !isOutcome {
+		return err
+	}
+	if !isOutcome {
+		oe = &OutcomeError{Op: "grant", Key: keys[0], Keys: keys, LeaseID: req.LeaseID, Err: &unsettledError{last: err}}
+	}
+	return c.settle(ctx, oe, ttl)
+}
+
+// manyKeyReqs returns a request per key with nothing but the key, for
+// CheckMany's key checks and KeyOrder.
+func manyKeyReqs(keys []string) []backend.Request {
+	reqs := make([]backend.Request, len(keys))
+	for i, k := range keys {
+		reqs[i] = backend.Request{Key: k, LeaseID: "x", Timeout: time.Second}
+	}
+	return reqs
+}

@@ -1,0 +1,65 @@
+package sqlbackend
+
+import (
+	"context"
+
+	"github.com/fencing-go/fencing/backend"
+)
+
+var _ backend.MultiGranter = (*Backend)(nil)
+
+// GrantMany implements backend.MultiGranter with one transaction that
+// grants every key in key order, as Grant does (on PostgreSQL the grant
+// function, which locks the key's row; on SQLite the statements of Grant,
+// under BEGIN IMMEDIATE; on MySQL Grant's SELECT ... FOR UPDATE of each
+// row), and commits only when none refused: two
+// GrantMany over overlapping sets lock their common rows in one order, so
+// neither waits on the other in a cycle. A lost answer to the COMMIT is an
+// unknown outcome, as for any grant.
+func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
+	if err := b.ready(ctx); err != nil {
+		return nil, err
+	}
+	if err := backend.CheckMany(reqs); err != nil {
+		return nil, err
+	}
+	leases := make([]backend.Lease, len(reqs))
+	if b.dialect != Postgres {
+		err := b.rowTx(ctx, "grant", func(c querier, _ hostNow) error {
+			for _, i := range backend.KeyOrder(reqs) {
+				l, err := b.grantInTx(ctx, c, reqs[i])
+				if isVerdict(err) {
+					return &backend.ManyError{Index: i, Err: err}
+				}
+				if err != nil {
+					return err
+				}
+				leases[i] = l
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		return leases, nil
+	}
+	tx, err := b.db.BeginTx(ctx, nil)
+	if err != nil {
+		return nil, b.classify(ctx, "grant: begin", err)
+	}
+	defer tx.Rollback() // after a commit, a no-op
+	for _, i := range backend.KeyOrder(reqs) {
+		l, err := b.grantFunc(ctx, tx, reqs[i])
+		if isVerdict(err) {
+			return nil, &backend.ManyError{Index: i, Err: err}
+		}
+		if err != nil {
+			return nil, err
+		}
+		leases[i] = l
+	}
+	if err := tx.Commit(); err != nil {
+		return nil, b.classify(ctx, "grant: commit", err)
+	}
+	return leases, nil
+}
