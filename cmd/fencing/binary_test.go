@@ -298,7 +298,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"renew", "k", "--ttl", "1s"}, "--lease-id"},
 		{[]string{"release", "k"}, "--lease-id"},
 		{[]string{"release", "k", "--lease-id", "x", "--force"}, "not both"},
-		{[]string{"get", "k", "--backend", "zookeeper"}, "want sqlite, postgres, mysql, memory, etcd or redis"},
+		{[]string{"get", "k", "--backend", "zookeeper"}, "want sqlite, postgres, mysql, memory, etcd, redis or kube"},
 		{[]string{"get", "k", "--backend", "etcd"}, "--etcd-endpoints"},
 		{[]string{"get", "k", "--etcd-endpoints", "https://127.0.0.1:1", "--etcd-cacert", missing}, "--etcd-cacert"},
 		{[]string{"get", "k", "--etcd-endpoints", "https://127.0.0.1:1", "--etcd-cacert", junk}, "no PEM certificate"},

@@ -26,8 +26,10 @@ func TestKube(t *testing.T) {
 	srv := kubetest.Start(t)
 	ns, user := srv.Namespace(t)
 	kubeconfig := writeKubeconfig(t, srv.API.URL, srv.API.Config(true).BearerToken, ns)
+	// kube puts the backend's flags right after the subcommand: after
+	// hold's "--" they would be the command's arguments.
 	kube := func(args ...string) []string {
-		return append(args, "--backend", "kube", "--kubeconfig", kubeconfig)
+		return append([]string{args[0], "--backend", "kube", "--kubeconfig", kubeconfig}, args[1:]...)
 	}
 
 	t.Run("Hold", func(t *testing.T) {
