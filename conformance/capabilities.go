@@ -20,7 +20,7 @@ func capability[T any](t *testing.T, b backend.Backend, name string) T {
 	t.Helper()
 	v, ok := b.(T)
 	if !ok {
-		t.Skipf("the backend does not implement %s", name)
+		t.Skipf("optional capability: the backend does not implement %s", name)
 	}
 	return v
 }

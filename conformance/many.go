@@ -425,7 +425,7 @@ func (s suite) testLockManyOverlapping(t *testing.T) {
 			b := s.manyBackend(t)
 			capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 			if _, ok := b.(backend.Queuer); fifo && !ok {
-				t.Skip("the backend does not implement backend.Queuer")
+				t.Skip("optional capability: the backend does not implement backend.Queuer")
 			}
 			c := fencing.New(b)
 			ctx := context.Background()

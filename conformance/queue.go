@@ -401,7 +401,7 @@ func (s suite) testQueueClosed(t *testing.T) {
 	q, ok := b.(backend.Queuer)
 	if !ok {
 		b.Close()
-		t.Skip("the backend does not implement backend.Queuer")
+		t.Skip("optional capability: the backend does not implement backend.Queuer")
 	}
 	ctx := context.Background()
 	wantAhead(t, q, "queue-closed", "first", long, 0)
