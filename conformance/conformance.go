@@ -41,6 +41,7 @@ func Run(t *testing.T, h Harness) {
 		{"OddKeysAreDistinct", s.testOddKeys},
 		{"ClosedBackend", s.testClosed},
 		{"Linearizable", s.testLinearizable},
+		{"LinearizableMany", s.testLinearizableMany},
 		{"ExpiryBoundary", s.testExpiryBoundary},
 		{"TokenExhaustion", s.testTokenExhaustion},
 		{"LateCallsFromOlderEpochs", s.testLateCallsFromOlderEpochs},
