@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 )
 
 // Timeouts that must outlast a renewal are derived from the store's round
@@ -68,6 +69,12 @@ func (s suite) renewedTTL(t *testing.T, floor time.Duration) time.Duration {
 // run holds a key of its own: key, then key-2 and key-3.
 func (s suite) keepsRenewed(t *testing.T, key string, f func(c *fencing.Coordinator, key string, ttl, margin time.Duration) error) {
 	t.Helper()
+	s.keepsRenewedOn(t, s.backend, key, f)
+}
+
+// keepsRenewedOn is keepsRenewed on backends from newBackend.
+func (s suite) keepsRenewedOn(t *testing.T, newBackend func(*testing.T) backend.Backend, key string, f func(c *fencing.Coordinator, key string, ttl, margin time.Duration) error) {
+	t.Helper()
 	ttl, margin := s.holdTTL(t)
 	for run := 1; ; run++ {
 		rec := NewRecorder(nil)
@@ -75,7 +82,7 @@ func (s suite) keepsRenewed(t *testing.T, key string, f func(c *fencing.Coordina
 		if run > 1 {
 			k = fmt.Sprintf("%s-%d", key, run)
 		}
-		loss := f(fencing.New(rec.Wrap(s.backend(t))), k, ttl, margin)
+		loss := f(fencing.New(rec.Wrap(newBackend(t))), k, ttl, margin)
 		if loss == nil {
 			return
 		}
@@ -91,13 +98,18 @@ func (s suite) keepsRenewed(t *testing.T, key string, f func(c *fencing.Coordina
 }
 
 // slowestRenewalCycle returns the longest time in history from the send of
-// a successful grant or renewal to the answer of the next call renewing
+// a successful grant (GrantMany's too) or renewal to the answer of the next call renewing
 // the same lease.
 func slowestRenewalCycle(history []Op) time.Duration {
 	slices.SortFunc(history, func(a, b Op) int { return a.Call.Compare(b.Call) })
 	sent := make(map[string]time.Time) // lease ID -> send of its last confirmed grant or renewal
 	var slowest time.Duration
 	for _, op := range history {
+		if op.Kind == OpGrantMany && op.Err == nil {
+			for _, r := range op.Requests {
+				sent[r.LeaseID] = op.Call
+			}
+		}
 		if op.Kind != OpGrant && op.Kind != OpRenew {
 			continue
 		}

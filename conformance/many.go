@@ -308,39 +308,44 @@ func (s suite) testManyRacing(t *testing.T) {
 func (s suite) testHoldMany(t *testing.T) {
 	b := s.manyBackend(t)
 	capability[backend.MultiGranter](t, b, "backend.MultiGranter")
-	c := fencing.New(b)
 	ctx := context.Background()
+	s.keepsRenewedOn(t, s.manyBackend, "hm", func(c *fencing.Coordinator, key string, ttl, margin time.Duration) error {
+		keys := []string{key + "/b", key + "/a", key + "/c"}
+		m, err := c.HoldMany(ctx, keys, ttl, fencing.WithMargin(margin))
+		if err != nil {
+			t.Fatalf("HoldMany: %v", err)
+		}
+		first := m.Leases()
+		for range 6 {
+			s.pass(t, ttl/2)
+		}
+		if err := m.Err(); err != nil {
+			m.Release(ctx)
+			return err
+		}
+		for i, l := range m.Leases() {
+			if l.Key != keys[i] || l.Token != first[i].Token || !l.Deadline.After(first[i].Deadline) {
+				t.Fatalf("lease %d after renewals = %+v; want key %q, token %d and a later Deadline than %v", i, l, keys[i], first[i].Token, first[i].Deadline)
+			}
+			wantLive(t, c, l.Key, l.Token)
+		}
+		if err := m.Release(ctx); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		for _, k := range keys {
+			wantFree(t, c, k)
+		}
+		if m.Context().Err() == nil || m.Err() != nil {
+			t.Fatalf("after Release: Context().Err() = %v, Err() = %v; want done and nil", m.Context().Err(), m.Err())
+		}
+		return nil
+	})
+
+	// Lost together.
+	c := fencing.New(b)
 	ttl, margin := s.holdTTL(t)
 	keys := []string{"hm/b", "hm/a", "hm/c"}
 	m, err := c.HoldMany(ctx, keys, ttl, fencing.WithMargin(margin))
-	if err != nil {
-		t.Fatalf("HoldMany: %v", err)
-	}
-	first := m.Leases()
-	for range 6 {
-		s.pass(t, ttl/2)
-	}
-	if err := m.Err(); err != nil {
-		t.Fatalf("Err after 3 TTLs of renewals: %v", err)
-	}
-	for i, l := range m.Leases() {
-		if l.Key != keys[i] || l.Token != first[i].Token || !l.Deadline.After(first[i].Deadline) {
-			t.Fatalf("lease %d after renewals = %+v; want key %q, token %d and a later Deadline than %v", i, l, keys[i], first[i].Token, first[i].Deadline)
-		}
-		wantLive(t, c, l.Key, l.Token)
-	}
-	if err := m.Release(ctx); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	for _, k := range keys {
-		wantFree(t, c, k)
-	}
-	if m.Context().Err() == nil || m.Err() != nil {
-		t.Fatalf("after Release: Context().Err() = %v, Err() = %v; want done and nil", m.Context().Err(), m.Err())
-	}
-
-	// Lost together.
-	m, err = c.HoldMany(ctx, keys, ttl, fencing.WithMargin(margin))
 	if err != nil {
 		t.Fatalf("HoldMany again: %v", err)
 	}
