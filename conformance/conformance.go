@@ -53,6 +53,7 @@ func Run(t *testing.T, h Harness) {
 		{"QueueExpiry", s.testQueueExpiry},
 		{"QueueNotifyTurn", s.testQueueNotifyTurn},
 		{"QueueKeysIndependent", s.testQueueKeysIndependent},
+		{"QueueLineLength", s.testQueueLineLength},
 		{"QueueBadInput", s.testQueueBadInput},
 		{"QueueDoneContext", s.testQueueDoneContext},
 		{"QueueClosed", s.testQueueClosed},

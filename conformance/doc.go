@@ -59,6 +59,7 @@
 //     place, an expired entry leaves it (and rejoins at the end),
 //     AheadRemaining covers the entry ahead, a Dequeue wakes the waiter
 //     behind and is idempotent, lines on different keys are independent;
+//     a LineReader counts a line's live entries;
 //   - a grant's owner is stored, reported by Inspect and List while the
 //     lease is live, kept by renewals, gone after release; a bad owner
 //     gets ErrInvalidOwner and changes nothing;
