@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/testing/heldtest"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 
@@ -71,11 +72,11 @@ func TestLockFIFOSlowEntryRenewalKeepsPlace(t *testing.T) {
 	}
 	first := &slowRenewal{Backend: mem}
 	opts := []fencing.LockOption{fencing.WithFIFO(), fencing.WithPollInterval(30 * time.Second)}
-	lock := func(b backend.Backend) <-chan lockResult {
-		ch := make(chan lockResult, 1)
+	lock := func(b backend.Backend) <-chan heldtest.LockResult {
+		ch := make(chan heldtest.LockResult, 1)
 		go func() {
 			h, err := fencing.New(b).Lock(ctx, "k", ttl, opts...)
-			ch <- lockResult{h, err, time.Now()}
+			ch <- heldtest.LockResult{Held: h, Err: err, At: time.Now()}
 		}()
 		return ch
 	}
@@ -101,20 +102,20 @@ func TestLockFIFOSlowEntryRenewalKeepsPlace(t *testing.T) {
 	}
 	select {
 	case r := <-a:
-		if r.err != nil {
-			t.Fatalf("first waiter: %v", r.err)
+		if r.Err != nil {
+			t.Fatalf("first waiter: %v", r.Err)
 		}
-		r.h.Release(ctx)
+		r.Held.Release(ctx)
 	case r := <-b:
-		if r.h != nil {
-			r.h.Release(ctx)
+		if r.Held != nil {
+			r.Held.Release(ctx)
 		}
 		first.mu.Lock()
 		defer first.mu.Unlock()
-		t.Fatalf("the waiter behind got the key first (%v); the first waiter's places %+v", r.err, first.places)
+		t.Fatalf("the waiter behind got the key first (%v); the first waiter's places %+v", r.Err, first.places)
 	}
-	if r := result(t, b, "second waiter"); r.err == nil {
-		r.h.Release(ctx)
+	if r := heldtest.Result(t, b, "second waiter"); r.Err == nil {
+		r.Held.Release(ctx)
 	}
 }
 
@@ -167,10 +168,10 @@ func TestLockFIFOQueuedEntryRenewalKeepsPlace(t *testing.T) {
 		t.Fatal(err)
 	}
 	q := &queuedRenewal{Backend: mem, delayed: make(chan struct{})}
-	got := make(chan lockResult, 1)
+	got := make(chan heldtest.LockResult, 1)
 	go func() {
 		h, err := fencing.New(q).Lock(ctx, "k", ttl, fencing.WithFIFO(), fencing.WithPollInterval(30*time.Second))
-		got <- lockResult{h, err, time.Now()}
+		got <- heldtest.LockResult{Held: h, Err: err, At: time.Now()}
 	}()
 	<-q.delayed
 	// Three TTLs at the head, its entry renewed only through the queue.
@@ -186,11 +187,11 @@ func TestLockFIFOQueuedEntryRenewalKeepsPlace(t *testing.T) {
 	if err := fencing.New(mem).Release(ctx, "k", holder.ID); err != nil {
 		t.Fatal(err)
 	}
-	r := result(t, got, "the waiter")
-	if r.err != nil {
-		t.Fatalf("Lock: %v", r.err)
+	r := heldtest.Result(t, got, "the waiter")
+	if r.Err != nil {
+		t.Fatalf("Lock: %v", r.Err)
 	}
-	r.h.Release(ctx)
+	r.Held.Release(ctx)
 	if probe.Ahead != 1 {
 		t.Fatalf("after 3 TTLs at the head with renewals served %v after their send, a newcomer joined at %+v, want behind the waiter (Ahead 1); %d renewals were served",
 			ttl/2, probe, served)

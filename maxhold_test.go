@@ -13,6 +13,7 @@ import (
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/heldtest"
+	"github.com/fencing-go/fencing/internal/testing/logtest"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 
@@ -299,7 +300,7 @@ func TestMaxHoldReleaseBeforeIsNoLoss(t *testing.T) {
 // the release at the cap is logged after it.
 func TestMaxHoldMetricAndLog(t *testing.T) {
 	m := newMeter(t)
-	logs := &records{}
+	logs := &logtest.Records{}
 	env := newEnv(t, fencing.WithMeterProvider(m.mp), fencing.WithLogger(slog.New(logs)))
 	h, err := env.c.Hold(context.Background(), "k", time.Minute, fencing.WithMaxHold(100*time.Millisecond))
 	if err != nil {
@@ -316,11 +317,9 @@ func TestMaxHoldMetricAndLog(t *testing.T) {
 			t.Errorf("leases lost (%s) = %d, want %d; points %v", reason, got, want, m.collect(fencing.MetricLeasesLost))
 		}
 	}
-	logs.mu.Lock()
-	defer logs.mu.Unlock()
 	var msgs []string
 	lost := -1
-	for i, rec := range logs.recs {
+	for i, rec := range logs.All() {
 		msgs = append(msgs, rec.Message)
 		if rec.Message != "fencing: lease lost" {
 			continue

@@ -386,8 +386,8 @@ func TestRestart(t *testing.T) {
 	conformance.RunRestart(t, &restarter{m: etcdtest.Start(t, etcdtest.WithFsync()), prefix: newPrefix("restart")})
 }
 
-// restarter is a conformance.Restarter on an embedded member of the test's
-// own.
+// restarter is a conformance.Restarter on a member of the test's own, with
+// fsync on: Kill is SIGKILL.
 type restarter struct {
 	m      *etcdtest.Member
 	prefix string
@@ -397,7 +397,7 @@ func (r *restarter) NewBackend(_ context.Context, t testing.TB) (backend.Backend
 	return etcdbackend.New(context.Background(), etcdtest.NewClient(t, r.m.Endpoints()), etcdbackend.WithPrefix(r.prefix))
 }
 
-func (r *restarter) Kill(testing.TB) { r.m.Stop() }
+func (r *restarter) Kill(testing.TB) { r.m.Kill() }
 
 func (r *restarter) Start(t testing.TB) {
 	if err := r.m.Start(); err != nil {

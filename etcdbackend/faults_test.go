@@ -14,8 +14,8 @@ import (
 	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
 
-// Fault tests on embedded etcd clusters: what clients saw while members
-// were stopped, cut off or slow, checked against the lease model
+// Fault tests on etcd clusters: what clients saw while members were
+// stopped, cut off or slow, checked against the lease model
 // (conformance.CheckLinearizable) and the contract's bounds.
 
 // memberBackends returns a backend per member of cl, each on a client of

@@ -1,28 +1,37 @@
 #!/usr/bin/env bash
-# build-kube-binaries.sh builds the two servers the kubebackend tests start as
-# child processes, from their Go modules (nothing is pulled but modules):
+# build-kube-binaries.sh builds the servers the tests start as child
+# processes, from their Go modules (nothing is pulled but modules):
 #
 #   kube-apiserver  k8s.io/kubernetes (testimages/kubeapiserver, about 11.5
-#                   CPU-minutes cold, a 170 MB binary)
-#   etcd            go.etcd.io/etcd/server/v3 (testimages/etcd)
+#                   CPU-minutes cold, a 170 MB binary), for kubebackend
+#   etcd            go.etcd.io/etcd/server/v3 (testimages/etcd), for
+#                   kube-apiserver and internal/testing/etcdtest
+#   etcdutl         go.etcd.io/etcd/etcdutl/v3 (testimages/etcdutl, a module
+#                   of its own), for etcdtest's snapshot restore
 #
-# Both are built with CGO_ENABLED=0 go build -trimpath into
+# Each is built with CGO_ENABLED=0 go build -trimpath into
 # ~/.cache/fencing-test-bin/<hash>/, the hash covering the Go version and the
-# modules' go.mod, go.sum and main.go files, so a second run rebuilds nothing.
-# It prints the environment for the tests on stdout, and its progress on
-# stderr:
+# go.mod, go.sum and main.go files it is built from (etcd and kube-apiserver
+# share one hash, etcdutl has its own), so a second run rebuilds nothing. It
+# prints the environment for the tests on stdout, and its progress on stderr:
 #
 #   eval "$(scripts/build-kube-binaries.sh)"
 #   (cd kubebackend && go test ./...)
+#
+# Arguments name the binaries to build (default: all three); etcdtest builds
+# etcd and etcdutl this way on first use when FENCING_ETCD or FENCING_ETCDUTL
+# is not set. Concurrent runs wait for each other (flock).
 #
 # Options: --force (rebuild even when the cache has the binaries).
 set -euo pipefail
 
 force=false
+want=()
 for arg in "$@"; do
 	case $arg in
 	--print-env) ;;
 	--force) force=true ;;
+	etcd | etcdutl | kube-apiserver) want+=("$arg") ;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 		exit 0
@@ -40,32 +49,59 @@ export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
 
 log() { echo "build-kube-binaries: $*" >&2; }
 
-hash=$(
-	{
-		go version
-		cd "$images"
-		sha256sum go.mod go.sum etcd/main.go kubeapiserver/go.mod kubeapiserver/go.sum kubeapiserver/main.go
-	} | sha256sum | cut -c1-16
-)
-dir=${XDG_CACHE_HOME:-$HOME/.cache}/fencing-test-bin/$hash
-mkdir -p "$dir"
+if [[ ${#want[@]} -eq 0 ]]; then
+	want=(etcd etcdutl kube-apiserver)
+fi
 
-# build builds package $2 of module directory $1 as $dir/$3, unless it is
-# there already.
-build() {
-	if ! $force && [[ -x $dir/$3 ]]; then
-		log "$3 is up to date ($dir/$3)"
-		return
-	fi
-	log "building $3 in $1 (kube-apiserver takes about 11.5 CPU-minutes the first time)"
-	local start=$SECONDS
-	(cd "$1" && go build -trimpath -ldflags='-s -w' -o "$dir/$3.tmp" "$2")
-	mv "$dir/$3.tmp" "$dir/$3"
-	log "built $3 in $((SECONDS - start)) s"
+# cachedir prints the cache directory of a build from the files given
+# (relative to testimages/), the Go version included, and makes it.
+cachedir() {
+	local hash
+	hash=$({
+		go version
+		cd "$images" && sha256sum "$@"
+	} | sha256sum | cut -c1-16)
+	echo "${XDG_CACHE_HOME:-$HOME/.cache}/fencing-test-bin/$hash"
+	mkdir -p "${XDG_CACHE_HOME:-$HOME/.cache}/fencing-test-bin/$hash"
 }
 
-build "$images" ./etcd etcd
-build "$images/kubeapiserver" . kube-apiserver
+# build builds package $3 of module directory $2 as $1, unless it is there
+# already, holding a lock on $1.lock while it does.
+build() {
+	local out=$1 mod=$2 pkg=$3
+	exec {lock}>"$out.lock"
+	flock "$lock"
+	if ! $force && [[ -x $out ]]; then
+		log "$(basename "$out") is up to date ($out)"
+	else
+		log "building $(basename "$out") in $mod (kube-apiserver takes about 11.5 CPU-minutes the first time)"
+		local start=$SECONDS
+		(cd "$mod" && go build -trimpath -ldflags='-s -w' -o "$out.tmp" "$pkg")
+		mv "$out.tmp" "$out"
+		log "built $(basename "$out") in $((SECONDS - start)) s"
+	fi
+	exec {lock}>&-
+}
 
-echo "export FENCING_ETCD=$dir/etcd"
-echo "export FENCING_KUBE_APISERVER=$dir/kube-apiserver"
+for bin in "${want[@]}"; do
+	case $bin in
+	etcd | kube-apiserver)
+		dir=$(cachedir go.mod go.sum etcd/main.go kubeapiserver/go.mod kubeapiserver/go.sum kubeapiserver/main.go)
+		;;
+	etcdutl) dir=$(cachedir etcdutl/go.mod etcdutl/go.sum) ;;
+	esac
+	case $bin in
+	etcd)
+		build "$dir/etcd" "$images" ./etcd
+		echo "export FENCING_ETCD=$dir/etcd"
+		;;
+	etcdutl)
+		build "$dir/etcdutl" "$images/etcdutl" go.etcd.io/etcd/etcdutl/v3
+		echo "export FENCING_ETCDUTL=$dir/etcdutl"
+		;;
+	kube-apiserver)
+		build "$dir/kube-apiserver" "$images/kubeapiserver" .
+		echo "export FENCING_KUBE_APISERVER=$dir/kube-apiserver"
+		;;
+	esac
+done

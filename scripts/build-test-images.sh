@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build-test-images.sh builds the local container images that the
-# integration tests (integration_test.go) can use instead of the official
+# integration tests (integration/integration_test.go) can use instead of the official
 # ones, for machines that cannot pull from a registry:
 #
 #   fencing-test/etcd:<version>  etcd built from its Go module (testimages/etcd,

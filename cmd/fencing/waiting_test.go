@@ -35,8 +35,8 @@ func waitingFor(t *testing.T, s server, before waitState) {
 	}
 }
 
-// etcdWaitState reads an embedded member's metrics. Its mvcc gauges count
-// every member of this process; the tests run one at a time.
+// etcdWaitState reads a member's metrics (its own process: its gauges count
+// this member's watchers alone).
 func etcdWaitState(m *etcdtest.Member) func(t *testing.T) waitState {
 	return func(t *testing.T) waitState {
 		t.Helper()

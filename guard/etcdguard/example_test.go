@@ -12,7 +12,7 @@ import (
 
 // The holder's writes go in the guard's Txn; a stale token applies nothing.
 // This example needs an etcd server, so it only compiles (the package's
-// tests run the same calls on an embedded etcd).
+// tests run the same calls on a real etcd).
 func ExampleGuard_Write() {
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
 	if err != nil {

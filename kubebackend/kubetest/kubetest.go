@@ -15,19 +15,14 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/rsa"
-	"crypto/tls"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -36,6 +31,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/fencing-go/fencing/internal/testing/childproc"
 )
 
 // Tokens of the token-auth file: the admin (system:masters) sets up
@@ -68,12 +65,11 @@ func Binaries(t testing.TB) (apiserver, etcd string) {
 // Etcd is an etcd server run as a child process.
 type Etcd struct {
 	URL  string
-	cmd  *exec.Cmd
-	exit chan struct{}
+	proc *childproc.Proc
 }
 
 // Process is the etcd process (to stop or kill it).
-func (e *Etcd) Process() *os.Process { return e.cmd.Process }
+func (e *Etcd) Process() *os.Process { return e.proc.Process() }
 
 // APIServer is a kube-apiserver run as a child process.
 type APIServer struct {
@@ -81,13 +77,12 @@ type APIServer struct {
 	dir     string
 	args    []string
 	bin     string
-	cmd     *exec.Cmd
-	exit    chan struct{}
+	proc    *childproc.Proc
 	stopped bool
 }
 
 // Process is the kube-apiserver process.
-func (a *APIServer) Process() *os.Process { return a.cmd.Process }
+func (a *APIServer) Process() *os.Process { return a.proc.Process() }
 
 // Server is an etcd and a kube-apiserver on it.
 type Server struct {
@@ -99,20 +94,19 @@ type Server struct {
 
 // StartEtcd starts etcd with its data in dir.
 func StartEtcd(t testing.TB, bin, dir string) (*Etcd, error) {
-	client, peer := freePort(t), freePort(t)
+	client, peer := childproc.FreePort(t), childproc.FreePort(t)
 	curl, purl := "http://127.0.0.1:"+client, "http://127.0.0.1:"+peer
 	cmd := exec.Command(bin,
 		"--name=default", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+curl, "--advertise-client-urls="+curl,
 		"--listen-peer-urls="+purl, "--initial-advertise-peer-urls="+purl,
 		"--initial-cluster=default="+purl, "--log-level=error")
-	e := &Etcd{URL: curl, cmd: cmd}
-	var err error
-	if e.exit, err = startLogged(cmd, filepath.Join(dir, "etcd.log")); err != nil {
+	p, err := childproc.Start(cmd, filepath.Join(dir, "etcd.log"))
+	if err != nil {
 		return nil, err
 	}
-	t.Cleanup(func() { stop(cmd, e.exit) })
-	return e, waitHTTP(e.exit, curl+"/health", "", 2*time.Minute)
+	t.Cleanup(p.Stop)
+	return &Etcd{URL: curl, proc: p}, p.WaitHTTP(curl+"/health", "", 2*time.Minute)
 }
 
 // StartAPIServer starts kube-apiserver on etcd, its files in dir (which a
@@ -134,7 +128,7 @@ func StartAPIServer(t testing.TB, bin, dir, etcdURL string) (*APIServer, error) 
 	if err := os.WriteFile(tokens, []byte(csv), 0o600); err != nil {
 		return nil, err
 	}
-	port := freePort(t)
+	port := childproc.FreePort(t)
 	a := &APIServer{URL: "https://127.0.0.1:" + port, dir: dir, bin: bin, args: []string{
 		"--etcd-servers=" + etcdURL,
 		"--bind-address=127.0.0.1", "--secure-port=" + port,
@@ -156,13 +150,12 @@ func StartAPIServer(t testing.TB, bin, dir, etcdURL string) (*APIServer, error) 
 
 // Start starts the API server's process (again, after Kill or Stop).
 func (a *APIServer) Start(t testing.TB) error {
-	a.cmd = exec.Command(a.bin, a.args...)
 	var err error
-	if a.exit, err = startLogged(a.cmd, filepath.Join(a.dir, "kube-apiserver.log")); err != nil {
+	if a.proc, err = childproc.Start(exec.Command(a.bin, a.args...), filepath.Join(a.dir, "kube-apiserver.log")); err != nil {
 		return err
 	}
 	a.stopped = false
-	if err := waitHTTP(a.exit, a.URL+"/readyz", adminToken, 3*time.Minute); err != nil {
+	if err := a.proc.WaitHTTP(a.URL+"/readyz", adminToken, 3*time.Minute); err != nil {
 		log, _ := os.ReadFile(filepath.Join(a.dir, "kube-apiserver.log"))
 		if len(log) > 4000 {
 			log = log[len(log)-4000:]
@@ -174,15 +167,14 @@ func (a *APIServer) Start(t testing.TB) error {
 
 // Kill sends SIGKILL to the API server and waits for it to exit.
 func (a *APIServer) Kill() {
-	_ = a.cmd.Process.Signal(syscall.SIGKILL)
-	<-a.exit
+	a.proc.Kill()
 	a.stopped = true
 }
 
 // Stop ends the API server (SIGTERM, then SIGKILL).
 func (a *APIServer) Stop() {
 	if !a.stopped {
-		stop(a.cmd, a.exit)
+		a.proc.Stop()
 		a.stopped = true
 	}
 }
@@ -329,76 +321,4 @@ func (c *cleanups) TempDir() string {
 	}
 	c.fns = append(c.fns, func() { os.RemoveAll(d) })
 	return d
-}
-
-func freePort(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-// startLogged starts cmd with its output in logFile, and returns a channel
-// closed when it exits.
-func startLogged(cmd *exec.Cmd, logFile string) (chan struct{}, error) {
-	f, err := os.Create(logFile)
-	if err != nil {
-		return nil, err
-	}
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		f.Close()
-		return nil, err
-	}
-	exit := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		f.Close()
-		close(exit)
-	}()
-	return exit, nil
-}
-
-// stop sends SIGTERM to cmd's process (by its PID), and SIGKILL if it has
-// not exited 10 seconds later.
-func stop(cmd *exec.Cmd, exit chan struct{}) {
-	_ = cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-exit:
-	case <-time.After(10 * time.Second):
-		_ = cmd.Process.Kill()
-		<-exit
-	}
-}
-
-// waitHTTP polls url until it answers 200, the process exits or limit
-// passes.
-func waitHTTP(exit chan struct{}, url, token string, limit time.Duration) error {
-	c := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	defer c.CloseIdleConnections()
-	deadline := time.Now().Add(limit)
-	for {
-		req, _ := http.NewRequest(http.MethodGet, url, nil)
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		resp, err := c.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-exit:
-			return fmt.Errorf("%s: the process exited before it was ready", url)
-		case <-time.After(100 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s not ready after %v (last error %v)", url, limit, err)
-		}
-	}
 }

@@ -1,7 +1,14 @@
-// Package etcdtest runs real etcd servers for tests: an embedded single
-// member, a restartable member on a kept data directory, or a 3-member
-// cluster, all in the test process on random loopback ports, with fast
-// elections (TickMs 10, ElectionMs 100: etcd's minimum lease TTL is then 1s).
+// Package etcdtest runs real etcd servers for tests: a single member, a
+// restartable member on a kept data directory, or a 3-member cluster, each
+// member a child process on random loopback ports with its data in a
+// temporary directory, with fast elections (TickMs 10, ElectionMs 100:
+// etcd's minimum lease TTL is then 1s).
+//
+// The etcd binary is the one $FENCING_ETCD names; without it the first test
+// that needs it builds it (scripts/build-kube-binaries.sh etcd: etcd's
+// server from its Go module in testimages/, cached in
+// ~/.cache/fencing-test-bin), so go test needs nothing but Go. Restore runs
+// etcdutl, $FENCING_ETCDUTL or built the same way.
 //
 // When ETCD_ENDPOINTS is set (comma separated), Client connects there instead
 // of starting a server; tests that need to stop or restart a server still
@@ -12,9 +19,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -22,11 +31,12 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/fencing-go/fencing/internal/testing/childproc"
 )
 
-// Timing of the embedded servers.
+// Timing of the servers.
 const (
 	TickMs     = 10
 	ElectionMs = 100
@@ -35,10 +45,12 @@ const (
 	MinTTL = time.Second
 )
 
-const startTimeout = 20 * time.Second
+// startTimeout bounds a member's start-up (a process start and, in a
+// cluster, an election), far above what it takes on a loaded machine.
+const startTimeout = 2 * time.Minute
 
-// Member is one embedded etcd member. Its ports and data directory stay the
-// same across Stop and Start.
+// Member is one etcd member, a child process. Its ports and data directory
+// stay the same across Stop and Start.
 type Member struct {
 	// Name is the member's etcd name (m0, m1, ...).
 	Name string
@@ -48,6 +60,7 @@ type Member struct {
 	peerURL string // advertised: the PeerProxy's URL when there is one
 	listen  string // the peer URL the member listens on
 	dir     string
+	log     string // the process's output, across restarts
 	fsync   bool
 	cluster string // initial-cluster string
 	started bool   // started at least once (data dir holds a member)
@@ -57,8 +70,9 @@ type Member struct {
 	// reaches it.
 	PeerProxy *Proxy
 
-	mu sync.Mutex
-	e  *embed.Etcd
+	mu   sync.Mutex
+	proc *childproc.Proc // nil when stopped
+	id   string          // the running member's ID, hexadecimal
 }
 
 // Option configures a started member or cluster.
@@ -71,12 +85,12 @@ type options struct{ fsync, peerProxies bool }
 // Cluster.Isolate.
 func WithPeerProxies() Option { return func(o *options) { o.peerProxies = true } }
 
-// WithFsync keeps fsync on (the default is UnsafeNoFsync, for speed). Use it
-// in tests that restart a server and rely on what it wrote.
+// WithFsync keeps fsync on (the default is --unsafe-no-fsync, for speed).
+// Use it in tests that restart or kill a server and rely on what it wrote.
 func WithFsync() Option { return func(o *options) { o.fsync = true } }
 
-// Start starts a single embedded member with a fresh temporary data
-// directory and stops it in t's cleanup.
+// Start starts a single member with a fresh temporary data directory and
+// stops it in t's cleanup.
 func Start(t testing.TB, opts ...Option) *Member {
 	t.Helper()
 	var o options
@@ -84,13 +98,10 @@ func Start(t testing.TB, opts ...Option) *Member {
 		opt(&o)
 	}
 	for attempt := 1; ; attempt++ {
-		m := newMember(t, "m0", t.TempDir(), o.fsync)
+		m := newMember(t, "m0", o.fsync)
 		m.cluster = m.Name + "=" + m.peerURL
 		t.Cleanup(m.Stop)
 		err := m.Start()
-		if err == nil {
-			err = m.waitReady()
-		}
 		if err == nil {
 			return m
 		}
@@ -106,29 +117,26 @@ func Start(t testing.TB, opts ...Option) *Member {
 // another test process: go test runs packages in parallel).
 const bindAttempts = 3
 
-func newMember(t testing.TB, name, dir string, fsync bool) *Member {
+func newMember(t testing.TB, name string, fsync bool) *Member {
 	t.Helper()
-	peer := "http://" + freeAddr(t)
+	dir := t.TempDir()
+	peer := "http://127.0.0.1:" + childproc.FreePort(t)
 	return &Member{
 		Name:      name,
-		ClientURL: "http://" + freeAddr(t),
+		ClientURL: "http://127.0.0.1:" + childproc.FreePort(t),
 		peerURL:   peer,
 		listen:    peer,
-		dir:       dir,
+		dir:       filepath.Join(dir, "data"),
+		log:       filepath.Join(dir, "etcd.log"),
 		fsync:     fsync,
 	}
 }
 
-// freeAddr returns a loopback address whose port was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatalf("etcdtest: find a free port: %v", err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
+// The etcd and etcdutl binaries, found or built once per test process.
+var (
+	etcdBin    = sync.OnceValues(func() (string, error) { return childproc.Binary("etcd", "FENCING_ETCD") })
+	etcdutlBin = sync.OnceValues(func() (string, error) { return childproc.Binary("etcdutl", "FENCING_ETCDUTL") })
+)
 
 func mustURL(s string) url.URL {
 	u, err := url.Parse(s)
@@ -138,87 +146,131 @@ func mustURL(s string) url.URL {
 	return *u
 }
 
-// Start starts (or restarts) the member on its data directory and waits
-// until it serves. Starting a running member does nothing.
+// Start starts (or restarts) the member's process on its data directory
+// and waits until it serves. Starting a running member does nothing.
 func (m *Member) Start() error {
+	if err := m.start(); err != nil {
+		return err
+	}
+	return m.waitReady()
+}
+
+// start starts the member's process, unless it is running.
+func (m *Member) start() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.e != nil {
+	if m.proc != nil {
 		return nil
 	}
-	cfg := embed.NewConfig()
-	cfg.Name = m.Name
-	cfg.Dir = m.dir
-	cfg.TickMs = TickMs
-	cfg.ElectionMs = ElectionMs
-	cfg.UnsafeNoFsync = !m.fsync
-	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop())
-	cfg.ListenClientUrls = []url.URL{mustURL(m.ClientURL)}
-	cfg.AdvertiseClientUrls = cfg.ListenClientUrls
-	cfg.ListenPeerUrls = []url.URL{mustURL(m.listen)}
-	cfg.AdvertisePeerUrls = []url.URL{mustURL(m.peerURL)}
-	cfg.ListenMetricsUrls = nil
-	cfg.InitialCluster = m.cluster
-	cfg.InitialClusterToken = "etcdtest"
-	cfg.ClusterState = embed.ClusterStateFlagNew
-	if m.started {
-		cfg.ClusterState = embed.ClusterStateFlagExisting
+	bin, err := etcdBin()
+	if err != nil {
+		return err
 	}
-	e, err := embed.StartEtcd(cfg)
+	state := "new"
+	if m.started {
+		state = "existing"
+	}
+	args := []string{
+		"--name=" + m.Name, "--data-dir=" + m.dir,
+		"--heartbeat-interval=" + strconv.Itoa(TickMs), "--election-timeout=" + strconv.Itoa(ElectionMs),
+		"--listen-client-urls=" + m.ClientURL, "--advertise-client-urls=" + m.ClientURL,
+		"--listen-peer-urls=" + m.listen, "--initial-advertise-peer-urls=" + m.peerURL,
+		"--initial-cluster=" + m.cluster, "--initial-cluster-token=etcdtest",
+		"--initial-cluster-state=" + state, "--log-level=warn",
+	}
+	if !m.fsync {
+		args = append(args, "--unsafe-no-fsync")
+	}
+	p, err := childproc.Start(exec.Command(bin, args...), m.log)
 	if err != nil {
 		return fmt.Errorf("start member %s: %w", m.Name, err)
 	}
-	m.e = e
+	m.proc = p
+	m.id = ""
 	m.started = true
 	return nil
 }
 
-// waitReady waits for the member to have joined its cluster.
+// waitReady waits for the member to serve (etcd's /health: it has a leader
+// and answers a linearizable read) and learns its ID. A member whose process
+// exited because one of its ports was taken returns an error wrapping
+// syscall.EADDRINUSE.
 func (m *Member) waitReady() error {
 	m.mu.Lock()
-	e := m.e
+	p := m.proc
 	m.mu.Unlock()
-	if e == nil {
+	if p == nil {
 		return fmt.Errorf("member %s is stopped", m.Name)
 	}
-	select {
-	case <-e.Server.ReadyNotify():
-		return nil
-	case err := <-e.Err():
+	if err := p.WaitHTTP(m.ClientURL+"/health", "", startTimeout); err != nil {
+		log, _ := os.ReadFile(m.log)
+		if strings.Contains(string(log), "address already in use") {
+			err = fmt.Errorf("%w (%v)", syscall.EADDRINUSE, err)
+		}
+		return fmt.Errorf("member %s: %w; the end of its log:\n%s", m.Name, err, tail(log, 2000))
+	}
+	st, err := status(m.ClientURL)
+	if err != nil {
 		return fmt.Errorf("member %s: %w", m.Name, err)
-	case <-time.After(startTimeout):
-		e.Close()
-		return fmt.Errorf("member %s not ready after %v", m.Name, startTimeout)
+	}
+	m.mu.Lock()
+	if m.proc == p {
+		m.id = strconv.FormatUint(st.Header.MemberID, 16)
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// Stop stops the member's process (SIGTERM: etcd hands its leadership over
+// and exits), keeping its data directory. Stopping a stopped member does
+// nothing.
+func (m *Member) Stop() {
+	if p := m.detach(); p != nil {
+		p.Stop()
 	}
 }
 
-// Stop stops the member, keeping its data directory. Stopping a stopped
-// member does nothing.
-func (m *Member) Stop() {
-	m.mu.Lock()
-	e := m.e
-	m.e = nil
-	m.mu.Unlock()
-	if e != nil {
-		e.Close()
+// Kill kills the member's process (SIGKILL: a crash; what it wrote without
+// fsync may be lost, see WithFsync), keeping its data directory. Killing a
+// stopped member does nothing.
+func (m *Member) Kill() {
+	if p := m.detach(); p != nil {
+		p.Kill()
 	}
+}
+
+// detach marks the member stopped and returns its process, or nil.
+func (m *Member) detach() *childproc.Proc {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.proc
+	m.proc = nil
+	m.id = ""
+	return p
 }
 
 // Restart stops the member and starts it again on the same data directory
 // and ports, then waits until it serves.
 func (m *Member) Restart() error {
 	m.Stop()
-	if err := m.Start(); err != nil {
-		return err
-	}
-	return m.waitReady()
+	return m.Start()
 }
 
-// IsLeader reports whether the member is running and is its cluster's leader.
+// IsLeader reports whether the member is running and sees itself as its
+// cluster's leader (its own status, as etcdctl endpoint status shows it).
 func (m *Member) IsLeader() bool {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.e != nil && m.e.Server.Leader() == m.e.Server.MemberID()
+	if !m.Running() {
+		return false
+	}
+	st, err := status(m.ClientURL)
+	return err == nil && st.Leader == st.Header.MemberID
 }
 
 // ID returns the running member's etcd member ID in hexadecimal (as peer
@@ -226,23 +278,30 @@ func (m *Member) IsLeader() bool {
 func (m *Member) ID() string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.e == nil {
-		return ""
-	}
-	return m.e.Server.MemberID().String()
+	return m.id
 }
 
-// Running reports whether the member is started.
+// Running reports whether the member's process is started and has not
+// exited.
 func (m *Member) Running() bool {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.e != nil
+	p := m.proc
+	m.mu.Unlock()
+	if p == nil {
+		return false
+	}
+	select {
+	case <-p.Exited():
+		return false
+	default:
+		return true
+	}
 }
 
 // Endpoints returns the member's client endpoint as a slice.
 func (m *Member) Endpoints() []string { return []string{m.ClientURL} }
 
-// Cluster is a set of embedded members that form one etcd cluster.
+// Cluster is a set of members that form one etcd cluster.
 type Cluster struct {
 	// Members are the cluster's members, in the order they were made.
 	Members []*Member
@@ -273,7 +332,7 @@ func startCluster(t testing.TB, n int, o options) (*Cluster, error) {
 	c := &Cluster{}
 	var parts []string
 	for i := range n {
-		m := newMember(t, fmt.Sprintf("m%d", i), t.TempDir(), o.fsync)
+		m := newMember(t, fmt.Sprintf("m%d", i), o.fsync)
 		if o.peerProxies {
 			m.PeerProxy = StartProxy(t, m.listen)
 			m.peerURL = m.PeerProxy.URL
@@ -285,25 +344,18 @@ func startCluster(t testing.TB, n int, o options) (*Cluster, error) {
 		m.cluster = strings.Join(parts, ",")
 	}
 	t.Cleanup(c.Stop)
-	// Members block in StartEtcd until they see their peers' listeners, so
-	// start them concurrently.
-	errs := make(chan error, n)
+	// A member is ready only once a quorum runs: start them all, then wait.
 	for _, m := range c.Members {
-		go func() {
-			if err := m.Start(); err != nil {
-				errs <- err
-				return
-			}
-			errs <- m.waitReady()
-		}()
-	}
-	var first error
-	for range n {
-		if err := <-errs; err != nil && first == nil {
-			first = err
+		if err := m.start(); err != nil {
+			return c, err
 		}
 	}
-	return c, first
+	for _, m := range c.Members {
+		if err := m.waitReady(); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
 }
 
 // Endpoints returns every member's client endpoint.
@@ -391,7 +443,7 @@ func NewClient(t testing.TB, endpoints []string) *clientv3.Client {
 }
 
 // Endpoints returns the endpoints in ETCD_ENDPOINTS when set, and otherwise
-// starts an embedded member for t and returns its endpoint.
+// starts a member for t and returns its endpoint.
 func Endpoints(t testing.TB) []string {
 	t.Helper()
 	if env := os.Getenv("ETCD_ENDPOINTS"); env != "" {

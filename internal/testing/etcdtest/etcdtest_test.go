@@ -19,24 +19,37 @@ func TestMinTTL(t *testing.T) {
 	}
 }
 
+// TestRestartKeepsData: a member stopped (SIGTERM) or killed (SIGKILL) and
+// started again serves what it wrote before, on the same endpoint.
 func TestRestartKeepsData(t *testing.T) {
-	m := etcdtest.Start(t, etcdtest.WithFsync())
-	cli := etcdtest.NewClient(t, m.Endpoints())
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	put, err := cli.Put(ctx, "k", "v")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := m.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	get, err := cli.Get(ctx, "k")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "v" || get.Header.Revision < put.Header.Revision {
-		t.Fatalf("after restart: %v at revision %d, want k=v at revision >= %d", get.Kvs, get.Header.Revision, put.Header.Revision)
+	for _, tc := range []struct {
+		name string
+		down func(*etcdtest.Member)
+	}{{"Stop", (*etcdtest.Member).Stop}, {"Kill", (*etcdtest.Member).Kill}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := etcdtest.Start(t, etcdtest.WithFsync())
+			cli := etcdtest.NewClient(t, m.Endpoints())
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			put, err := cli.Put(ctx, "k", "v")
+			if err != nil {
+				t.Fatal(err)
+			}
+			tc.down(m)
+			if m.Running() || m.ID() != "" {
+				t.Fatalf("after %s: Running %v, ID %q; want false and \"\"", tc.name, m.Running(), m.ID())
+			}
+			if err := m.Start(); err != nil {
+				t.Fatal(err)
+			}
+			get, err := cli.Get(ctx, "k")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(get.Kvs) != 1 || string(get.Kvs[0].Value) != "v" || get.Header.Revision < put.Header.Revision {
+				t.Fatalf("after %s and Start: %v at revision %d, want k=v at revision >= %d", tc.name, get.Kvs, get.Header.Revision, put.Header.Revision)
+			}
+		})
 	}
 }
 

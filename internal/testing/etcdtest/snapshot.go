@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
+	"os/exec"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/etcdutl/v3/snapshot"
-	"go.uber.org/zap"
 )
 
 // SaveSnapshot writes a snapshot of cli's cluster (Maintenance.Snapshot) to
@@ -37,26 +35,24 @@ func SaveSnapshot(ctx context.Context, cli *clientv3.Client, path string) error 
 // With bump > 0 the restore raises the revision by bump and marks it
 // compacted, as --bump-revision bump --mark-compacted does.
 func (m *Member) Restore(path string, bump uint64) error {
-	m.Stop()
-	dir := filepath.Join(filepath.Dir(m.dir), filepath.Base(m.dir)+fmt.Sprintf("-restored-%d", bump))
-	err := snapshot.NewV3(zap.NewNop()).Restore(snapshot.RestoreConfig{
-		SnapshotPath:        path,
-		Name:                m.Name,
-		OutputDataDir:       dir,
-		PeerURLs:            []string{m.peerURL},
-		InitialCluster:      m.cluster,
-		InitialClusterToken: "etcdtest",
-		RevisionBump:        bump,
-		MarkCompacted:       bump > 0,
-	})
+	bin, err := etcdutlBin()
 	if err != nil {
-		return fmt.Errorf("etcdtest: restore: %w", err)
+		return err
+	}
+	m.Stop()
+	dir := fmt.Sprintf("%s-restored-%d", m.dir, bump)
+	args := []string{"snapshot", "restore", path,
+		"--name=" + m.Name, "--data-dir=" + dir,
+		"--initial-advertise-peer-urls=" + m.peerURL,
+		"--initial-cluster=" + m.cluster, "--initial-cluster-token=etcdtest"}
+	if bump > 0 {
+		args = append(args, fmt.Sprintf("--bump-revision=%d", bump), "--mark-compacted")
+	}
+	if out, err := exec.Command(bin, args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("etcdtest: restore: %w\n%s", err, out)
 	}
 	m.mu.Lock()
 	m.dir = dir
 	m.mu.Unlock()
-	if err := m.Start(); err != nil {
-		return err
-	}
-	return m.waitReady()
+	return m.Start()
 }

@@ -1,6 +1,6 @@
 // Package recipetest runs the tests of the recipes over a Coordinator
 // (packages election and semaphore) on every backend: the in-memory one on
-// a fake clock, an embedded etcd member, a redis-server child process, a
+// a fake clock, an etcd member and a redis-server as child processes, a
 // SQLite file and a PostgreSQL child process.
 package recipetest
 
@@ -77,7 +77,7 @@ func Memory(t *testing.T) World {
 		NewBackend: func(*testing.T) backend.Backend { return b }}
 }
 
-// Etcd returns a world on an embedded etcd member of its own.
+// Etcd returns a world on an etcd member of its own.
 func Etcd(t *testing.T) World {
 	m := etcdtest.Start(t)
 	p := fmt.Sprintf("recipe-test/%d/%d/", os.Getpid(), prefixes.Add(1))

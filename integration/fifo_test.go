@@ -1,4 +1,4 @@
-package fencing_test
+package integration_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/testing/heldtest"
 	"github.com/fencing-go/fencing/internal/testing/recipetest"
 	"github.com/fencing-go/fencing/memorybackend"
 )
@@ -401,33 +402,6 @@ func TestLockFIFOUnsupported(t *testing.T) {
 	}
 }
 
-// lockResult is how a Lock in a goroutine of the test ended, and when.
-type lockResult struct {
-	h   *fencing.Held
-	err error
-	at  time.Time
-}
-
-func lockAsync(ctx context.Context, c *fencing.Coordinator, key string, ttl time.Duration) <-chan lockResult {
-	ch := make(chan lockResult, 1)
-	go func() {
-		h, err := c.Lock(ctx, key, ttl, fencing.WithFIFO())
-		ch <- lockResult{h, err, time.Now()}
-	}()
-	return ch
-}
-
-func result(t *testing.T, ch <-chan lockResult, what string) lockResult {
-	t.Helper()
-	select {
-	case r := <-ch:
-		return r
-	case <-time.After(60 * time.Second):
-		t.Fatalf("%s: Lock did not return within 60s", what)
-		return lockResult{}
-	}
-}
-
 // deadWaiter has a holder take key through its line, then puts A, a victim
 // and C in the line, each in a process of its own; join puts the victim in
 // line (at Ahead 1, behind A) and
@@ -443,10 +417,10 @@ func deadWaiter(t *testing.T, p *procs, key string, join func(ctx context.Contex
 		t.Fatalf("holder's Lock: %v", err)
 	}
 	p.leftLine(t, p.joined(t).waiter) // the holder got the key, so it left the line
-	a := lockAsync(ctx, p.c[1], key, ttl)
+	a := heldtest.LockAsync(ctx, p.c[1], key, ttl, fencing.WithFIFO())
 	p.joined(t)
 	kill := join(ctx)
-	c := lockAsync(ctx, p.c[3], key, ttl)
+	c := heldtest.LockAsync(ctx, p.c[3], key, ttl, fencing.WithFIFO())
 	if j := p.joined(t); j.place.Ahead != 2 {
 		t.Fatalf("C joined at %+v, want Ahead 2", j.place)
 	}
@@ -455,42 +429,42 @@ func deadWaiter(t *testing.T, p *procs, key string, join func(ctx context.Contex
 	if err := holder.Release(ctx); err != nil {
 		t.Fatalf("holder's Release: %v", err)
 	}
-	ra := result(t, a, "A")
-	if ra.err != nil {
-		t.Fatalf("A's Lock: %v", ra.err)
+	ra := heldtest.Result(t, a, "A")
+	if ra.Err != nil {
+		t.Fatalf("A's Lock: %v", ra.Err)
 	}
-	if err := ra.h.Release(ctx); err != nil {
+	if err := ra.Held.Release(ctx); err != nil {
 		t.Fatalf("A's Release: %v", err)
 	}
 	released := time.Now()
-	rc := result(t, c, "C")
-	if rc.err != nil {
-		t.Fatalf("C's Lock: %v", rc.err)
+	rc := heldtest.Result(t, c, "C")
+	if rc.Err != nil {
+		t.Fatalf("C's Lock: %v", rc.Err)
 	}
-	if rc.h.Token() <= ra.h.Token() {
-		t.Fatalf("C's token %d after A's %d", rc.h.Token(), ra.h.Token())
+	if rc.Held.Token() <= ra.Held.Token() {
+		t.Fatalf("C's token %d after A's %d", rc.Held.Token(), ra.Held.Token())
 	}
-	rc.h.Release(ctx)
-	return rc.at.Sub(released), rc.at.Sub(killed)
+	rc.Held.Release(ctx)
+	return rc.At.Sub(released), rc.At.Sub(killed)
 }
 
 // victimHere is a victim in the test's own process 2, which kill ends
 // (returning the victim's Lock's result if it read it).
-func victimHere(t *testing.T, p *procs, key string, kill func(cancel context.CancelFunc, victim <-chan lockResult) *lockResult) func(ctx context.Context) func() {
+func victimHere(t *testing.T, p *procs, key string, kill func(cancel context.CancelFunc, victim <-chan heldtest.LockResult) *heldtest.LockResult) func(ctx context.Context) func() {
 	return func(ctx context.Context) func() {
 		vctx, vcancel := context.WithCancel(ctx)
-		victim := lockAsync(vctx, p.c[2], key, p.w.TTL)
+		victim := heldtest.LockAsync(vctx, p.c[2], key, p.w.TTL, fencing.WithFIFO())
 		if j := p.joined(t); j.place.Ahead != 1 {
 			t.Fatalf("the victim joined at %+v, want Ahead 1", j.place)
 		}
-		ended := make(chan lockResult, 1)
+		ended := make(chan heldtest.LockResult, 1)
 		t.Cleanup(func() { // its Lock returns, without the key
 			vcancel()
 			select {
 			case r := <-ended:
-				if r.err == nil {
-					t.Errorf("the victim got the key (token %d)", r.h.Token())
-					r.h.Release(context.Background())
+				if r.Err == nil {
+					t.Errorf("the victim got the key (token %d)", r.Held.Token())
+					r.Held.Release(context.Background())
 				}
 			case <-time.After(60 * time.Second):
 				t.Errorf("the victim's Lock did not return within 60s")
@@ -516,11 +490,11 @@ func TestLockFIFODeadWaiter(t *testing.T) {
 		t.Run("canceled", func(t *testing.T) {
 			p := newProcs(t, w, 4)
 			const key = "fifo-canceled"
-			after, _ := deadWaiter(t, p, key, victimHere(t, p, key, func(cancel context.CancelFunc, victim <-chan lockResult) *lockResult {
+			after, _ := deadWaiter(t, p, key, victimHere(t, p, key, func(cancel context.CancelFunc, victim <-chan heldtest.LockResult) *heldtest.LockResult {
 				cancel()
-				r := result(t, victim, "the victim")
-				if !errors.Is(r.err, context.Canceled) {
-					t.Fatalf("the canceled Lock returned %v, want context.Canceled", r.err)
+				r := heldtest.Result(t, victim, "the victim")
+				if !errors.Is(r.Err, context.Canceled) {
+					t.Fatalf("the canceled Lock returned %v, want context.Canceled", r.Err)
 				}
 				// It left the line before its Lock returned: its Dequeue
 				// (the only one since the holder's; A and C still wait)
@@ -543,7 +517,7 @@ func TestLockFIFODeadWaiter(t *testing.T) {
 			t.Run(how, func(t *testing.T) {
 				p := newProcs(t, w, 4)
 				key := "fifo-" + how
-				after, afterKill := deadWaiter(t, p, key, victimHere(t, p, key, func(context.CancelFunc, <-chan lockResult) *lockResult {
+				after, afterKill := deadWaiter(t, p, key, victimHere(t, p, key, func(context.CancelFunc, <-chan heldtest.LockResult) *heldtest.LockResult {
 					p.b[2].cut.Store(true)
 					if how == "closed" {
 						p.b[2].Backend.Close()
@@ -580,7 +554,7 @@ func TestLockFIFOWaitTimeout(t *testing.T) {
 		t.Fatalf("Lock at the head past its wait timeout: %v, want ErrLeaseHeld with the holder's time left", err)
 	}
 	p.joined(t)
-	head := lockAsync(ctx, p.c[1], "k", time.Minute)
+	head := heldtest.LockAsync(ctx, p.c[1], "k", time.Minute, fencing.WithFIFO())
 	p.joined(t)
 	_, err = p.c[2].Lock(ctx, "k", time.Minute, fencing.WithFIFO(), fencing.WithWaitTimeout(50*time.Millisecond))
 	if !errors.Is(err, fencing.ErrLeaseHeld) || !strings.Contains(err.Error(), "gave up after waiting 50ms: key held by a live lease (1 waiter ahead in line)") {
@@ -592,10 +566,10 @@ func TestLockFIFOWaitTimeout(t *testing.T) {
 	}
 	mem.Dequeue(ctx, "k", "probe")
 	holder.Release(ctx)
-	if r := result(t, head, "the head"); r.err != nil {
-		t.Fatalf("the head: %v", r.err)
+	if r := heldtest.Result(t, head, "the head"); r.Err != nil {
+		t.Fatalf("the head: %v", r.Err)
 	} else {
-		r.h.Release(ctx)
+		r.Held.Release(ctx)
 	}
 }
 
@@ -636,11 +610,11 @@ func TestLockFIFOAdvisoryLine(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		head := lockAsync(ctx, p.c[1], "advisory", w.TTL)
+		head := heldtest.LockAsync(ctx, p.c[1], "advisory", w.TTL, fencing.WithFIFO())
 		if j := p.joined(t); j.place.Ahead != 0 {
 			t.Fatalf("the first waiter joined at %+v, want the head", j.place)
 		}
-		behind := lockAsync(ctx, p.c[2], "advisory", w.TTL)
+		behind := heldtest.LockAsync(ctx, p.c[2], "advisory", w.TTL, fencing.WithFIFO())
 		p.joined(t)
 		// The head, subscribed to the release, has seen the key held and
 		// waits: only the release can let it through.
@@ -654,26 +628,26 @@ func TestLockFIFOAdvisoryLine(t *testing.T) {
 		if err := outside.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		rh := result(t, head, "the head")
-		if rh.err != nil {
-			t.Fatalf("the head's Lock: %v", rh.err)
+		rh := heldtest.Result(t, head, "the head")
+		if rh.Err != nil {
+			t.Fatalf("the head's Lock: %v", rh.Err)
 		}
 		select {
 		case r := <-behind:
 			t.Fatalf("the waiter behind got %v before the head released", r)
 		case <-time.After(50 * time.Millisecond):
 		}
-		if err := rh.h.Release(ctx); err != nil {
+		if err := rh.Held.Release(ctx); err != nil {
 			t.Fatal(err)
 		}
-		rb := result(t, behind, "the waiter behind")
-		if rb.err != nil {
-			t.Fatalf("the waiter behind: %v", rb.err)
+		rb := heldtest.Result(t, behind, "the waiter behind")
+		if rb.Err != nil {
+			t.Fatalf("the waiter behind: %v", rb.Err)
 		}
-		if !(outside.Token() < rh.h.Token() && rh.h.Token() < rb.h.Token()) {
-			t.Fatalf("tokens %d, %d, %d, want increasing", outside.Token(), rh.h.Token(), rb.h.Token())
+		if !(outside.Token() < rh.Held.Token() && rh.Held.Token() < rb.Held.Token()) {
+			t.Fatalf("tokens %d, %d, %d, want increasing", outside.Token(), rh.Held.Token(), rb.Held.Token())
 		}
-		rb.h.Release(ctx)
+		rb.Held.Release(ctx)
 		// The Hold's grant, the head's refused one, its second after it
 		// subscribed, its grant, the one of the waiter behind; on a store
 		// that cannot notify, a poll or two more.
@@ -705,7 +679,7 @@ func TestLockFIFOHeldEnds(t *testing.T) {
 			}
 			defer holder.Release(context.Background())
 			p.joined(t)
-			next := lockAsync(context.Background(), p.c[1], "k", ttl)
+			next := heldtest.LockAsync(context.Background(), p.c[1], "k", ttl, fencing.WithFIFO())
 			p.joined(t)
 			ended := time.Now()
 			if how == "canceled" {
@@ -713,12 +687,12 @@ func TestLockFIFOHeldEnds(t *testing.T) {
 			} else if _, err := mem.ForceRelease(context.Background(), "k"); err != nil {
 				t.Fatal(err) // the holder learns it at its next renewal, within ttl/3
 			}
-			r := result(t, next, "the next waiter")
-			if r.err != nil {
-				t.Fatalf("the next waiter: %v", r.err)
+			r := heldtest.Result(t, next, "the next waiter")
+			if r.Err != nil {
+				t.Fatalf("the next waiter: %v", r.Err)
 			}
-			defer r.h.Release(context.Background())
-			took := r.at.Sub(ended)
+			defer r.Held.Release(context.Background())
+			took := r.At.Sub(ended)
 			t.Logf("the next waiter got the key %v after the holder's Held ended (%s)", took, how)
 			if took > ttl/3 {
 				t.Fatalf("the next waiter got the key %v after the Held ended: it did not hear of the end (lease TTL %v)", took, ttl)

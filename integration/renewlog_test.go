@@ -1,4 +1,4 @@
-package fencing_test
+package integration_test
 
 import (
 	"context"
@@ -12,34 +12,17 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/internal/testing/etcdtest"
+	"github.com/fencing-go/fencing/internal/testing/logtest"
 	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
-// records is a slog.Handler that keeps every record.
-type records struct {
-	mu   sync.Mutex
-	recs []slog.Record
-}
-
-func (r *records) Enabled(context.Context, slog.Level) bool { return true }
-func (r *records) Handle(_ context.Context, rec slog.Record) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.recs = append(r.recs, rec.Clone())
-	return nil
-}
-func (r *records) WithAttrs([]slog.Attr) slog.Handler { return r }
-func (r *records) WithGroup(string) slog.Handler      { return r }
-
 // failedRenewals returns the level and message of every renewal logged
 // since from that did not succeed (one sent before from may succeed after).
-func (r *records) failedRenewals(from time.Time) []string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
+func failedRenewals(logs *logtest.Records, from time.Time) []string {
 	var out []string
-	for _, rec := range r.recs {
+	for _, rec := range logs.All() {
 		if rec.Time.After(from) && strings.HasPrefix(rec.Message, "fencing: renew ") {
 			out = append(out, rec.Level.String()+" "+rec.Message)
 		}
@@ -92,7 +75,7 @@ func TestRenewalWithoutAnswerLogsAlikeOnEveryBackend(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			b, stop := tc.start(t)
-			logs := &records{}
+			logs := &logtest.Records{}
 			c := fencing.New(b, fencing.WithLogger(slog.New(logs)), fencing.WithRequestTimeout(300*time.Millisecond))
 			ctx := context.Background()
 			h, err := c.Hold(ctx, "k", 2*time.Second, fencing.WithRenewInterval(400*time.Millisecond))
@@ -108,7 +91,7 @@ func TestRenewalWithoutAnswerLogsAlikeOnEveryBackend(t *testing.T) {
 			case <-time.After(10 * time.Second):
 				t.Fatal("the lease outlived its server by 10s")
 			}
-			got := logs.failedRenewals(stopped)
+			got := failedRenewals(logs, stopped)
 			if len(got) == 0 {
 				t.Fatal("no renewal logged after the server stopped answering")
 			}

@@ -1,4 +1,4 @@
-package fencing_test
+package integration_test
 
 // Integration tests: the real servers in containers, through testcontainers-go
 // and the local Docker engine. See docs/integration.md.
