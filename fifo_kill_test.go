@@ -25,7 +25,7 @@ import (
 // slack.
 
 const (
-	helperStore = "FENCING_FIFO_HELPER_STORE" // "sqlite|dsn", "redis|addr|prefix", "etcd|endpoint|prefix"
+	helperStore = "FENCING_FIFO_HELPER_STORE" // "sqlite|dsn", "postgres|dsn|prefix", "mysql|dsn|prefix", "redis|addr|prefix", "etcd|endpoint|prefix"
 	helperKey   = "FENCING_FIFO_HELPER_KEY"
 	helperTTL   = "FENCING_FIFO_HELPER_TTL"
 )
@@ -36,6 +36,11 @@ func storeBackend(t *testing.T, spec string) backend.Backend {
 	switch f[0] {
 	case "sqlite":
 		return recipetest.SQLBackend(t, "sqlite", f[1], sqlbackend.SQLite, "", false)
+	case "postgres":
+		return recipetest.SQLBackend(t, "pgx", f[1], sqlbackend.Postgres, f[2], false,
+			sqlbackend.WithSafetyCheck(backend.CheckSkip), sqlbackend.WithListener(f[1]))
+	case "mysql":
+		return recipetest.SQLBackend(t, "mysql", f[1], sqlbackend.MySQL, f[2], false)
 	case "redis":
 		return recipetest.RedisBackend(t, f[1], f[2])
 	case "etcd":
@@ -83,27 +88,40 @@ func sqliteFile(t *testing.T) (recipetest.World, string) {
 		}}, "sqlite|" + dsn
 }
 
+// processStore is a store of its own for a test, which other processes
+// reach through spec (see storeBackend).
+type processStore struct {
+	name string
+	open func(t *testing.T) (w recipetest.World, spec string)
+}
+
+var (
+	sqliteStore   = processStore{"sqlite", sqliteFile}
+	postgresStore = processStore{"postgres", func(t *testing.T) (recipetest.World, string) {
+		w := recipetest.Postgres(t)
+		return w, "postgres|" + w.DSN + "|" + w.Prefix
+	}}
+	mysqlStore = processStore{"mysql", func(t *testing.T) (recipetest.World, string) {
+		w := recipetest.MySQL(t)
+		return w, "mysql|" + w.DSN + "|" + w.Prefix
+	}}
+	redisStore = processStore{"redis", func(t *testing.T) (recipetest.World, string) {
+		w := recipetest.Redis(t)
+		return w, "redis|" + w.Redis.Addr() + "|" + w.Prefix
+	}}
+	etcdStore = processStore{"etcd", func(t *testing.T) (recipetest.World, string) {
+		w := recipetest.Etcd(t)
+		return w, "etcd|" + w.Etcd.Endpoints()[0] + "|" + w.Prefix
+	}}
+)
+
 // TestLockFIFOKilledWaiter: the waiter behind one killed with SIGKILL gets
 // the key within the killed one's entry TTL and the store's slack.
 func TestLockFIFOKilledWaiter(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts servers and processes")
 	}
-	stores := []struct {
-		name string
-		open func(t *testing.T) (recipetest.World, string)
-	}{
-		{"sqlite", sqliteFile},
-		{"redis", func(t *testing.T) (recipetest.World, string) {
-			w := recipetest.Redis(t)
-			return w, "redis|" + w.Redis.Addr() + "|" + w.Prefix
-		}},
-		{"etcd", func(t *testing.T) (recipetest.World, string) {
-			w := recipetest.Etcd(t)
-			return w, "etcd|" + w.Etcd.Endpoints()[0] + "|" + w.Prefix
-		}},
-	}
-	for _, s := range stores {
+	for _, s := range []processStore{sqliteStore, redisStore, etcdStore} {
 		t.Run(s.name, func(t *testing.T) {
 			w, spec := s.open(t)
 			if _, ok := w.NewBackend(t).(backend.Queuer); !ok {

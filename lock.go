@@ -40,7 +40,7 @@ import (
 func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (h *Held, err error) {
 	l, err := c.newLockCall(ctx, key, ttl, opts)
 	if err != nil {
-		return nil, err
+		return nil, opError("lock", key, err)
 	}
 	obs := c.obs.lockBegin(ctx, key, l.cfg.fifo) // traces and metrics (trace.go)
 	defer func() { c.obs.lockEnd(ctx, l.wctx, obs, h, err) }()
@@ -52,19 +52,24 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 	if err := l.watch(); err != nil {
 		return nil, l.giveUp(err)
 	}
-	lease, err := l.grant()
+	leases, err := l.grant()
 	if err != nil {
 		return nil, err
 	}
-	return l.hold(lease), nil
+	return l.hold(leases[0]), nil
 }
 
-// lockCall is one Lock call. Its phases, in order: newLockCall checks the
-// options and builds the grant request; queue waits in the key's line
-// (WithFIFO); watch subscribes to the key's releases; grant sends the
-// request until it succeeds, waiting between attempts as each refusal tells
-// (next). hold starts the Held. giveUp and stop make Lock's error when it
-// stops short.
+// lockCall is one Lock call, or one LockMany call (many.go). Its phases, in
+// order: newLockCall checks the options and builds the grant request; queue
+// waits in the key's line (WithFIFO); watch subscribes to the key's
+// releases; grant sends the request until it succeeds, waiting between
+// attempts as each refusal tells (next). hold starts the Held. giveUp and
+// stop make Lock's error when it stops short.
+//
+// A LockMany's lockCall is its first key's, and has a member per key (the
+// first is itself), each with that key's line and subscription: queue and
+// watch run each member's, in key order, and grant grants every key at
+// once, waiting on the member of the key that refused.
 type lockCall struct {
 	c      *Coordinator
 	ctx    context.Context // bounds the call and the held lease
@@ -79,17 +84,21 @@ type lockCall struct {
 
 	lastHeld     error     // the latest refusal for a live lease
 	unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
+
+	keys    []string    // LockMany's keys; nil for Lock
+	members []*lockCall // LockMany's: one per key, in the order of keys
 }
 
-// newLockCall checks Lock's options and builds its grant request.
+// newLockCall checks Lock's options and builds its grant request. Its
+// error does not name the key: the caller names its key, or keys.
 func (c *Coordinator) newLockCall(ctx context.Context, key string, ttl time.Duration, opts []LockOption) (*lockCall, error) {
 	cfg, err := c.lockConfig(ttl, opts)
 	if err != nil {
-		return nil, opError("lock", key, err)
+		return nil, err
 	}
 	req, err := c.request(key, c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
 	if err != nil {
-		return nil, opError("lock", key, err)
+		return nil, err
 	}
 	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
 	l := &lockCall{c: c, ctx: ctx, wctx: ctx, cancel: func() {}, key: key, ttl: ttl, cfg: cfg, req: req}
@@ -100,9 +109,12 @@ func (c *Coordinator) newLockCall(ctx context.Context, key string, ttl time.Dura
 	return l, nil
 }
 
-// close ends what the call started and no Held took over: the subscription,
-// the entry in the line, the wait's timer.
+// close ends what the call started and no Held took over: the
+// subscriptions, the entries in the lines, the wait's timer.
 func (l *lockCall) close() {
+	for _, m := range l.members[min(1, len(l.members)):] { // the first is l
+		m.close()
+	}
 	l.w.close()
 	if l.ln != nil {
 		l.ln.leave(nil)
@@ -111,7 +123,34 @@ func (l *lockCall) close() {
 }
 
 // queue, with WithFIFO, joins the key's line and waits to reach its head.
+// A LockMany's joins every key's line, one after another in key order, and
+// subscribes to each key once at its head (see LockMany).
 func (l *lockCall) queue() error {
+	if l.keys != nil {
+		l.members = make([]*lockCall, len(l.keys))
+		for i, k := range l.keys {
+			l.members[i] = l
+			if i > 0 {
+				l.members[i] = &lockCall{c: l.c, ctx: l.ctx, wctx: l.wctx, cancel: func() {}, key: k, ttl: l.ttl, cfg: l.cfg,
+					w: waiter{c: l.c, key: k, poll: l.cfg.pollInterval}}
+			}
+		}
+		for _, i := range backend.KeyOrder(manyKeyReqs(l.keys)) {
+			m := l.members[i]
+			if err := m.queueKey(); err != nil {
+				return m.giveUp(err)
+			}
+			if err := m.subscribe(); err != nil {
+				return m.giveUp(err)
+			}
+		}
+		return nil
+	}
+	return l.queueKey()
+}
+
+// queueKey is queue on the call's one key.
+func (l *lockCall) queueKey() error {
 	if !l.cfg.fifo {
 		return nil
 	}
@@ -133,10 +172,35 @@ func (l *lockCall) queue() error {
 // that none is missed. At the head of a line, the waiter that went before
 // may still hold the key (it left the line when it got it): watch then
 // waits for its release, so that the one grant attempt finds the key free.
+// A LockMany's has subscribed to every key in queue, and waits at the head
+// of every line in key order.
 func (l *lockCall) watch() error {
+	if l.keys == nil {
+		if err := l.subscribe(); err != nil {
+			return err
+		}
+		return l.awaitHead()
+	}
+	for _, i := range backend.KeyOrder(manyKeyReqs(l.keys)) {
+		m := l.members[i]
+		if err := m.awaitHead(); err != nil {
+			return m.giveUp(err)
+		}
+	}
+	return nil
+}
+
+// subscribe subscribes to the key's releases.
+func (l *lockCall) subscribe() error {
 	if err := l.w.subscribe(l.wctx); err != nil {
 		return opError("lock", l.key, err)
 	}
+	return nil
+}
+
+// awaitHead, with WithFIFO, waits for the release of the key by the waiter
+// that went before.
+func (l *lockCall) awaitHead() error {
 	if l.cfg.fifo {
 		if err := l.w.awaitFree(l.wctx); err != nil {
 			return opError("lock", l.key, err)
@@ -145,18 +209,39 @@ func (l *lockCall) watch() error {
 	return nil
 }
 
-// grant sends the grant request until a lease is granted or the call ends.
-func (l *lockCall) grant() (Lease, error) {
+// grant sends the grant request until a lease is granted (one per key for
+// a LockMany) or the call ends.
+func (l *lockCall) grant() ([]Lease, error) {
 	for {
 		sent := time.Now()
-		lease, err := l.c.send(l.wctx, opGrant, l.req, l.unknownSince)
+		leases, err := l.send()
 		if err == nil {
-			return lease, nil
+			return leases, nil
 		}
 		if err := l.next(err, sent); err != nil {
-			return Lease{}, err
+			return nil, err
 		}
 	}
+}
+
+// send sends the grant request once (with resends while its outcome is
+// unknown). A lease whose grant an earlier attempt with the same ID may
+// have made has its Deadline counted from that attempt.
+func (l *lockCall) send() ([]Lease, error) {
+	if l.keys == nil {
+		lease, err := l.c.send(l.wctx, opGrant, l.req, l.unknownSince)
+		if err != nil {
+			return nil, err
+		}
+		return []Lease{lease}, nil
+	}
+	leases, err := l.c.sendMany(l.wctx, l.keys, l.req)
+	if err == nil && !l.unknownSince.IsZero() {
+		for i := range leases {
+			leases[i].Deadline = l.unknownSince.Add(l.req.Timeout)
+		}
+	}
+	return leases, err
 }
 
 // next takes the error of the grant sent at sent, and waits as it tells
@@ -166,7 +251,7 @@ func (l *lockCall) next(err error, sent time.Time) error {
 	var oe *OutcomeError
 	switch {
 	case errors.As(err, &held):
-		return l.waitRelease(held)
+		return l.waitRelease(err, held)
 	case errors.As(err, &oe) && l.wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
 		return l.adopt(sent)
 	case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
@@ -186,20 +271,28 @@ func (l *lockCall) next(err error, sent time.Time) error {
 }
 
 // waitRelease waits for the release of the live lease that refused the
-// grant. Another lease is live, so no earlier attempt of ours holds the key
-// (its ID would have been answered with its lease): the next attempt is a
-// new lease.
-func (l *lockCall) waitRelease(held *backend.HeldError) error {
+// grant (err, a LockMany's names its key). Another lease is live, so no
+// earlier attempt of ours holds the key (its ID would have been answered
+// with its lease): the next attempt is a new lease.
+func (l *lockCall) waitRelease(err error, held *backend.HeldError) error {
 	l.lastHeld = held
 	l.freshID()
-	var err error
-	if _, ok := l.c.backend.(backend.Inspector); ok && l.cfg.fifo {
-		err = l.w.awaitFree(l.wctx)
+	w := &l.w
+	var ke *keyError
+	if l.keys != nil && errors.As(err, &ke) {
+		for i, k := range l.keys {
+			if k == ke.key {
+				w = &l.members[i].w
+			}
+		}
+	}
+	if _, ok := l.c.backend.(backend.Inspector); ok && l.cfg.fifo && l.keys == nil {
+		err = w.awaitFree(l.wctx)
 	} else {
-		err = l.w.waitHeld(l.wctx, held)
+		err = w.waitHeld(l.wctx, held)
 	}
 	if err != nil {
-		return l.giveUp(opError("lock", l.key, err))
+		return l.giveUp(opError("lock", w.key, err))
 	}
 	return nil
 }
@@ -223,6 +316,20 @@ func (l *lockCall) freshID() {
 	l.unknownSince, l.req.LeaseID = time.Time{}, l.c.newLeaseID()
 }
 
+// holdMany starts a LockMany's HeldMany of the granted leases, and hands
+// each Held its key's entry in the line, as hold does.
+func (l *lockCall) holdMany(leases []Lease) *HeldMany {
+	m := l.c.startHeldMany(l.ctx, leases, l.ttl, l.cfg.holdConfig)
+	for i, mem := range l.members {
+		if mem.ln != nil {
+			m.held[i].line = mem.ln
+			mem.ln.gotKey()
+			mem.ln = nil
+		}
+	}
+	return m
+}
+
 // hold starts the Held of the granted lease, and hands it the entry in the
 // line, which it leaves at once so that the next waiter takes the head.
 func (l *lockCall) hold(lease Lease) *Held {
@@ -243,7 +350,11 @@ func (l *lockCall) giveUp(err error) error {
 		lastHeld = l.w.seen // a head of a line that saw the key held
 	}
 	if l.ctx.Err() == nil && context.Cause(l.wctx) == errWaitTimeout && lastHeld != nil {
-		return opError("lock", l.key, &waitError{waited: l.cfg.waitTimeout, err: lastHeld})
+		key := l.key
+		if ke := (*keyError)(nil); errors.As(err, &ke) {
+			key = ke.key // a LockMany's: the key it waited for
+		}
+		return opError("lock", key, &waitError{waited: l.cfg.waitTimeout, err: lastHeld})
 	}
 	return err
 }
@@ -257,7 +368,7 @@ func (l *lockCall) stop(err error) error {
 		return err // no attempt of ours may hold the key
 	}
 	if !isOutcome {
-		oe = &OutcomeError{Op: "grant", Key: l.req.Key, LeaseID: l.req.LeaseID, Err: &unsettledError{last: err}}
+		oe = &OutcomeError{Op: "grant", Key: l.req.Key, Keys: l.keys, LeaseID: l.req.LeaseID, Err: &unsettledError{last: err}}
 	}
 	return l.c.settle(l.ctx, oe, l.ttl)
 }

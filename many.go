@@ -340,161 +340,39 @@ func (c manyContext) Value(k any) any {
 // When the outcome of a grant stays unknown, LockMany releases every lease
 // it may have taken, as Lock does for one.
 func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Duration, opts ...LockOption) (m *HeldMany, err error) {
-	cfg, err := c.lockConfig(ttl, opts)
+	l, err := c.newLockCall(ctx, "", ttl, opts)
 	if err != nil {
 		return nil, manyError("lock", keys, err)
 	}
+	defer l.close()
 	if _, ok := c.backend.(backend.MultiGranter); !ok {
 		return nil, manyError("lock", keys, errNoMultiGrant)
 	}
 	if err := backend.CheckMany(manyKeyReqs(keys)); err != nil {
 		return nil, manyError("lock", keys, err)
 	}
-	wctx := ctx
-	if cfg.waitTimeout > 0 {
-		var cancel context.CancelFunc
-		wctx, cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
-		defer cancel()
-	}
+	l.keys, l.key, l.req.Key, l.w.key = keys, keys[0], keys[0], keys[0] // the first key's call, with every key
 	// Traces and metrics as Lock's (trace.go), under the first key.
-	obs := c.obs.lockBegin(ctx, keys[0], cfg.fifo)
+	obs := c.obs.lockBegin(ctx, keys[0], l.cfg.fifo)
 	defer func() {
 		var first *Held
 		if m != nil {
 			first = m.held[0]
 		}
-		c.obs.lockEnd(ctx, wctx, obs, first, err)
+		c.obs.lockEnd(ctx, l.wctx, obs, first, err)
 	}()
-	wctx = obs.waitContext(wctx)
-	var lastHeld error
-	giveUp := func(key string, err error) error {
-		if ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout && lastHeld != nil {
-			return opError("lock", key, &waitError{waited: cfg.waitTimeout, err: lastHeld})
-		}
-		return opError("lock", key, err)
+	l.wctx = obs.waitContext(l.wctx)
+	if err := l.queue(); err != nil {
+		return nil, err
 	}
-	req, err := c.request("", c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
+	if err := l.watch(); err != nil {
+		return nil, err
+	}
+	leases, err := l.grant()
 	if err != nil {
-		return nil, manyError("lock", keys, err)
+		return nil, err
 	}
-	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
-	order := backend.KeyOrder(manyKeyReqs(keys))
-
-	// One waiter per key, subscribed before the first attempt.
-	ws := make([]*waiter, len(keys))
-	defer func() {
-		for _, w := range ws {
-			if w != nil {
-				w.close()
-			}
-		}
-	}()
-	lines := make([]*line, len(keys))
-	defer func() {
-		for _, ln := range lines {
-			if ln != nil { // not handed to a Held
-				ln.leave(nil)
-			}
-		}
-	}()
-	for _, i := range order {
-		if cfg.fifo {
-			if lines[i], err = c.joinLine(wctx, keys[i], ttl, cfg.pollInterval); err != nil {
-				return nil, giveUp(keys[i], err)
-			}
-			if err := lines[i].waitTurn(wctx); err != nil {
-				lastHeld = &lineError{ahead: lines[i].ahead}
-				return nil, giveUp(keys[i], err)
-			}
-		}
-		ws[i] = &waiter{c: c, key: keys[i], poll: cfg.pollInterval}
-		if err := ws[i].subscribe(wctx); err != nil {
-			return nil, giveUp(keys[i], err)
-		}
-	}
-	if cfg.fifo {
-		for _, i := range order {
-			if err := ws[i].awaitFree(wctx); err != nil {
-				return nil, giveUp(keys[i], err)
-			}
-		}
-	}
-
-	var unknownSince time.Time
-	for {
-		sent := time.Now()
-		if !unknownSince.IsZero() {
-			sent = unknownSince
-		}
-		leases, err := c.sendMany(wctx, keys, req)
-		var held *backend.HeldError
-		var oe *OutcomeError
-		switch {
-		case err == nil:
-			if !unknownSince.IsZero() {
-				for i := range leases { // an earlier attempt's lease: its Deadline counts from then
-					leases[i].Deadline = sent.Add(req.Timeout)
-				}
-			}
-			m = c.startHeldMany(ctx, leases, ttl, cfg.holdConfig)
-			for i, ln := range lines {
-				if ln != nil {
-					m.held[i].line = ln
-					ln.gotKey()
-					lines[i] = nil
-				}
-			}
-			return m, nil
-		case errors.As(err, &held):
-			lastHeld = held
-			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			w := ws[0]
-			var ke *keyError
-			if errors.As(err, &ke) {
-				for i, k := range keys {
-					if k == ke.key {
-						w = ws[i]
-					}
-				}
-			}
-			if err := w.waitHeld(wctx, held); err != nil {
-				return nil, giveUp(w.key, err)
-			}
-		case errors.As(err, &oe) && wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
-			if unknownSince.IsZero() {
-				unknownSince = sent
-			}
-			if err := ws[0].pause(wctx); err != nil {
-				return nil, c.lockManyEnded(ctx, manyError("lock", keys, err), keys, req, unknownSince, ttl)
-			}
-		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
-			unknownSince, req.LeaseID = time.Time{}, c.newLeaseID()
-			if err := ws[0].pause(wctx); err != nil {
-				return nil, giveUp(keys[0], err)
-			}
-		case unknownSince.IsZero() && oe == nil:
-			if lastHeld != nil && ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout {
-				return nil, giveUp(keys[0], err)
-			}
-			return nil, err
-		default:
-			return nil, c.lockManyEnded(ctx, err, keys, req, unknownSince, ttl)
-		}
-	}
-}
-
-// lockManyEnded is lockEnded for LockMany: it releases every lease an
-// attempt with an unknown outcome may have taken.
-func (c *Coordinator) lockManyEnded(ctx context.Context, err error, keys []string, req backend.Request, unknownSince time.Time, ttl time.Duration) error {
-	var oe *OutcomeError
-	isOutcome := errors.As(err, &oe)
-	if unknownSince.IsZero() && !isOutcome {
-		return err
-	}
-	if !isOutcome {
-		oe = &OutcomeError{Op: "grant", Key: keys[0], Keys: keys, LeaseID: req.LeaseID, Err: &unsettledError{last: err}}
-	}
-	return c.settle(ctx, oe, ttl)
+	return l.holdMany(leases), nil
 }
 
 // manyKeyReqs returns a request per key with nothing but the key, for

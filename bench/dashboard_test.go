@@ -42,14 +42,7 @@ type dashboard struct {
 // the code, or misspelled in the dashboard, fails it.
 func TestDashboardMetricNames(t *testing.T) {
 	metrics, labels := exportedNames(t)
-	raw, err := os.ReadFile(dashboardPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var d dashboard
-	if err := json.Unmarshal(raw, &d); err != nil {
-		t.Fatalf("%s: %v", dashboardPath, err)
-	}
+	d := readDashboard(t)
 	ident := regexp.MustCompile(`\bfencing_[a-z_]+\b`)
 	legend := regexp.MustCompile(`\{\{\s*([a-z_]+)\s*\}\}`)
 	used := map[string]bool{}
@@ -91,17 +84,8 @@ func TestDashboardMetricNames(t *testing.T) {
 // after a contention on the in-memory backend and a guard's refusal.
 func exportedNames(t *testing.T) (metrics, labels map[string]bool) {
 	t.Helper()
-	reg := prometheus.NewRegistry()
-	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
-	if err != nil {
-		t.Fatal(err)
-	}
-	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
-	defer mp.Shutdown(context.Background())
-	mem := memorybackend.New()
-	defer mem.Close()
+	reg, mp, c := exportedCoordinator(t)
 	ctx := context.Background()
-	c := fencing.New(mem, fencing.WithMeterProvider(mp))
 
 	// A holder, a waiter that gives up, one that gets the key.
 	h, err := c.Hold(ctx, "k", time.Minute)
@@ -174,6 +158,38 @@ func exportedNames(t *testing.T) (metrics, labels map[string]bool) {
 	sort.Strings(names)
 	t.Logf("exported: %s", strings.Join(names, " "))
 	return metrics, labels
+}
+
+// readDashboard reads the dashboard the repository ships.
+func readDashboard(t *testing.T) dashboard {
+	t.Helper()
+	raw, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(raw, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardPath, err)
+	}
+	return d
+}
+
+// exportedCoordinator returns a Coordinator on a fresh in-memory backend
+// whose metrics go through the OpenTelemetry Prometheus exporter to reg, as
+// a user's setup would (docs/metrics.md), and its MeterProvider; both end
+// with t.
+func exportedCoordinator(t *testing.T) (*prometheus.Registry, *sdkmetric.MeterProvider, *fencing.Coordinator) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	exp, err := otelprom.New(otelprom.WithRegisterer(reg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(exp))
+	t.Cleanup(func() { mp.Shutdown(context.Background()) })
+	mem := memorybackend.New()
+	t.Cleanup(func() { mem.Close() })
+	return reg, mp, fencing.New(mem, fencing.WithMeterProvider(mp))
 }
 
 // waiting returns the value of the lock waiters gauge.

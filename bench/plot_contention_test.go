@@ -1,10 +1,8 @@
 package bench
 
 import (
-	"bytes"
 	"fmt"
 	"image/color"
-	"os"
 	"strconv"
 
 	"gonum.org/v1/plot"
@@ -138,9 +136,5 @@ func plotContention(file string, rows []contentionRow, run string) error {
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: 24}
 	lat.Draw(tiles.At(body, 0, 0))
 	woken.Draw(tiles.At(body, 1, 0))
-	var buf bytes.Buffer
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
-		return err
-	}
-	return os.WriteFile(file, buf.Bytes(), 0o644)
+	return writePNG(file, img)
 }

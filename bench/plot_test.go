@@ -387,6 +387,11 @@ func plotStore(file, name string, s *storeResults, run string) error {
 		}
 	}
 
+	return writePNG(file, img)
+}
+
+// writePNG writes img to file as a PNG.
+func writePNG(file string, img *vgimg.Canvas) error {
 	var buf bytes.Buffer
 	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(&buf); err != nil {
 		return err

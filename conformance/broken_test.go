@@ -24,12 +24,14 @@ const (
 	staleCheck          // Token answers from a replica one write behind
 	clientClock         // expiry on the local clock, not the coordinator's
 	renewAccumulate     // a renewal extends from the old end, not from now
+	partialMany         // GrantMany grants key by key and keeps what it took when one refuses
 )
 
 var bugNames = map[bug]string{
 	noBug: "none", reissueToken: "reissues a token", lateRenewal: "lets a late renewal through",
 	staleCheck: "answers checks from stale state", clientClock: "uses the client's clock",
 	renewAccumulate: "extends renewals from the old expiry",
+	partialMany:     "grants some keys of a refused GrantMany",
 }
 
 type toyRecord struct {
@@ -94,13 +96,52 @@ func (b *toy) Grant(ctx context.Context, req backend.Request) (backend.Lease, er
 	if r.live(now) {
 		return backend.Lease{}, &backend.HeldError{Remaining: r.expiresAt.Sub(now)}
 	}
+	return b.grantLocked(req, now), nil
+}
+
+// grantLocked grants req on a free key (or returns its own live lease).
+func (b *toy) grantLocked(req backend.Request, now time.Time) backend.Lease {
+	r := b.keys[req.Key]
+	if r.id == req.LeaseID && r.live(now) {
+		return r.lease(req.Key)
+	}
 	next := r.token + 1
 	if b.bug == reissueToken && r.released {
 		next = r.token
 	}
 	n := toyRecord{token: next, id: req.LeaseID, ttl: req.Timeout, margin: req.Margin, expiresAt: now.Add(req.Timeout + req.Margin)}
 	b.write(req.Key, n)
-	return n.lease(req.Key), nil
+	return n.lease(req.Key)
+}
+
+// GrantMany grants in key order once every key would grant (partialMany:
+// as it goes, keeping what it took when one refuses).
+func (b *toy) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
+	if err := backend.CheckMany(reqs); err != nil {
+		return nil, err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.now()
+	for _, i := range backend.KeyOrder(reqs) {
+		r := b.keys[reqs[i].Key]
+		switch {
+		case r.id == reqs[i].LeaseID && !r.live(now) && r.released:
+			return nil, &backend.ManyError{Index: i, Err: backend.ErrLeaseNotFound}
+		case r.id == reqs[i].LeaseID && !r.live(now):
+			return nil, &backend.ManyError{Index: i, Err: backend.ErrLeaseExpired}
+		case r.id != reqs[i].LeaseID && r.live(now):
+			return nil, &backend.ManyError{Index: i, Err: &backend.HeldError{Remaining: r.expiresAt.Sub(now)}}
+		}
+		if b.bug == partialMany {
+			b.grantLocked(reqs[i], now)
+		}
+	}
+	leases := make([]backend.Lease, len(reqs))
+	for i, req := range reqs {
+		leases[i] = b.grantLocked(req, now)
+	}
+	return leases, nil
 }
 
 func (b *toy) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
@@ -189,14 +230,14 @@ func (h *toyHarness) Traits() Traits { return Traits{Now: h.clock.Now, DenseToke
 // memory backend pass on many.
 func TestCheckerCatchesBrokenBackends(t *testing.T) {
 	t.Setenv(VisualizationDirEnv, t.TempDir())
-	for _, b := range []bug{reissueToken, lateRenewal, staleCheck, clientClock, renewAccumulate} {
+	for _, b := range []bug{reissueToken, lateRenewal, staleCheck, clientClock, renewAccumulate, partialMany} {
 		t.Run(strings.ReplaceAll(bugNames[b], " ", "_"), func(t *testing.T) {
 			h := newToyHarness(b)
 			s := suite{h: h, traits: h.Traits()}
 			// Short histories: porcupine proves a history wrong only by
 			// trying every order of its concurrent calls.
 			for seed := range uint64(5) {
-				err := CheckHistory(s.randomHistory(t, seed+1, 40), s.traits)
+				err := CheckHistory(s.randomHistory(t, seed+1, 40, b == partialMany), s.traits)
 				if err != nil {
 					if !strings.Contains(err.Error(), "not linearizable") || !strings.Contains(err.Error(), ".html") {
 						t.Fatalf("error %q does not say the history is not linearizable and where its visualization is", err)
@@ -219,7 +260,8 @@ func TestCheckerPassesCorrectBackends(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			s := suite{h: h, traits: h.Traits()}
 			for seed := range uint64(runs) {
-				CheckLinearizable(t, s.randomHistory(t, seed+100, 120), s.traits)
+				CheckLinearizable(t, s.randomHistory(t, seed+100, 120, false), s.traits)
+				CheckLinearizable(t, s.randomHistory(t, seed+100, 120, true), s.traits)
 			}
 		})
 	}

@@ -44,6 +44,10 @@
 //     responses lost) is linearizable against a
 //     sequential model of the lease contract, checked with porcupine (see
 //     CheckHistory, which your own fault tests can call with a Recorder);
+//     on a backend.MultiGranter, a second history mixes GrantMany and
+//     LockMany over overlapping sets of keys in random orders with those
+//     calls, and the checker holds each GrantMany to all keys at one moment
+//     or none;
 //   - expiry at its exact end, just before and just after, to the
 //     backend's granularity; the last token minted once and then
 //     ErrTokenSpaceExhausted (with a harness that implements
@@ -59,6 +63,7 @@
 //     place, an expired entry leaves it (and rejoins at the end),
 //     AheadRemaining covers the entry ahead, a Dequeue wakes the waiter
 //     behind and is idempotent, lines on different keys are independent;
+//     a LineReader counts a line's live entries;
 //   - a grant's owner is stored, reported by Inspect and List while the
 //     lease is live, kept by renewals, gone after release; a bad owner
 //     gets ErrInvalidOwner and changes nothing;

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -20,7 +21,7 @@ import (
 // recorded history with CheckHistory: a renewal that succeeds raced against
 // an expiry or a forced release must leave a live lease.
 func (s suite) testLinearizable(t *testing.T) {
-	history := s.randomHistory(t, 1, 120)
+	history := s.randomHistory(t, 1, 120, false)
 	grants := 0
 	for _, op := range history {
 		if op.Kind == OpGrant && op.Err == nil {
@@ -34,12 +35,45 @@ func (s suite) testLinearizable(t *testing.T) {
 	t.Logf("checked %d calls, %d successful grants", len(history), grants)
 }
 
+// testLinearizableMany is testLinearizable with GrantMany (and LockMany)
+// over overlapping sets of the keys in random orders among the clients'
+// calls: the history is checked with the keys joined, so each GrantMany
+// must take all its keys at one moment or none.
+func (s suite) testLinearizableMany(t *testing.T) {
+	history := s.randomHistory(t, 2, 120, true)
+	var many, refused int
+	for _, op := range history {
+		if op.Kind != OpGrantMany {
+			continue
+		}
+		if op.Err == nil {
+			many++
+		} else if _, ok := backend.ManyIndex(op.Err); ok {
+			refused++
+		}
+	}
+	if many == 0 || refused == 0 {
+		t.Fatalf("%d GrantMany calls succeeded and %d were refused in the randomized history; it tested too little", many, refused)
+	}
+	CheckLinearizable(t, history, s.traits)
+	t.Logf("checked %d calls, %d successful and %d refused GrantMany calls", len(history), many, refused)
+}
+
 var historyKeys = []string{"h0", "h1", "h2"}
 
 // randomHistory runs the clients of testLinearizable with the given seed and
-// number of calls per client on a fresh backend and returns what they did.
-func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
+// number of calls per client on a fresh backend and returns what they did;
+// with many, the clients also call GrantMany and LockMany (see
+// testLinearizableMany) on a backend of ManyHarness's.
+func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int, many bool) []Op {
 	b := s.backend(t)
+	keys, choices := historyKeys, 21
+	if many {
+		// More keys, so that sets of several are often free together.
+		b, choices = s.manyBackend(t), 26
+		keys = append(slices.Clip(historyKeys), "h3", "h4")
+		capability[backend.MultiGranter](t, b, "backend.MultiGranter")
+	}
 	rec := NewRecorder(s.traits.Now)
 	const workers = 5
 	timeout, margin := 40*time.Millisecond, 10*time.Millisecond
@@ -55,7 +89,11 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 	var wg sync.WaitGroup
 	for w := range workers {
 		rng := rand.New(rand.NewPCG(seed, uint64(w)))
-		client := rec.Wrap(&lossy{Backend: b, rng: rand.New(rand.NewPCG(seed, uint64(w)+100)), percent: 3})
+		var lossb backend.Backend = &lossy{Backend: b, rng: rand.New(rand.NewPCG(seed, uint64(w)+100)), percent: 3}
+		if mg, ok := b.(backend.MultiGranter); ok && many {
+			lossb = &lossyMany{lossb.(*lossy), mg}
+		}
+		client := rec.Wrap(lossb)
 		c := fencing.New(client, fencing.WithOutcomeRetries(2))
 		// An operator's forced releases, racing the holders' renewals.
 		forcer, _ := rec.Wrap(b).(backend.ForceReleaser)
@@ -70,9 +108,9 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 				}
 			}
 			for op := 0; op < opsPerWorker && time.Now().Before(deadline); op++ {
-				key := historyKeys[rng.IntN(len(historyKeys))]
+				key := keys[rng.IntN(len(keys))]
 				lease, holding := held[key]
-				switch r := rng.IntN(21); {
+				switch r := rng.IntN(choices); {
 				case r < 5:
 					l, err := c.Grant(ctx, key, timeout, margin)
 					if err == nil {
@@ -114,7 +152,26 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 					// A resent grant of the lease held: the same lease back.
 					client.Grant(ctx, backend.Request{Key: key, LeaseID: lease.ID, Timeout: timeout, Margin: margin})
 				case r < 17:
-					s.lockBriefly(t, c, key, holdTTL, holdMargin)
+					s.lockBriefly(t, c, holdTTL, holdMargin, key)
+				case r >= 21 && r <= 24:
+					// Two or three keys in a random order.
+					perm := rng.Perm(len(keys))[:2+rng.IntN(2)]
+					set := make([]string, len(perm))
+					for i, k := range perm {
+						set[i] = keys[k]
+					}
+					leases, err := c.GrantMany(ctx, set, timeout, margin)
+					if err == nil {
+						for _, l := range leases {
+							forget(l.Key)
+							held[l.Key] = l
+						}
+					} else if !errors.Is(err, fencing.ErrLeaseHeld) && !errors.Is(err, fencing.ErrOutcomeUnknown) &&
+						!errors.Is(err, fencing.ErrLeaseExpired) && !errors.Is(err, fencing.ErrLeaseNotFound) {
+						t.Errorf("GrantMany(%q): %v", set, err)
+					}
+				case r == 25:
+					s.lockBriefly(t, c, holdTTL, holdMargin, historyKeys[2], historyKeys[0])
 				case r == 20 && forcer != nil:
 					if _, err := forcer.ForceRelease(ctx, key); err != nil {
 						t.Errorf("ForceRelease(%q): %v", key, err)
@@ -135,19 +192,27 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int) []Op {
 	return rec.History()
 }
 
-// lockBriefly waits a little for key with Lock, holds it for a moment and
-// releases it: Hold's and Lock's calls join the history.
-func (s suite) lockBriefly(t *testing.T, c *fencing.Coordinator, key string, ttl, margin time.Duration) {
+// lockBriefly waits a little for keys with Lock (LockMany for several),
+// holds them for a moment and releases them: Hold's and Lock's calls join
+// the history.
+func (s suite) lockBriefly(t *testing.T, c *fencing.Coordinator, ttl, margin time.Duration, keys ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
-	h, err := c.Lock(ctx, key, ttl, fencing.WithMargin(margin), fencing.WithPollInterval(10*time.Millisecond))
+	opts := []fencing.LockOption{fencing.WithMargin(margin), fencing.WithPollInterval(10 * time.Millisecond)}
+	var h interface{ Release(context.Context) error }
+	var err error
+	if len(keys) == 1 {
+		h, err = c.Lock(ctx, keys[0], ttl, opts...)
+	} else {
+		h, err = c.LockMany(ctx, keys, ttl, opts...)
+	}
 	if err != nil {
 		var oe *fencing.OutcomeError
 		// Lock waits out a held key and starts afresh after its own lost
 		// grant's lease ended: it gives up only with its context (and an
 		// OutcomeError when a grant's outcome is still unknown).
 		if !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &oe) {
-			t.Errorf("Lock(%q): %v", key, err)
+			t.Errorf("Lock(%q): %v", keys, err)
 		}
 		return
 	}
@@ -217,4 +282,24 @@ func (l *lossy) Release(ctx context.Context, key, leaseID string) error {
 		return errLost
 	}
 	return err
+}
+
+// lossyMany is lossy with GrantMany, whose requests and responses it loses
+// as lossy does.
+type lossyMany struct {
+	*lossy
+	mg backend.MultiGranter
+}
+
+func (l *lossyMany) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
+	send, lose := l.fate()
+	var leases []backend.Lease
+	var err error
+	if send {
+		leases, err = l.mg.GrantMany(ctx, reqs)
+	}
+	if lose {
+		return nil, errLost
+	}
+	return leases, err
 }

@@ -44,6 +44,11 @@ func CheckLinearizable(t testing.TB, history []Op, traits Traits) {
 //   - Renew succeeds only for the live lease's ID and keeps its token;
 //   - Release ends only the live lease, and a resent release succeeds;
 //   - Token reports the live lease's token, and no lease when none is live;
+//   - GrantMany takes every key at one moment or none: its leases follow
+//     Grant's rules key by key, a refusal names the first refusing key in
+//     key order (every key before it would have been granted then) and
+//     changes nothing, and a lost GrantMany took all its keys or none (the
+//     keys GrantMany calls join are checked together, at most 8);
 //   - each error is the one the contract gives for the state (ErrLeaseHeld,
 //     ErrLeaseExpired, ErrLeaseNotFound), bad input is refused with the
 //     checks' error, and a refused grant never tells of more time left than
@@ -63,9 +68,13 @@ func CheckHistory(history []Op, traits Traits) error {
 	if len(history) == 0 {
 		return nil
 	}
-	m := model{slack: traits.Slack, dense: traits.DenseTokens}
 	ops := porcupineHistory(history)
-	pm := m.porcupineModel()
+	part, slots, err := partitionKeys(ops)
+	if err != nil {
+		return err
+	}
+	m := model{slack: traits.Slack, dense: traits.DenseTokens, slots: slots}
+	pm := m.porcupineModel(part)
 	res, info := porcupine.CheckOperationsVerbose(pm, ops, checkTimeout)
 	switch res {
 	case porcupine.Ok:
@@ -95,6 +104,9 @@ func porcupineHistory(history []Op) []porcupine.Operation {
 		if c.out == unknown {
 			ret, c.cRet = math.MaxInt64, math.MaxInt64 // it may take effect at any later time
 		}
+		if op.Kind == OpGrantMany {
+			c.parts = partsOf(c)
+		}
 		if op.Kind == OpToken && op.Err != nil && c.out != rejected {
 			continue // a failed read tells nothing
 		}
@@ -103,13 +115,13 @@ func porcupineHistory(history []Op) []porcupine.Operation {
 	return ops
 }
 
-// failingKeys returns the keys whose calls alone are not linearizable,
-// quoted and sorted.
+// failingKeys returns the keys whose calls alone (with the keys GrantMany
+// calls join to them) are not linearizable, quoted and sorted.
 func failingKeys(pm porcupine.Model, ops []porcupine.Operation) []string {
 	var keys []string
 	for _, part := range pm.Partition(ops) {
 		if porcupine.CheckOperationsTimeout(pm, part, checkTimeout) != porcupine.Ok {
-			keys = append(keys, fmt.Sprintf("key %q", part[0].Input.(*call).op.Key))
+			keys = append(keys, keysOf(part)...)
 		}
 	}
 	slices.SortFunc(keys, cmp.Compare)

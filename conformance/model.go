@@ -3,11 +3,10 @@ package conformance
 import (
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"math"
+	"strings"
 	"time"
 
-	"github.com/anishathalye/porcupine"
 	"github.com/fencing-go/fencing/backend"
 )
 
@@ -133,28 +132,38 @@ type call struct {
 	op          *Op
 	out         outcome
 	cCall, cRet int64 // cRet is math.MaxInt64 for an unknown outcome
+	// parts are a GrantMany's grants, one per request, each as Grant's
+	// call on its key with the GrantMany's outcome, times and error (and
+	// its lease when it succeeded).
+	parts []*call
 }
 
 // model is the lease register, with the backend's traits.
 type model struct {
 	slack time.Duration
 	dense bool
+	slots map[string]int // each key's register in its partition's state
 }
 
 // step returns the states the key can be in after c, from s: none when c
 // cannot have happened.
-func (m model) step(s keyState, c *call) []keyState {
+func (m model) step(s keyState, c *call) []keyState { return m.during(s, c, m.apply) }
+
+// during returns f's states after c, from each state the key can be in
+// when c takes effect: s, or s expired when its lease may have ended
+// before then.
+func (m model) during(s keyState, c *call, f func(keyState, *call) []keyState) []keyState {
 	if s.status != live {
-		return m.apply(s, c)
+		return f(s, c)
 	}
 	var next []keyState
 	if c.cRet >= s.lo { // the lease may have ended before c
 		e := s
 		e.status, e.lo, e.hi = expired, 0, 0
-		next = append(next, m.apply(e, c)...)
+		next = append(next, f(e, c)...)
 	}
 	if c.cCall < s.hi { // or it may not have
-		next = append(next, m.apply(s, c)...)
+		next = append(next, f(s, c)...)
 	}
 	return next
 }
@@ -424,41 +433,6 @@ func nsString(ns int64) string {
 	return time.Duration(ns).String()
 }
 
-// porcupineModel is the register as a porcupine model, partitioned by key.
-func (m model) porcupineModel() porcupine.Model {
-	seed := maphash.MakeSeed()
-	nm := porcupine.NondeterministicModel{
-		Partition: func(history []porcupine.Operation) [][]porcupine.Operation {
-			byKey := make(map[string][]porcupine.Operation)
-			var keys []string
-			for _, o := range history {
-				k := o.Input.(*call).op.Key
-				if _, seen := byKey[k]; !seen {
-					keys = append(keys, k)
-				}
-				byKey[k] = append(byKey[k], o)
-			}
-			parts := make([][]porcupine.Operation, 0, len(keys))
-			for _, k := range keys {
-				parts = append(parts, byKey[k])
-			}
-			return parts
-		},
-		Init: func() []any { return []any{keyState{}} },
-		Step: func(state, input, _ any) []any {
-			var next []any
-			for _, n := range m.step(state.(keyState), input.(*call)) {
-				next = append(next, n)
-			}
-			return next
-		},
-		Hash:              func(state any) uint64 { return maphash.Comparable(seed, state.(keyState)) },
-		DescribeOperation: func(input, _ any) string { return input.(*call).String() },
-		DescribeState:     func(state any) string { return state.(keyState).String() },
-	}
-	return nm.ToModel()
-}
-
 func (c *call) String() string {
 	op := c.op
 	var res string
@@ -471,6 +445,12 @@ func (c *call) String() string {
 		res = fmt.Sprintf("token %d, live %v", op.Token, op.Live)
 	case op.Kind == OpForceRelease:
 		res = fmt.Sprintf("ended %v", op.Live)
+	case op.Kind == OpGrantMany:
+		toks := make([]string, len(op.Leases))
+		for i, l := range op.Leases {
+			toks[i] = fmt.Sprint(l.Token)
+		}
+		res = "tokens " + strings.Join(toks, ", ")
 	default:
 		res = "ok"
 	}
@@ -480,6 +460,17 @@ func (c *call) String() string {
 	}
 	if op.Kind == OpGrant || op.Kind == OpRenew {
 		args += fmt.Sprintf(", %v+%v", op.Timeout, op.Margin)
+	}
+	if op.Kind == OpGrantMany {
+		keys := make([]string, len(op.Requests))
+		for i, r := range op.Requests {
+			keys[i] = fmt.Sprintf("%q", r.Key)
+		}
+		args = strings.Join(keys, ", ")
+		if len(op.Requests) > 0 {
+			r := op.Requests[0]
+			args += fmt.Sprintf(", lease %.8s, %v+%v", r.LeaseID, r.Timeout, r.Margin)
+		}
 	}
 	ret := nsString(c.cRet)
 	return fmt.Sprintf("%s(%s) -> %s [coordinator %s..%s]", op.Kind, args, res, nsString(c.cCall), ret)

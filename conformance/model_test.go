@@ -119,3 +119,81 @@ func TestModel(t *testing.T) {
 		}
 	}
 }
+
+// grantMany adds a GrantMany of keys by lease id over [from, to] ms: with
+// err nil it returned tokens, one per key.
+func (h *hist) grantMany(id string, keys []string, tokens []uint64, err error, from, to int) *hist {
+	op := Op{Kind: OpGrantMany, Err: err}
+	for i, k := range keys {
+		op.Requests = append(op.Requests, backend.Request{Key: k, LeaseID: id, Timeout: tout, Margin: marg})
+		if err == nil {
+			op.Leases = append(op.Leases, backend.Lease{Key: k, LeaseID: id, Token: tokens[i], TTL: tout, Margin: marg})
+		}
+	}
+	op.Call, op.Return, op.CoordCall, op.CoordReturn = ms(from), ms(to), ms(from), ms(to)
+	h.ops = append(h.ops, op)
+	return h
+}
+
+// on sets the key of the calls added by f.
+func (h *hist) on(key string, f func(*hist)) *hist {
+	n := len(h.ops)
+	f(h)
+	for i := n; i < len(h.ops); i++ {
+		h.ops[i].Key = key
+		h.ops[i].Lease.Key = key
+	}
+	return h
+}
+
+// TestModelGrantMany: a GrantMany takes all its keys at one moment, or
+// none; its refusal names the first refusing key in key order.
+func TestModelGrantMany(t *testing.T) {
+	t.Setenv(VisualizationDirEnv, t.TempDir())
+	lost := fmt.Errorf("lost: %w", backend.ErrOutcomeUnknown)
+	ab := []string{"b", "a"} // not in key order
+	heldB := &backend.ManyError{Index: 0, Err: &backend.HeldError{}}
+	tok := func(token uint64, from, to int) func(*hist) {
+		return func(h *hist) { h.token(token, from, to) }
+	}
+	grant := func(id string, token uint64, from, to int) func(*hist) {
+		return func(h *hist) { h.grant(id, token, from, to) }
+	}
+	release := func(id string, from, to int) func(*hist) {
+		return func(h *hist) { h.release(id, nil, from, to) }
+	}
+	h := func() *hist { return &hist{} }
+	cases := []struct {
+		name  string
+		h     *hist
+		valid bool
+	}{
+		{"granted together", h().grantMany("m", ab, []uint64{1, 1}, nil, 0, 1).on("a", tok(1, 2, 3)).on("b", tok(1, 2, 3)), true},
+		{"one key seen taken, the other then free", h().grantMany("m", ab, []uint64{1, 1}, nil, 0, 10).
+			on("a", tok(1, 2, 3)).on("b", tok(0, 4, 5)), false},
+		{"refused, nothing taken", h().on("b", grant("x", 1, 0, 1)).grantMany("m", ab, nil, heldB, 2, 3).
+			on("a", tok(0, 4, 5)).on("b", release("x", 6, 7)).grantMany("n", ab, []uint64{2, 1}, nil, 8, 9), true},
+		{"refused, one key taken", h().on("b", grant("x", 1, 0, 1)).grantMany("m", ab, nil, heldB, 2, 3).
+			on("a", tok(1, 4, 5)), false},
+		{"refusal names a key after a refusing one", h().on("b", grant("x", 1, 0, 1)).on("a", grant("y", 1, 0, 1)).
+			grantMany("m", ab, nil, heldB, 2, 3), false},
+		{"refusal names the first refusing key", h().on("b", grant("x", 1, 0, 1)).on("a", grant("y", 1, 0, 1)).
+			grantMany("m", ab, nil, &backend.ManyError{Index: 1, Err: &backend.HeldError{}}, 2, 3), true},
+		{"a verdict that names no request", h().on("b", grant("x", 1, 0, 1)).
+			grantMany("m", ab, nil, &backend.HeldError{}, 2, 3), false},
+		{"granted over a held key", h().on("b", grant("x", 1, 0, 1)).grantMany("m", ab, []uint64{2, 1}, nil, 2, 3), false},
+		{"lost, took effect on both", h().grantMany("m", ab, nil, lost, 0, 1).on("a", tok(1, 5, 6)).on("b", tok(1, 7, 8)), true},
+		{"lost, took effect on one", h().grantMany("m", ab, nil, lost, 0, 1).on("a", tok(1, 5, 6)).on("b", tok(0, 7, 8)), false},
+		{"resent, the same leases", h().grantMany("m", ab, []uint64{1, 1}, nil, 0, 1).grantMany("m", ab, []uint64{1, 1}, nil, 2, 3), true},
+		{"a key twice, refused", h().grantMany("m", []string{"a", "a"}, nil, backend.ErrInvalidKey, 0, 1).on("a", tok(0, 2, 3)), true},
+	}
+	for _, c := range cases {
+		err := CheckHistory(c.h.ops, Traits{DenseTokens: true})
+		switch {
+		case c.valid && err != nil:
+			t.Errorf("%s: %v, want no violation", c.name, err)
+		case !c.valid && (err == nil || !strings.Contains(err.Error(), `key "a"`) || !strings.Contains(err.Error(), `key "b"`)):
+			t.Errorf("%s: %v, want a violation on keys \"a\" and \"b\"", c.name, err)
+		}
+	}
+}

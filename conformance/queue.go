@@ -304,6 +304,60 @@ func (s suite) testQueueKeysIndependent(t *testing.T) {
 	wantAhead(t, q, "queue-b", "w1", long, 1)
 }
 
+// testQueueLineLength: a backend.LineReader counts a key's live entries: a
+// renewal or another key's line does not add one, a Dequeue and an expiry
+// take one away; a bad key gets its typed error.
+func (s suite) testQueueLineLength(t *testing.T) {
+	b, q := s.queuer(t)
+	lr := capability[backend.LineReader](t, b, "backend.LineReader")
+	const key = "queue-length"
+	wantLength(t, lr, key, 0)
+	for i, w := range []string{"a", "b", "c"} {
+		enqueue(t, q, key, w, long)
+		wantLength(t, lr, key, i+1)
+	}
+	enqueue(t, q, key, "a", long)
+	enqueue(t, q, key+"-other", "a", long)
+	wantLength(t, lr, key, 3)
+	dequeue(t, q, key, "b")
+	wantLength(t, lr, key, 2)
+
+	ttl := s.queueTTL()
+	sent := time.Now()
+	p := enqueue(t, q, key, "short", ttl)
+	returned := time.Now()
+	if n := lineLength(t, lr, key); n != 3 && (s.traits.Now != nil || time.Since(sent) < ttl) {
+		t.Fatalf("LineLength(%q) = %d right after a join, want 3", key, n)
+	}
+	left := p.TTL
+	if s.traits.Now == nil {
+		left -= time.Since(returned)
+	}
+	s.wait(t, max(left, 0)+s.traits.Slack)
+	wantLength(t, lr, key, 2)
+
+	for _, k := range []string{"", strings.Repeat("k", backend.MaxKeyLength+1)} {
+		_, err := lr.LineLength(context.Background(), k)
+		wantErr(t, "LineLength with a bad key", err, backend.ErrInvalidKey)
+	}
+}
+
+func lineLength(t *testing.T, lr backend.LineReader, key string) int {
+	t.Helper()
+	n, err := lr.LineLength(context.Background(), key)
+	if err != nil {
+		t.Fatalf("LineLength(%q): %v", key, err)
+	}
+	return n
+}
+
+func wantLength(t *testing.T, lr backend.LineReader, key string, want int) {
+	t.Helper()
+	if n := lineLength(t, lr, key); n != want {
+		t.Fatalf("LineLength(%q) = %d, want %d", key, n, want)
+	}
+}
+
 // testQueueBadInput: a malformed key, waiter ID or TTL gets its typed error
 // and changes nothing.
 func (s suite) testQueueBadInput(t *testing.T) {

@@ -21,6 +21,7 @@ const (
 	OpRelease
 	OpToken
 	OpForceRelease
+	OpGrantMany
 )
 
 func (k OpKind) String() string {
@@ -35,6 +36,8 @@ func (k OpKind) String() string {
 		return "token"
 	case OpForceRelease:
 		return "force-release"
+	case OpGrantMany:
+		return "grant-many"
 	}
 	return fmt.Sprintf("OpKind(%d)", uint8(k))
 }
@@ -53,6 +56,11 @@ type Op struct {
 	Timeout, Margin time.Duration
 	// Lease is what Grant and Renew returned.
 	Lease backend.Lease
+	// Requests and Leases are a GrantMany's (Kind OpGrantMany, whose Key
+	// and lease fields are empty): what it asked, and what it returned,
+	// in the same order.
+	Requests []backend.Request
+	Leases   []backend.Lease
 	// Token and Live are what Token returned; for ForceRelease, Live is
 	// whether a live lease was ended.
 	Token uint64
@@ -91,27 +99,66 @@ func NewRecorder(now func() time.Time) *Recorder {
 	return &Recorder{now: now}
 }
 
-// Wrap returns b with every Grant, Renew, Release, Token and ForceRelease
-// call recorded, as a client of its own. Give each goroutine of a test its
-// own Wrap, so the visualization shows who did what. The result implements
-// backend.Notifier and backend.ForceReleaser when b does (notifications
-// change nothing and are not recorded); other optional capabilities are not
-// passed through.
+// Wrap returns b with every Grant, Renew, Release, Token, ForceRelease and
+// GrantMany call recorded, as a client of its own. Give each goroutine of a
+// test its own Wrap, so the visualization shows who did what. The result
+// implements backend.Notifier, backend.ForceReleaser and
+// backend.MultiGranter when b does (notifications change nothing and are
+// not recorded); other optional capabilities are not passed through.
 func (r *Recorder) Wrap(b backend.Backend) backend.Backend {
 	r.mu.Lock()
 	client := r.clients
 	r.clients++
 	r.mu.Unlock()
 	rb := &recorded{inner: b, rec: r, client: client}
+	var caps int
 	n, notifies := b.(backend.Notifier)
+	if notifies {
+		caps |= 1
+	}
 	f, forces := b.(backend.ForceReleaser)
-	switch {
-	case notifies && forces:
-		return &recordedBoth{recordedNotifier{rb, n}, f}
-	case notifies:
-		return &recordedNotifier{rb, n}
-	case forces:
-		return &recordedForce{rb, f}
+	if forces {
+		caps |= 2
+	}
+	m, many := b.(backend.MultiGranter)
+	if many {
+		caps |= 4
+	}
+	rn, rf, rm := recordedNotifier{rb, n}, recordedForce{rb, f}, recordedMany{rb, m}
+	// One type per set of capabilities, so a type assertion finds exactly
+	// b's.
+	switch caps {
+	case 1:
+		return &struct{ recordedNotifier }{rn}
+	case 2:
+		return &struct{ recordedForce }{rf}
+	case 3:
+		return &struct {
+			*recorded
+			recordedNotifier
+			recordedForce
+		}{rb, rn, rf}
+	case 4:
+		return &struct{ recordedMany }{rm}
+	case 5:
+		return &struct {
+			*recorded
+			recordedNotifier
+			recordedMany
+		}{rb, rn, rm}
+	case 6:
+		return &struct {
+			*recorded
+			recordedForce
+			recordedMany
+		}{rb, rf, rm}
+	case 7:
+		return &struct {
+			*recorded
+			recordedNotifier
+			recordedForce
+			recordedMany
+		}{rb, rn, rf, rm}
 	}
 	return rb
 }
@@ -188,20 +235,12 @@ func (b *recorded) Token(ctx context.Context, key string) (uint64, bool, error) 
 
 func (b *recorded) Close() error { return b.inner.Close() }
 
-func (b *recorded) forceRelease(ctx context.Context, f backend.ForceReleaser, key string) (bool, error) {
-	op := Op{Client: b.client, Kind: OpForceRelease, Key: key}
-	b.rec.begin(&op)
-	op.Live, op.Err = f.ForceRelease(ctx, key)
-	b.rec.end(&op)
-	return op.Live, op.Err
-}
-
 type recordedNotifier struct {
 	*recorded
 	n backend.Notifier
 }
 
-func (b *recordedNotifier) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
+func (b recordedNotifier) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
 	return b.n.NotifyFree(ctx, key)
 }
 
@@ -210,15 +249,24 @@ type recordedForce struct {
 	f backend.ForceReleaser
 }
 
-func (b *recordedForce) ForceRelease(ctx context.Context, key string) (bool, error) {
-	return b.forceRelease(ctx, b.f, key)
+func (b recordedForce) ForceRelease(ctx context.Context, key string) (bool, error) {
+	op := Op{Client: b.client, Kind: OpForceRelease, Key: key}
+	b.rec.begin(&op)
+	op.Live, op.Err = b.f.ForceRelease(ctx, key)
+	b.rec.end(&op)
+	return op.Live, op.Err
 }
 
-type recordedBoth struct {
-	recordedNotifier
-	f backend.ForceReleaser
+type recordedMany struct {
+	*recorded
+	m backend.MultiGranter
 }
 
-func (b *recordedBoth) ForceRelease(ctx context.Context, key string) (bool, error) {
-	return b.forceRelease(ctx, b.f, key)
+func (b recordedMany) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
+	op := Op{Client: b.client, Kind: OpGrantMany, Requests: slices.Clone(reqs)}
+	b.rec.begin(&op)
+	op.Leases, op.Err = b.m.GrantMany(ctx, reqs)
+	op.Leases = slices.Clone(op.Leases)
+	b.rec.end(&op)
+	return op.Leases, op.Err
 }

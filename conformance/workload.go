@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -48,6 +49,11 @@ func (s WorkloadStats) String() string {
 // client its own connection (or its own member of a cluster) to spread the
 // fault across them.
 func (w Workload) Run(ctx context.Context, rec *Recorder, clients []backend.Backend) WorkloadStats {
+	return w.run(ctx, rec, clients, new(atomic.Int64))
+}
+
+// run is Run, counting the grants that succeeded in grants as they happen.
+func (w Workload) run(ctx context.Context, rec *Recorder, clients []backend.Backend, grants *atomic.Int64) WorkloadStats {
 	if w.CallTimeout == 0 {
 		w.CallTimeout = 2 * time.Second
 	}
@@ -59,7 +65,7 @@ func (w Workload) Run(ctx context.Context, rec *Recorder, clients []backend.Back
 	for i, b := range clients {
 		rb := rec.Wrap(b)
 		wg.Go(func() {
-			st := w.client(ctx, rb, i)
+			st := w.client(ctx, rb, i, grants)
 			mu.Lock()
 			defer mu.Unlock()
 			total.Calls += st.Calls
@@ -72,7 +78,7 @@ func (w Workload) Run(ctx context.Context, rec *Recorder, clients []backend.Back
 	return total
 }
 
-func (w Workload) client(ctx context.Context, b backend.Backend, n int) WorkloadStats {
+func (w Workload) client(ctx context.Context, b backend.Backend, n int, grants *atomic.Int64) WorkloadStats {
 	rng := rand.New(rand.NewPCG(w.Seed, uint64(n)))
 	var st WorkloadStats
 	count := func(err error) {
@@ -99,6 +105,7 @@ func (w Workload) client(ctx context.Context, b backend.Backend, n int) Workload
 			count(err)
 			if err == nil {
 				st.Grants++
+				grants.Add(1)
 				held[key] = req.LeaseID
 				old = append(old, req)
 			}
@@ -147,24 +154,31 @@ func isVerdict(err error) bool {
 
 // RunAround runs w on clients, as Run does, around faults: each fault
 // happens a second after the one before (the first a second after the calls
-// begin), and the calls go on for a second after the last. It fails t unless
-// the faults were exercised: at least 10 grants, and some calls that failed
-// or whose outcome was unknown. Check rec's history afterwards.
+// begin), and the calls go on for a second after the last, and on until at
+// least 10 grants went through (a loaded host makes few calls a second; a
+// minute at most). It fails t unless the faults were exercised: those
+// grants, and some calls that failed or whose outcome was unknown. Check
+// rec's history afterwards.
 func (w Workload) RunAround(t testing.TB, rec *Recorder, clients []backend.Backend, faults ...func()) WorkloadStats {
 	t.Helper()
+	const minGrants = 10
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var grants atomic.Int64
 	done := make(chan WorkloadStats, 1)
-	go func() { done <- w.Run(ctx, rec, clients) }()
+	go func() { done <- w.run(ctx, rec, clients, &grants) }()
 	for _, fault := range faults {
 		time.Sleep(time.Second)
 		fault()
 	}
 	time.Sleep(time.Second)
+	for end := time.Now().Add(time.Minute); grants.Load() < minGrants && time.Now().Before(end); {
+		time.Sleep(50 * time.Millisecond)
+	}
 	cancel()
 	st := <-done
 	t.Logf("workload: %v", st)
-	if st.Grants < 10 || st.Failed+st.Unknown == 0 {
+	if st.Grants < minGrants || st.Failed+st.Unknown == 0 {
 		t.Fatalf("the workload (%v) did not exercise the faults", st)
 	}
 	return st

@@ -54,7 +54,16 @@ func TestClusterLeaderFailure(t *testing.T) {
 		unknowns int
 	)
 	start := time.Now()
-	stopAt := start.Add(4 * time.Second)
+	// The clients run for 4 s, and on until 10 grants went through (a
+	// loaded host makes few calls a second; a minute at most).
+	stopAt, hardStop := start.Add(4*time.Second), start.Add(time.Minute)
+	running := func() bool {
+		mu.Lock()
+		n := len(grants)
+		mu.Unlock()
+		now := time.Now()
+		return now.Before(stopAt) || (n < 10 && now.Before(hardStop))
+	}
 	var wg sync.WaitGroup
 	for w := range workers {
 		cli := etcdtest.NewClient(t, cl.Endpoints())
@@ -65,7 +74,7 @@ func TestClusterLeaderFailure(t *testing.T) {
 		defer b.Close()
 		wg.Go(func() {
 			rng := rand.New(rand.NewPCG(uint64(w), 7))
-			for op := 0; time.Now().Before(stopAt); op++ {
+			for op := 0; running(); op++ {
 				key := keys[rng.IntN(len(keys))]
 				r := backend.Request{Key: key, LeaseID: fmt.Sprintf("w%d-%d", w, op), Timeout: timeout, Margin: margin}
 				g, err, ambiguous := settleGrant(b, r, time.Duration(1+rng.IntN(30))*time.Millisecond)

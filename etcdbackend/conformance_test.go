@@ -10,6 +10,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/etcdbackend"
+	"github.com/fencing-go/fencing/internal/testing/contentiontest"
 	"github.com/fencing-go/fencing/internal/testing/etcdtest"
 )
 
@@ -41,6 +42,12 @@ func (h *harness) Traits() conformance.Traits {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
+}
+
+// TestContention checks the spans and contention metrics of a contention
+// on this backend (see contentiontest.Run).
+func TestContention(t *testing.T) {
+	contentiontest.Run(t, newHarness(t))
 }
 
 func BenchmarkConformance(b *testing.B) {

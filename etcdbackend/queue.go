@@ -355,6 +355,24 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 	return nil
 }
 
+// LineLength implements backend.LineReader with one linearizable count of
+// the line's entries (a range read of the line's prefix, count only). An
+// entry whose etcd lease ran out counts until etcd's revoke deletes it, up
+// to 500ms after its TTL, as it counts as ahead for Enqueue.
+func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
+	if err := b.ready(ctx); err != nil {
+		return 0, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return 0, err
+	}
+	resp, err := b.kv.Get(ctx, b.keys(key).line, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("etcdbackend: line length: %w", err)
+	}
+	return int(resp.Count), nil
+}
+
 // NotifyTurn implements backend.Queuer with an etcd watch on one key at a
 // time, so that a handoff wakes only the waiter directly behind: the entry
 // directly ahead of waiterID's, for its deletion (a Dequeue, or etcd's

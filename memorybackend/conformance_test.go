@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/testing/contentiontest"
 	"github.com/fencing-go/fencing/memorybackend"
 )
 
@@ -45,6 +46,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness())
+}
+
+// TestContention checks the spans and contention metrics of a contention
+// on this backend (see contentiontest.Run).
+func TestContention(t *testing.T) {
+	contentiontest.Run(t, newHarness())
 }
 
 func BenchmarkConformance(b *testing.B) {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/testing/contentiontest"
 	"github.com/fencing-go/fencing/internal/testing/redistest"
 	"github.com/fencing-go/fencing/redisbackend"
 )
@@ -74,6 +75,12 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
+}
+
+// TestContention checks the spans and contention metrics of a contention
+// on this backend (see contentiontest.Run).
+func TestContention(t *testing.T) {
+	contentiontest.Run(t, newHarness(t))
 }
 
 // TestConformanceBatched runs the suite with every request sent by the

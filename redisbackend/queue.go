@@ -89,6 +89,22 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 	return b.notifier.subscribe(ctx, b.turnChannel(key, waiterID))
 }
 
+// LineLength implements backend.LineReader: one read-only script counts
+// the entries whose time has not run out on the server's clock.
+func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
+	if err := b.ready(ctx); err != nil {
+		return 0, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return 0, err
+	}
+	n, err := lineLengthScript.runKeys(ctx, b.batch, b.lineKeys(key)).Int()
+	if err != nil {
+		return 0, sendError(ctx, "line length", err)
+	}
+	return n, nil
+}
+
 func (b *Backend) checkLine(ctx context.Context, key, waiterID string) error {
 	if err := b.ready(ctx); err != nil {
 		return err

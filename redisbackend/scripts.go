@@ -28,6 +28,7 @@ import (
 // The line's scripts (queue.go) are the prelude, line.lua, which drops
 // the entries whose time ran out, and then the operation; they run on the
 // line's two sorted sets (KEYS[1] and KEYS[2]), in the record's slot.
+// linelength.lua, a read, runs on the same keys without line.lua.
 //
 // Every script reads first and writes last, and writes only after every
 // check passed, so a script that fails changes nothing. Limits (the largest
@@ -55,6 +56,8 @@ var (
 	enqueueLua string
 	//go:embed lua/dequeue.lua
 	dequeueLua string
+	//go:embed lua/linelength.lua
+	lineLengthLua string
 )
 
 var (
@@ -66,6 +69,7 @@ var (
 	inspectScript      = newScript(inspectLua)
 	enqueueScript      = newScript(lineLua + enqueueLua)
 	dequeueScript      = newScript(lineLua + dequeueLua)
+	lineLengthScript   = newScript(lineLengthLua)
 )
 
 // script is a Lua script run by its SHA1 (EVALSHA), with its source (EVAL)

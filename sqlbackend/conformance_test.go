@@ -6,6 +6,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/testing/contentiontest"
 	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
@@ -47,6 +48,22 @@ func TestPgBouncerConformance(t *testing.T) {
 func TestMySQLConformance(t *testing.T) {
 	_, h := newMySQL(t)
 	conformance.Run(t, h)
+}
+
+// TestContention checks the spans and contention metrics of a contention
+// on each database (see contentiontest.Run).
+func TestContention(t *testing.T) {
+	t.Run("SQLite", func(t *testing.T) {
+		contentiontest.Run(t, &harness{db: openSQLite(t), dialect: sqlbackend.SQLite})
+	})
+	t.Run("Postgres", func(t *testing.T) {
+		_, h := newPostgres(t)
+		contentiontest.Run(t, h)
+	})
+	t.Run("MySQL", func(t *testing.T) {
+		_, h := newMySQL(t)
+		contentiontest.Run(t, h)
+	})
 }
 
 // TestMySQLRestart: mariadbd, syncing every commit, is killed (SIGKILL)

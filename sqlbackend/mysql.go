@@ -120,6 +120,7 @@ func mysqlStatements(s *statements, r *strings.Replacer) {
 	// A key's live entries in order, for the poll, on the server's clock
 	// (?2 and ?3, the host's, are not used).
 	s.turn = num(`SELECT waiter_id, seq FROM {w} WHERE key = ?1 AND expires_at > ` + mysqlNow + ` ORDER BY seq`)
+	s.lineLength = r.Replace("SELECT count(*) FROM {w} WHERE `key` = ? AND expires_at > " + mysqlNow)
 }
 
 var numberedParam = regexp.MustCompile(`\?([0-9]+)`)

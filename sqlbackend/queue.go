@@ -398,7 +398,8 @@ func (h *hub) wakeTurn(key, tag string) {
 }
 
 // LineLength implements backend.LineReader: one read of the key's live
-// entries, outside any transaction.
+// entries, outside any transaction, on the server's clock (PostgreSQL,
+// MySQL) or the host's (SQLite).
 func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
 	if err := b.ready(ctx); err != nil {
 		return 0, err
@@ -408,7 +409,7 @@ func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
 	}
 	var n int
 	var err error
-	if b.dialect == Postgres {
+	if b.dialect != SQLite {
 		err = b.db.QueryRowContext(ctx, b.sql.lineLength, []byte(key)).Scan(&n)
 	} else {
 		now := b.hostNow()

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 
+	"go.opentelemetry.io/otel/propagation"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -28,17 +29,72 @@ const (
 )
 
 // Option configures the server interceptors.
-type Option func(*config)
+type Option interface{ server(*config) }
+
+// ClientOption configures the client interceptors. Every ClientOption is
+// an Option too: it configures both ends of the carrier alike.
+type ClientOption interface {
+	Option
+	client(*clientConfig)
+}
+
+// option is an Option of the server interceptors alone.
+type option func(*config)
+
+func (o option) server(c *config) { o(c) }
 
 type config struct {
-	writer  guard.Writer
-	require bool
-	mint    *guard.MintCheck
+	writer     guard.Writer
+	require    bool
+	mint       *guard.MintCheck
+	propagator propagation.TextMapPropagator // nil: none
+}
+
+type clientConfig struct {
+	propagator propagation.TextMapPropagator // nil: none
+}
+
+// WithPropagator makes the client interceptors send each call's trace
+// context in its metadata, written by p (propagation.TraceContext{} for
+// the W3C traceparent and tracestate keys, or a composite with baggage),
+// and the server interceptors read it back with p into the handler's
+// context, where the handler's spans find their remote parent: a trace
+// then goes from the holder's lease (fencing.SpanHeld) to the service's
+// write. Without it, or with a nil p, neither end reads or writes trace
+// metadata.
+func WithPropagator(p propagation.TextMapPropagator) ClientOption {
+	return propagatorOption{p}
+}
+
+type propagatorOption struct{ p propagation.TextMapPropagator }
+
+func (o propagatorOption) server(c *config)       { c.propagator = o.p }
+func (o propagatorOption) client(c *clientConfig) { c.propagator = o.p }
+
+// metadataCarrier is a propagation.TextMapCarrier on gRPC metadata (whose
+// keys are lower case, as the propagators' are).
+type metadataCarrier metadata.MD
+
+func (m metadataCarrier) Get(key string) string {
+	if vs := metadata.MD(m).Get(key); len(vs) > 0 {
+		return vs[0]
+	}
+	return ""
+}
+
+func (m metadataCarrier) Set(key, value string) { metadata.MD(m).Set(key, value) }
+
+func (m metadataCarrier) Keys() []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	return keys
 }
 
 // RequireToken makes the server interceptors refuse a call without a
 // token with codes.FailedPrecondition (the handler is not called).
-func RequireToken() Option { return func(c *config) { c.require = true } }
+func RequireToken() Option { return option(func(c *config) { c.require = true }) }
 
 // WithWriter makes the server interceptors run the handler under w (a
 // *guard.Memory): the call's token is admitted for its resource and the
@@ -48,7 +104,7 @@ func RequireToken() Option { return func(c *config) { c.require = true } }
 // it returns an error. For a resource in the server's own memory only: a
 // database write is fenced by the store guard inside the handler.
 func WithWriter(w guard.Writer) Option {
-	return func(c *config) { c.writer, c.require = w, true }
+	return option(func(c *config) { c.writer, c.require = w, true })
 }
 
 // WithMintCheck makes the server interceptors refuse a token the lock
@@ -60,7 +116,7 @@ func WithWriter(w guard.Writer) Option {
 // this process. It is the default to use for a service that accepts tokens
 // from the network; it does not authenticate the caller (see
 // docs/across-services.md).
-func WithMintCheck(mc *guard.MintCheck) Option { return func(c *config) { c.mint = mc } }
+func WithMintCheck(mc *guard.MintCheck) Option { return option(func(c *config) { c.mint = mc }) }
 
 // UnaryClientInterceptor returns an interceptor that sends the context's
 // token (guard.TokenFromContext, fencing.Held.Context) in the fencing-token
@@ -69,10 +125,13 @@ func WithMintCheck(mc *guard.MintCheck) Option { return func(c *config) { c.mint
 // fails with an error wrapping guard.ErrInvalidToken or
 // backend.ErrInvalidKey. A status refusing the token as stale comes back as
 // an error wrapping a *guard.StaleTokenError (errors.Is
-// guard.ErrStaleToken) that keeps its status (status.FromError).
-func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
+// guard.ErrStaleToken) that keeps its status (status.FromError). With
+// WithPropagator every call also carries its context's trace context (a
+// fencing.Held's context carries the held lease's span).
+func UnaryClientInterceptor(opts ...ClientOption) grpc.UnaryClientInterceptor {
+	c := newClientConfig(opts)
 	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
-		ctx, err := outgoing(ctx)
+		ctx, err := c.outgoing(ctx)
 		if err != nil {
 			return err
 		}
@@ -83,9 +142,10 @@ func UnaryClientInterceptor() grpc.UnaryClientInterceptor {
 // StreamClientInterceptor is UnaryClientInterceptor for streams: the token
 // goes in the stream's metadata, and a stale status from the stream's
 // RecvMsg comes back as UnaryClientInterceptor's error.
-func StreamClientInterceptor() grpc.StreamClientInterceptor {
+func StreamClientInterceptor(opts ...ClientOption) grpc.StreamClientInterceptor {
+	c := newClientConfig(opts)
 	return func(ctx context.Context, desc *grpc.StreamDesc, cc *grpc.ClientConn, method string, streamer grpc.Streamer, opts ...grpc.CallOption) (grpc.ClientStream, error) {
-		ctx, err := outgoing(ctx)
+		ctx, err := c.outgoing(ctx)
 		if err != nil {
 			return nil, err
 		}
@@ -101,18 +161,34 @@ type clientStream struct{ grpc.ClientStream }
 
 func (s clientStream) RecvMsg(m any) error { return fromStatus(s.ClientStream.RecvMsg(m)) }
 
-// outgoing puts ctx's token in its outgoing metadata.
-func outgoing(ctx context.Context) (context.Context, error) {
+func newClientConfig(opts []ClientOption) *clientConfig {
+	c := &clientConfig{}
+	for _, o := range opts {
+		o.client(c)
+	}
+	return c
+}
+
+// outgoing puts ctx's token, and under WithPropagator its trace context, in
+// its outgoing metadata.
+func (c *clientConfig) outgoing(ctx context.Context) (context.Context, error) {
 	resource, token, ok := guard.TokenFromContext(ctx)
-	if !ok {
+	if !ok && c.propagator == nil {
 		return ctx, nil
 	}
-	if err := guard.CheckAdmit(resource, token); err != nil {
-		return nil, fmt.Errorf("grpcguard: not sending the context's token: %w", err)
+	if ok {
+		if err := guard.CheckAdmit(resource, token); err != nil {
+			return nil, fmt.Errorf("grpcguard: not sending the context's token: %w", err)
+		}
 	}
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
-	md.Set(TokenKey, header.Format(resource, token))
+	if ok {
+		md.Set(TokenKey, header.Format(resource, token))
+	}
+	if c.propagator != nil {
+		c.propagator.Inject(ctx, metadataCarrier(md))
+	}
 	return metadata.NewOutgoingContext(ctx, md), nil
 }
 
@@ -121,7 +197,8 @@ func outgoing(ctx context.Context) (context.Context, error) {
 // guard.TokenFromContext). Malformed metadata, token 0, a bad resource
 // name or more than one value are refused with codes.InvalidArgument. A
 // call without a token reaches the handler with none, for it to decide,
-// unless RequireToken or WithWriter was given.
+// unless RequireToken or WithWriter was given. Under WithPropagator the
+// handler's context carries the call's trace context too.
 //
 // A handler error that wraps guard.ErrStaleToken (and is not a status
 // already) is answered with codes.FailedPrecondition and an ErrorInfo
@@ -175,14 +252,20 @@ func (s serverStream) Context() context.Context { return s.ctx }
 func newConfig(opts []Option) *config {
 	c := &config{}
 	for _, o := range opts {
-		o(c)
+		o.server(c)
 	}
 	return c
 }
 
 // incoming returns ctx with the call's token, and the token; resource is ""
-// when the call has none (and none is required).
+// when the call has none (and none is required). Under WithPropagator the
+// call's trace context is read first, so the mint check and the handler
+// run in the caller's trace.
 func (c *config) incoming(ctx context.Context) (_ context.Context, resource string, token uint64, err error) {
+	if c.propagator != nil {
+		md, _ := metadata.FromIncomingContext(ctx)
+		ctx = c.propagator.Extract(ctx, metadataCarrier(md))
+	}
 	vs := metadata.ValueFromIncomingContext(ctx, TokenKey)
 	switch {
 	case len(vs) > 1:

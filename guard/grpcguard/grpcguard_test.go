@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
@@ -39,9 +40,14 @@ type store struct {
 	resource string
 	token    uint64
 	hadToken bool
+	tracer   trace.Tracer // when set, each write is a span "write"
 }
 
 func (s *store) set(ctx context.Context, v string) error {
+	if s.tracer != nil {
+		_, span := s.tracer.Start(ctx, "write")
+		defer span.End()
+	}
 	s.mu.Lock()
 	s.calls++
 	s.resource, s.token, s.hadToken = guard.TokenFromContext(ctx)
@@ -120,10 +126,15 @@ func serve(t *testing.T, s *store, opts ...grpcguard.Option) *grpc.ClientConn {
 	served := make(chan struct{})
 	go func() { defer close(served); _ = srv.Serve(lis) }()
 	t.Cleanup(func() { srv.Stop(); <-served })
-	conn, err := grpc.NewClient(lis.Addr().String(),
+	return dial(t, lis.Addr().String())
+}
+
+// dial returns a client connection to target with the client interceptors.
+func dial(t *testing.T, target string, opts ...grpcguard.ClientOption) *grpc.ClientConn {
+	conn, err := grpc.NewClient(target,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithUnaryInterceptor(grpcguard.UnaryClientInterceptor()),
-		grpc.WithStreamInterceptor(grpcguard.StreamClientInterceptor()))
+		grpc.WithUnaryInterceptor(grpcguard.UnaryClientInterceptor(opts...)),
+		grpc.WithStreamInterceptor(grpcguard.StreamClientInterceptor(opts...)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strings"
 
+	"go.opentelemetry.io/otel/propagation"
+
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/internal/header"
 )
@@ -47,35 +49,51 @@ func Parse(v string) (resource string, token uint64, err error) {
 // Transport returns a RoundTripper that sends each request's context token
 // (guard.TokenFromContext, fencing.Held.Context) in a Fencing-Token header
 // through base (http.DefaultTransport when nil). A request whose context
-// carries no token goes out as it is, without the header; one whose token
-// is 0 or whose resource is not a valid name is not sent, and its error
-// wraps guard.ErrInvalidToken or backend.ErrInvalidKey. A Fencing-Token
-// header the caller set is replaced.
+// carries no token goes out without the header; one whose token is 0 or
+// whose resource is not a valid name is not sent, and its error wraps
+// guard.ErrInvalidToken or backend.ErrInvalidKey. A Fencing-Token header
+// the caller set is replaced. With WithPropagator, every request also
+// carries its context's trace context (a fencing.Held's context carries
+// the held lease's span).
 //
 // Transport does not interpret responses (an http.RoundTripper must not):
 // CheckResponse turns a 409 from a guard into a *guard.StaleTokenError.
-func Transport(base http.RoundTripper) http.RoundTripper {
+func Transport(base http.RoundTripper, opts ...TransportOption) http.RoundTripper {
 	if base == nil {
 		base = http.DefaultTransport
 	}
-	return &transport{base: base}
+	t := &transport{base: base}
+	for _, o := range opts {
+		o.transport(t)
+	}
+	return t
 }
 
-type transport struct{ base http.RoundTripper }
+type transport struct {
+	base       http.RoundTripper
+	propagator propagation.TextMapPropagator // nil: none
+}
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	resource, token, ok := guard.TokenFromContext(req.Context())
-	if !ok {
+	if !ok && t.propagator == nil {
 		return t.base.RoundTrip(req)
 	}
-	if err := guard.CheckAdmit(resource, token); err != nil {
-		if req.Body != nil {
-			req.Body.Close() // a RoundTripper closes the body, even on errors
+	if ok {
+		if err := guard.CheckAdmit(resource, token); err != nil {
+			if req.Body != nil {
+				req.Body.Close() // a RoundTripper closes the body, even on errors
+			}
+			return nil, fmt.Errorf("httpguard: not sending the context's token: %w", err)
 		}
-		return nil, fmt.Errorf("httpguard: not sending the context's token: %w", err)
 	}
 	r := req.Clone(req.Context()) // a RoundTripper must not modify the request
-	r.Header.Set(TokenHeader, Format(resource, token))
+	if ok {
+		r.Header.Set(TokenHeader, Format(resource, token))
+	}
+	if t.propagator != nil {
+		t.propagator.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
+	}
 	return t.base.RoundTrip(r)
 }
 
@@ -129,17 +147,46 @@ func WriteStale(w http.ResponseWriter, resource string, err error) bool {
 }
 
 // Option configures Middleware.
-type Option func(*config)
+type Option interface{ middleware(*config) }
+
+// TransportOption configures Transport. Every TransportOption is an Option
+// too: it configures both ends of the carrier alike.
+type TransportOption interface {
+	Option
+	transport(*transport)
+}
+
+// option is an Option of Middleware alone.
+type option func(*config)
+
+func (o option) middleware(c *config) { o(c) }
 
 type config struct {
-	writer  guard.Writer
-	require bool
-	mint    *guard.MintCheck
+	writer     guard.Writer
+	require    bool
+	mint       *guard.MintCheck
+	propagator propagation.TextMapPropagator // nil: none
 }
+
+// WithPropagator makes Transport send each request's trace context in
+// the request's headers, written by p (propagation.TraceContext{} for the
+// W3C traceparent and tracestate headers, or a composite with baggage),
+// and Middleware read it back with p into the handler's context, where the
+// handler's spans find their remote parent: a trace then goes from the
+// holder's lease (fencing.SpanHeld) to the service's write. Without it, or
+// with a nil p, neither end reads or writes trace headers.
+func WithPropagator(p propagation.TextMapPropagator) TransportOption {
+	return propagatorOption{p}
+}
+
+type propagatorOption struct{ p propagation.TextMapPropagator }
+
+func (o propagatorOption) middleware(c *config)   { c.propagator = o.p }
+func (o propagatorOption) transport(t *transport) { t.propagator = o.p }
 
 // RequireToken makes Middleware answer a request without a Fencing-Token
 // header with 428 Precondition Required (the handler is not called).
-func RequireToken() Option { return func(c *config) { c.require = true } }
+func RequireToken() Option { return option(func(c *config) { c.require = true }) }
 
 // WithWriter makes Middleware run the handler under w (a *guard.Memory):
 // the request's token is admitted for its resource and the handler runs
@@ -153,7 +200,7 @@ func RequireToken() Option { return func(c *config) { c.require = true } }
 // a file it alone writes). It does not make a database write atomic with
 // the check: see the package doc.
 func WithWriter(w guard.Writer) Option {
-	return func(c *config) { c.writer, c.require = w, true }
+	return option(func(c *config) { c.writer, c.require = w, true })
 }
 
 // WithMintCheck makes Middleware refuse a token the lock store never
@@ -165,7 +212,7 @@ func WithWriter(w guard.Writer) Option {
 // process. It is the default to use for a service that accepts tokens from
 // the network; it does not authenticate the caller (see
 // docs/across-services.md).
-func WithMintCheck(mc *guard.MintCheck) Option { return func(c *config) { c.mint = mc } }
+func WithMintCheck(mc *guard.MintCheck) Option { return option(func(c *config) { c.mint = mc }) }
 
 // WriteRefused answers a request refused by a guard: a stale token as
 // WriteStale does (409), a token never minted with 403 Forbidden, one that
@@ -194,13 +241,17 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 // called. A request without the header goes to next with no token in its
 // context, for next to decide, unless RequireToken or WithWriter was
 // given. Under WithMintCheck a token never minted is refused before next
-// (see WriteRefused).
+// (see WriteRefused). Under WithPropagator the request's trace context is
+// read first, so the mint check and next run in the caller's trace.
 func Middleware(next http.Handler, opts ...Option) http.Handler {
 	var c config
 	for _, o := range opts {
-		o(&c)
+		o.middleware(&c)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if c.propagator != nil {
+			r = r.WithContext(c.propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+		}
 		vs := r.Header.Values(TokenHeader)
 		switch {
 		case len(vs) > 1:

@@ -1,7 +1,8 @@
 // Package contentiontest runs a contention on a backend with an
 // OpenTelemetry SDK installed (the in-memory span recorder and a manual
 // metric reader) and checks the spans and contention metrics a
-// Coordinator records: each backend's tests call Run.
+// Coordinator records: each backend's tests call Run with their
+// conformance harness.
 package contentiontest
 
 import (
@@ -18,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/fencing-go/fencing"
-	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/internal/testing/metrictest"
 )
 
@@ -27,10 +28,22 @@ import (
 // checks what was recorded: the spans (fencing.grant, fencing.held,
 // fencing.lock.wait with its attempts as events, fencing.release), their
 // parents and attributes, no lease ID or raw key anywhere in them, and the
-// held-duration, wait, gave-up and waiter metrics. ttl is the leases' TTL
-// (a few seconds: the holder releases it long before).
-func Run(t *testing.T, b backend.Backend, ttl time.Duration) {
+// held-duration, wait, gave-up and waiter metrics. The backend is h's, on
+// an empty key space, closed when t ends.
+func Run(t *testing.T, h conformance.Harness) {
 	t.Helper()
+	b, err := h.NewBackend(context.Background(), t)
+	if err != nil {
+		t.Fatalf("NewBackend: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	// Long enough for the backend's minimum: the holder releases its lease
+	// long before it would expire, and Hold renews it meanwhile.
+	ttl := max(h.Traits().MinTTL, 5*time.Second)
 	sr := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(sr))
 	t.Cleanup(func() { tp.Shutdown(context.Background()) })

@@ -45,6 +45,8 @@ type World struct {
 	Redis *redistest.Server
 	// Prefix is the real server's key prefix.
 	Prefix string
+	// DSN is the SQL server's data source name; "" elsewhere.
+	DSN string
 	// NewBackend returns a new process's backend, closed when t ends.
 	NewBackend func(t *testing.T) backend.Backend
 }

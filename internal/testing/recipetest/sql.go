@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/testing/mysqltest"
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -44,7 +45,21 @@ func Postgres(t *testing.T) World {
 		return SQLBackend(t, "pgx", s.DSN(), sqlbackend.Postgres, prefix, false, sqlbackend.WithSafetyCheck(backend.CheckSkip), sqlbackend.WithListener(s.DSN()))
 	}
 	ttl := shortTTL(t, b, time.Second)
-	return World{Name: "postgres", TTL: ttl, Margin: ttl / 2, Prefix: prefix, NewBackend: newBackend}
+	return World{Name: "postgres", TTL: ttl, Margin: ttl / 2, Prefix: prefix, DSN: s.DSN(), NewBackend: newBackend}
+}
+
+// MySQL returns a world on a MariaDB child process of its own
+// (internal/testing/mysqltest: a skip without MariaDB, a failure in CI);
+// each process has a pool of its own. Its waiters poll.
+func MySQL(t *testing.T) World {
+	s := mysqltest.Start(t)
+	prefix := fmt.Sprintf("recipe%d_", prefixes.Add(1))
+	b := SQLBackend(t, "mysql", s.DSN(), sqlbackend.MySQL, prefix, true) // the tables, once
+	newBackend := func(t *testing.T) backend.Backend {
+		return SQLBackend(t, "mysql", s.DSN(), sqlbackend.MySQL, prefix, false)
+	}
+	ttl := shortTTL(t, b, time.Second)
+	return World{Name: "mysql", TTL: ttl, Margin: ttl / 2, Prefix: prefix, DSN: s.DSN(), NewBackend: newBackend}
 }
 
 // SQLBackend opens dsn with driver and returns a backend on it, first
