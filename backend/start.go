@@ -11,7 +11,8 @@ import (
 // whichever backend returned the error.
 var (
 	// ErrInvalidConfig: New got a nil client, a missing argument or an
-	// option it cannot honour, and sent nothing to the store.
+	// option it cannot honour, and sent nothing to the store. A store
+	// guard's New (sqlguard's) returns it too.
 	ErrInvalidConfig = errors.New("invalid backend configuration")
 	// ErrUnreachable: the safety check did not reach the store before New's
 	// context ended or the connection failed (a wrong address, a server

@@ -2,8 +2,6 @@ package bench
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"fmt"
 	"testing"
 
@@ -29,13 +27,7 @@ func mysqlSection(t *testing.T, r *report) {
 
 func mysqlCompare(t *testing.T, r *report, durable bool) {
 	srv := mysqltest.StartConfig(t, mysqltest.Config{Durable: durable})
-	db, err := sql.Open("mysql", srv.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(64)
-	db.SetMaxIdleConns(64)
+	db := poolOf64(t, "mysql", srv.DSN())
 	ctx := context.Background()
 	coord := sqlCoordinator(t, db, sqlbackend.MySQL)
 	if _, err := db.ExecContext(ctx, `CREATE TABLE bench_rows (id INT PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB`); err != nil {
@@ -61,61 +53,17 @@ func mysqlCompare(t *testing.T, r *report, durable bool) {
 		r.compare(t, &comparison{
 			store: "sql", op: store + " Grant+Release", goroutines: g,
 			contenders: []contender{
-				{name: "ours", worker: func(w int) func(int) error {
-					key := keys[w][0]
-					return func(int) error {
-						l, err := coord.Grant(ctx, key, leaseTTL)
-						if err != nil {
-							return err
-						}
-						return coord.Release(ctx, key, l.ID)
-					}
-				}},
-				{name: "GET_LOCK+RELEASE_LOCK", worker: getLockWorker(t, db)},
+				{name: "ours", worker: grantReleaseWorker(coord, keys)},
+				{name: "GET_LOCK+RELEASE_LOCK", worker: sessionLockWorker(t, db, "SELECT GET_LOCK(?, 0)", "SELECT RELEASE_LOCK(?)",
+					func(w int) any { return fmt.Sprintf("bench/%d", w) })},
 				{name: "one-row UPDATE commit", worker: func(w int) func(int) error {
 					return func(int) error {
 						_, err := db.ExecContext(ctx, `UPDATE bench_rows SET n = n + 1 WHERE id = ?`, w)
 						return err
 					}
 				}},
-				{name: "2x SELECT 1", worker: func(int) func(int) error {
-					return func(int) error {
-						if err := selectOne(ctx, db); err != nil {
-							return err
-						}
-						return selectOne(ctx, db)
-					}
-				}},
+				{name: "2x SELECT 1", worker: selectTwiceWorker(db)},
 			},
 		})
-	}
-}
-
-// getLockWorker returns workers that each keep one session and take and
-// give back a named lock of their own on it, as GET_LOCK libraries do.
-func getLockWorker(t *testing.T, db *sql.DB) func(w int) func(int) error {
-	conns := map[int]*sql.Conn{}
-	return func(w int) func(int) error {
-		conn, ok := conns[w]
-		if !ok {
-			var err error
-			if conn, err = db.Conn(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			conns[w] = conn
-			t.Cleanup(func() { conn.Close() })
-		}
-		name := fmt.Sprintf("bench/%d", w)
-		return func(int) error {
-			ctx := context.Background()
-			var got sql.NullInt64
-			if err := conn.QueryRowContext(ctx, "SELECT GET_LOCK(?, 0)", name).Scan(&got); err != nil {
-				return err
-			}
-			if got.Int64 != 1 {
-				return errors.New("GET_LOCK: held")
-			}
-			return conn.QueryRowContext(ctx, "SELECT RELEASE_LOCK(?)", name).Scan(&got)
-		}
 	}
 }

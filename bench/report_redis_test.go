@@ -66,16 +66,7 @@ func redisSection(t *testing.T, r *report) {
 			c := &comparison{
 				store: "redis", op: cl.op, goroutines: g,
 				contenders: []contender{
-					{name: "ours", serverCPU: ours, worker: func(w int) func(int) error {
-						key := keys[w][0]
-						return func(int) error {
-							l, err := cl.coord.Grant(ctx, key, leaseTTL)
-							if err != nil {
-								return err
-							}
-							return cl.coord.Release(ctx, key, l.ID)
-						}
-					}},
+					{name: "ours", serverCPU: ours, worker: grantReleaseWorker(cl.coord, keys)},
 					{name: "redislock Obtain+Release", serverCPU: lockCmds, worker: func(w int) func(int) error {
 						key := run + "redislock:" + keys[w][0]
 						return func(int) error {

@@ -49,13 +49,7 @@ func sqlSection(t *testing.T, r *report) {
 // fsync off (pgtest's test setting; Grant+Release only, a labelled extra).
 func pgSection(t *testing.T, r *report, durable bool) {
 	srv := pgtest.StartConfig(t, pgtest.Config{Durable: durable})
-	db, err := sql.Open("pgx", srv.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	db.SetMaxOpenConns(64)
-	db.SetMaxIdleConns(64)
+	db := poolOf64(t, "pgx", srv.DSN())
 	ctx := context.Background()
 	coord := sqlCoordinator(t, db, sqlbackend.Postgres)
 	for _, ddl := range []string{
@@ -76,16 +70,7 @@ func pgSection(t *testing.T, r *report, durable bool) {
 		c := &comparison{
 			store: "sql", op: store + " Grant+Release", goroutines: g,
 			contenders: []contender{
-				{name: "ours", worker: func(w int) func(int) error {
-					key := keys[w][0]
-					return func(int) error {
-						l, err := coord.Grant(ctx, key, leaseTTL)
-						if err != nil {
-							return err
-						}
-						return coord.Release(ctx, key, l.ID)
-					}
-				}},
+				{name: "ours", worker: grantReleaseWorker(coord, keys)},
 				{name: "row lease (one upsert, one UPDATE)", worker: func(w int) func(int) error {
 					name := keys[w][0]
 					return func(i int) error { return rowLease(ctx, db, name, fmt.Sprintf("%d-%d", w, i)) }
@@ -94,15 +79,9 @@ func pgSection(t *testing.T, r *report, durable bool) {
 					name := keys[w][0]
 					return func(i int) error { return tableLease(ctx, db, name, fmt.Sprintf("%d-%d", w, i)) }
 				}},
-				{name: "advisory lock+unlock", worker: advisoryWorker(t, db)},
-				{name: "2x SELECT 1", worker: func(int) func(int) error {
-					return func(int) error {
-						if err := selectOne(ctx, db); err != nil {
-							return err
-						}
-						return selectOne(ctx, db)
-					}
-				}},
+				{name: "advisory lock+unlock", worker: sessionLockWorker(t, db, "SELECT pg_try_advisory_lock($1)", "SELECT pg_advisory_unlock($1)",
+					func(w int) any { return int64(w) })},
+				{name: "2x SELECT 1", worker: selectTwiceWorker(db)},
 			},
 		}
 		r.compare(t, c)
@@ -114,6 +93,7 @@ func pgSection(t *testing.T, r *report, durable bool) {
 		keys := disjointKeys(g, 1)
 		leases := make([]fencing.Lease, g)
 		for w := range g {
+			var err error
 			if leases[w], err = coord.Grant(ctx, fmt.Sprintf("check/%d/%s", g, keys[w][0]), leaseTTL); err != nil {
 				t.Fatal(err)
 			}
@@ -273,9 +253,11 @@ func tableLease(ctx context.Context, db *sql.DB, name, owner string) error {
 	return err
 }
 
-// advisoryWorker returns workers that each keep one session and lock and
-// unlock an advisory lock of their own on it.
-func advisoryWorker(t *testing.T, db *sql.DB) func(w int) func(int) error {
+// sessionLockWorker returns workers that each keep one session of db and
+// take and give back a lock of their own on it, as advisory-lock and
+// GET_LOCK libraries do: lock (which answers whether it got the lock) and
+// unlock, each with the worker's lock name(w) as its one argument.
+func sessionLockWorker(t *testing.T, db *sql.DB, lock, unlock string, name func(w int) any) func(w int) func(int) error {
 	conns := map[int]*sql.Conn{}
 	return func(w int) func(int) error {
 		conn, ok := conns[w]
@@ -287,18 +269,62 @@ func advisoryWorker(t *testing.T, db *sql.DB) func(w int) func(int) error {
 			conns[w] = conn
 			t.Cleanup(func() { conn.Close() })
 		}
+		arg := name(w)
 		return func(int) error {
 			ctx := context.Background()
-			var got bool
-			if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", int64(w)).Scan(&got); err != nil {
+			var got sql.NullBool
+			if err := conn.QueryRowContext(ctx, lock, arg).Scan(&got); err != nil {
 				return err
 			}
-			if !got {
-				return errors.New("advisory lock held")
+			if !got.Bool {
+				return fmt.Errorf("%s: not taken", lock)
 			}
-			return conn.QueryRowContext(ctx, "SELECT pg_advisory_unlock($1)", int64(w)).Scan(&got)
+			return conn.QueryRowContext(ctx, unlock, arg).Scan(&got)
 		}
 	}
+}
+
+// grantReleaseWorker returns workers that each grant and release their
+// own key (keys[w][0]) through coord.
+func grantReleaseWorker(coord *fencing.Coordinator, keys [][]string) func(w int) func(int) error {
+	return func(w int) func(int) error {
+		key := keys[w][0]
+		return func(int) error {
+			ctx := context.Background()
+			l, err := coord.Grant(ctx, key, leaseTTL)
+			if err != nil {
+				return err
+			}
+			return coord.Release(ctx, key, l.ID)
+		}
+	}
+}
+
+// selectTwiceWorker returns workers that make two SELECT 1 round trips:
+// what a grant and a release of one statement each cost at the least.
+func selectTwiceWorker(db *sql.DB) func(int) func(int) error {
+	return func(int) func(int) error {
+		return func(int) error {
+			ctx := context.Background()
+			if err := selectOne(ctx, db); err != nil {
+				return err
+			}
+			return selectOne(ctx, db)
+		}
+	}
+}
+
+// poolOf64 opens dsn with driver, with a pool of 64 connections kept open,
+// and closes it when t ends.
+func poolOf64(t *testing.T, driver, dsn string) *sql.DB {
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(64)
+	db.SetMaxIdleConns(64)
+	return db
 }
 
 // flockWorker locks and unlocks a file with flock(2), the shell's lock.

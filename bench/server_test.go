@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing/internal/testing/serverproc"
 )
 
 // serverAddr is the address of the redis-server every test and benchmark in
@@ -116,7 +118,7 @@ func startServer() (*server, error) {
 }
 
 func tryStart(path string) (*server, error) {
-	port, err := freePort()
+	port, err := serverproc.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -172,13 +174,4 @@ func (s *server) stop() {
 	_ = s.cmd.Process.Kill()
 	<-s.done
 	os.RemoveAll(s.dir)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

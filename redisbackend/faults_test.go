@@ -14,6 +14,7 @@ import (
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/internal/testing/faultproxy"
 	"github.com/fencing-go/fencing/internal/testing/redistest"
+	"github.com/fencing-go/fencing/internal/testing/serverproc"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
@@ -139,7 +140,7 @@ func failover(t *testing.T, opts ...redisbackend.Option) (history []conformance.
 	}
 	// Cut the replica off (as a partition would): it points at a port
 	// nobody listens on, keeping its data.
-	dead, err := redistest.FreePort()
+	dead, err := serverproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +301,7 @@ func TestReadsThroughReplicaRoutingClient(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 	b := newBackend(t, client)
-	dead, err := redistest.FreePort()
+	dead, err := serverproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

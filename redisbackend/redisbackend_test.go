@@ -18,6 +18,7 @@ import (
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/internal/testing/redistest"
+	"github.com/fencing-go/fencing/internal/testing/serverproc"
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
@@ -197,7 +198,7 @@ func TestConfigCheck(t *testing.T) {
 }
 
 func TestConfigCheckUnreachable(t *testing.T) {
-	port, err := redistest.FreePort()
+	port, err := serverproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,8 +9,9 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// Inspect implements backend.Inspector in one statement (PostgreSQL), or
-// on SQLite in one read of a live lease's row or else one transaction.
+// Inspect implements backend.Inspector in one statement (PostgreSQL), on
+// MySQL in mysqlReadRow's one or two, or on SQLite in one read of a live
+// lease's row or else one transaction.
 func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
 	if err := b.ready(ctx); err != nil {
 		return backend.KeyState{}, err
@@ -28,21 +29,8 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 		}
 		return info.State, nil
 	}
-	// A live lease is read without the write lock: the row is read first
-	// (WAL: a snapshot, never waiting for a writer), the clock after it.
-	// A lease live at that later clock reading was live when the row was
-	// read, since its end only moves later; so the answer is the state at
-	// the read. Anything else (no lease live, a read that failed) is asked
-	// again in a transaction that holds the write lock, as Redis's
-	// pipelined token check falls back to its script.
-	//
-	// On MySQL the one read is the answer whatever it shows: the row is
-	// read in a snapshot (never waiting for a writer) at S, the server's
-	// clock after it at N. A lease live at N was live at S; a key with no
-	// live lease at N had none at some moment in [S, N] (the lease of S
-	// ended by N, and a later grant needs a moment with none).
-	r, found, now, err := b.readRow(ctx, b.db, key)
 	if b.dialect == MySQL {
+		r, found, now, err := b.mysqlReadRow(ctx, key)
 		if err != nil {
 			return backend.KeyState{}, b.classify(ctx, "inspect", err)
 		}
@@ -51,6 +39,14 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 		}
 		return r.state(now), nil
 	}
+	// A live lease is read without the write lock: the row is read first
+	// (WAL: a snapshot, never waiting for a writer), the clock after it.
+	// A lease live at that later clock reading was live when the row was
+	// read, since its end only moves later; so the answer is the state at
+	// the read. Anything else (no lease live, a read that failed) is asked
+	// again in a transaction that holds the write lock, as Redis's
+	// pipelined token check falls back to its script.
+	r, found, now, err := b.readRow(ctx, b.db, key)
 	if err == nil && found && r.live(now) {
 		return r.state(now), nil
 	}

@@ -91,7 +91,9 @@ func mysqlStatements(s *statements, r *strings.Replacer) {
 		"l.`key` IS NOT NULL, " + mysqlNow
 	s.read = r.Replace(`SELECT ` + cols + " FROM (SELECT 1 AS x) AS d LEFT JOIN {t} AS l ON l.`key` = ?")
 	s.lockRead = s.read + ` FOR UPDATE`
-	s.admit = s.read + ` LOCK IN SHARE MODE` // FOR SHARE is MySQL 8's only
+	// The row under a shared lock (FOR SHARE is MySQL 8's only): AdmitTx's
+	// read, and mysqlReadRow's second.
+	s.admit = s.read + ` LOCK IN SHARE MODE`
 	const rowCols = `token, lease_id, released, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until`
 	s.insert = num(`INSERT INTO {t} (key, ` + rowCols + `) VALUES (?1, ?2, ?3, 0, ?5, ?6, ?7, ?8, ?9, ?10)`)
 	s.update = num(`UPDATE {t} SET token = ?1, lease_id = ?2, released = ?3, expires_at = ?5, ttl_ns = ?6, margin_ns = ?7, owner = ?8, ` +
@@ -176,6 +178,25 @@ func (b *Backend) txNow(ctx context.Context, c querier, now hostNow) (hostNow, e
 	var nanos int64
 	err := c.QueryRowContext(ctx, b.sql.now).Scan(&nanos)
 	return serverNow(nanos), err
+}
+
+// mysqlReadRow reads key's row and the server's clock on the pool, for
+// Token and Inspect: the state of the key at one moment of the call.
+//
+// The first read takes no lock: the row is read in a snapshot at S (never
+// waiting for a writer), the server's clock after it at N. No row at S,
+// a lease released at S or a lease live at N (it was live at S, since a
+// lease's end only moves later) is the state at S. A lease that the row
+// shows unreleased but ended by N is not: its holder may have renewed it
+// between S and N, before its end, so that it never ended. That answer is
+// read again under a shared lock, which waits for a writer of the row and
+// reads its latest commit, and the clock after it: the state at that read.
+func (b *Backend) mysqlReadRow(ctx context.Context, key string) (leaseRow, bool, hostNow, error) {
+	r, found, now, err := b.readRow(ctx, b.db, key)
+	if err != nil || !found || r.released || r.live(now) {
+		return r, found, now, err
+	}
+	return b.scanRow(ctx, b.db, b.sql.admit, key)
 }
 
 // lockLine locks key's line for the transaction (on SQLite the write lock

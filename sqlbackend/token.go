@@ -11,7 +11,8 @@ import (
 // Token implements backend.Backend. On PostgreSQL it is one SELECT that
 // judges expiry with clock_timestamp(); on SQLite a BEGIN IMMEDIATE
 // transaction, so the read is ordered with every write; on MySQL one
-// SELECT that reads the server's clock after the row.
+// SELECT that reads the server's clock after the row, and a second one
+// under a shared lock when the first shows a lease ended (mysqlReadRow).
 func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 	if err := b.ready(ctx); err != nil {
 		return 0, false, err
@@ -31,9 +32,7 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 		return uint64(token), true, nil
 	}
 	if b.dialect == MySQL {
-		// One read, no lock: a lease live at the server's clock read after
-		// the row was live when the row was read (inspect.go says why).
-		r, found, now, err := b.readRow(ctx, b.db, key)
+		r, found, now, err := b.mysqlReadRow(ctx, key)
 		if err != nil {
 			return 0, false, b.classify(ctx, "token", err)
 		}

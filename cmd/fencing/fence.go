@@ -31,7 +31,20 @@ type sqlFences struct {
 	db *sql.DB
 }
 
+// Fence reads resource's fence. A database where no guard has made the
+// fences table yet has no fence: when the read fails, the table is created
+// (CREATE TABLE IF NOT EXISTS, as each guard does when it starts) and the
+// fence read again, so a fresh database shows "no fence". Nothing is
+// created before a read has failed, so a user without the privilege to
+// create tables can read the fences of an existing table.
 func (s sqlFences) Fence(ctx context.Context, resource string) (uint64, error) {
+	fence, err := s.g.Fence(ctx, s.db, resource)
+	if err == nil {
+		return fence, nil
+	}
+	if cerr := s.g.CreateTable(ctx, s.db); cerr != nil {
+		return 0, errors.Join(err, cerr)
+	}
 	return s.g.Fence(ctx, s.db, resource)
 }
 
@@ -95,10 +108,12 @@ func fenceCommand() *cobra.Command {
 		Use:   "fence RESOURCE [--lower-to N [--yes]]",
 		Short: "Show a guard's fence for a resource; lower a poisoned one (break glass)",
 		Long: `Fence shows the fence a store guard keeps for RESOURCE in the backend's own store
-(sqlguard's table on SQLite or PostgreSQL, etcdguard's or redisguard's keys) next to
-the highest token the lock store minted on the key of the same name. A fence above
-that token was raised by a token never minted (a forged or corrupted one): every
-holder's writes are refused until it is lowered.
+(sqlguard's table on SQLite, PostgreSQL or MySQL, etcdguard's or redisguard's keys)
+next to the highest token the lock store minted on the key of the same name. A fence
+above that token was raised by a token never minted (a forged or corrupted one): every
+holder's writes are refused until it is lowered. On a database where no guard has
+created the fences table yet, fence creates it (empty, as a guard would) and shows
+no fence.
 
 With --lower-to N it lowers the fence to N (0 removes it), only if the fence is
 still the one it showed (compare-and-set: a fence that moved meanwhile is left

@@ -55,6 +55,10 @@ func poison(t *testing.T, s server, resource string, token uint64) {
 // lowers it (compare-and-set) with --yes; a writer is admitted again.
 func TestFence(t *testing.T) {
 	onServers(t, func(t *testing.T, s server) {
+		// A fresh store: no guard has made its fences (on SQL, its table).
+		if r := want(t, 0, s.args("fence", "orders/42")...); !strings.Contains(r.stdout, "has no fence") {
+			t.Errorf("fence on a fresh store: %v", r)
+		}
 		var l leaseJSON
 		wantJSON(t, &l, s.args("grant", "orders/42", "--ttl", "10s", "--json")...)
 		want(t, 0, s.args("release", "orders/42", "--lease-id", l.LeaseID)...)

@@ -98,19 +98,7 @@ func (f *connFlags) openSQLite(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
-	b, err := sqlbackend.New(context.Background(), db, sqlbackend.SQLite)
-	if err == nil {
-		cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
-		err = b.CreateTables(cctx)
-		cancel()
-	}
-	if err != nil {
-		db.Close()
-		return fmt.Errorf("%s: %w", s.where, err)
-	}
-	s.b, s.close = b, func() { b.Close(); db.Close() }
-	s.client = db
-	return nil
+	return f.openSQL(ctx, s, db, sqlbackend.SQLite)
 }
 
 // openPostgres opens the postgres backend, creating its table and functions
@@ -132,33 +120,7 @@ func (f *connFlags) openPostgres(ctx context.Context, s *session) error {
 	if err != nil {
 		return err
 	}
-	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
-	defer cancel()
-	// New's first round trip tells a refused login (exit 6) from a
-	// server that does not answer (exit 5).
-	b, err := sqlbackend.New(cctx, db, sqlbackend.Postgres)
-	if errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrUnreachable) {
-		db.Close()
-		return s.reachError(err)
-	}
-	if err == nil {
-		var exists bool
-		err = db.QueryRowContext(cctx, "SELECT to_regprocedure($1) IS NOT NULL", sqlbackend.DefaultPrefix+"force_release(bytea)").Scan(&exists)
-		if err == nil && !exists {
-			err = b.CreateTables(cctx)
-		}
-	}
-	if err != nil {
-		db.Close()
-		var safety *sqlbackend.SafetyError
-		if errors.As(err, &safety) {
-			return err
-		}
-		return fmt.Errorf("%s: %w", s.where, err)
-	}
-	s.b, s.close = b, func() { b.Close(); db.Close() }
-	s.client = db
-	return nil
+	return f.openSQL(ctx, s, db, sqlbackend.Postgres)
 }
 
 // openMySQL opens the mysql backend, creating its tables when they are
@@ -191,16 +153,23 @@ func (f *connFlags) openMySQL(ctx context.Context, s *session) error {
 	if err != nil {
 		return fmt.Errorf("%w: --mysql-dsn: %w", errUsage, err)
 	}
-	db := sql.OpenDB(conn)
+	return f.openSQL(ctx, s, sql.OpenDB(conn), sqlbackend.MySQL)
+}
+
+// openSQL makes the backend of dialect d on db, creating its tables when
+// they are missing, and keeps both in s; it closes db when it fails. New's
+// first round trip tells a refused login (exit 6) from a server that does
+// not answer (exit 5).
+func (f *connFlags) openSQL(ctx context.Context, s *session, db *sql.DB, d sqlbackend.Dialect) error {
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	b, err := sqlbackend.New(cctx, db, sqlbackend.MySQL)
+	b, err := sqlbackend.New(cctx, db, d)
 	if errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrUnreachable) {
 		db.Close()
 		return s.reachError(err)
 	}
 	if err == nil {
-		err = b.CreateTables(cctx)
+		err = createTables(cctx, db, b, d)
 	}
 	if err != nil {
 		db.Close()
@@ -213,6 +182,21 @@ func (f *connFlags) openMySQL(ctx context.Context, s *session) error {
 	s.b, s.close = b, func() { b.Close(); db.Close() }
 	s.client = db
 	return nil
+}
+
+// createTables runs b's CreateTables, on PostgreSQL only when its
+// functions are missing: CREATE OR REPLACE FUNCTION needs the privilege to
+// create them, which a user of existing tables may lack. The other
+// dialects create only what is missing (CREATE TABLE IF NOT EXISTS).
+func createTables(ctx context.Context, db *sql.DB, b *sqlbackend.Backend, d sqlbackend.Dialect) error {
+	if d == sqlbackend.Postgres {
+		var exists bool
+		err := db.QueryRowContext(ctx, "SELECT to_regprocedure($1) IS NOT NULL", sqlbackend.DefaultPrefix+"force_release(bytea)").Scan(&exists)
+		if err != nil || exists {
+			return err
+		}
+	}
+	return b.CreateTables(ctx)
 }
 
 // dsnHasPassword reports a password in a URL or keyword/value string.

@@ -76,9 +76,6 @@ func (d Dialect) String() string { return d.name }
 // DefaultTable is the fences table's name unless WithTable gives another.
 const DefaultTable = "fencing_fences"
 
-// ErrInvalidConfig is returned by New for a zero Dialect or a bad table name.
-var ErrInvalidConfig = errors.New("sqlguard: invalid configuration")
-
 // TokenRangeError is returned for a token that a SQL integer (signed 64-bit)
 // cannot hold. It wraps guard.ErrInvalidToken; nothing was sent.
 type TokenRangeError struct {
@@ -130,17 +127,19 @@ func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.mint 
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
-// New returns a Guard for a database of dialect d.
+// New returns a Guard for a database of dialect d. A zero Dialect or a bad
+// table name (WithTable) is an error wrapping backend.ErrInvalidConfig,
+// the error of every backend's New for a bad argument.
 func New(d Dialect, opts ...Option) (*Guard, error) {
 	g := &Guard{dialect: d, table: DefaultTable}
 	for _, opt := range opts {
 		opt(g)
 	}
 	if d.name == "" {
-		return nil, fmt.Errorf("%w: no dialect (use sqlguard.Postgres, sqlguard.SQLite or sqlguard.MySQL)", ErrInvalidConfig)
+		return nil, fmt.Errorf("sqlguard: %w: no dialect (use sqlguard.Postgres, sqlguard.SQLite or sqlguard.MySQL)", backend.ErrInvalidConfig)
 	}
 	if !tableName.MatchString(g.table) {
-		return nil, fmt.Errorf("%w: table name %q is not an unquoted identifier, optionally schema-qualified", ErrInvalidConfig, g.table)
+		return nil, fmt.Errorf("sqlguard: %w: table name %q is not an unquoted identifier, optionally schema-qualified", backend.ErrInvalidConfig, g.table)
 	}
 	g.create = fmt.Sprintf(d.create, g.table)
 	g.admitQL = fmt.Sprintf(d.admit, g.table)

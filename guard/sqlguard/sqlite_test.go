@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/sqlguard"
@@ -70,11 +71,11 @@ func TestTokenRange(t *testing.T) {
 
 func TestNewRefusesBadConfig(t *testing.T) {
 	for _, name := range []string{"", "1fences", "fences; DROP TABLE x", `"quoted"`, "a.b.c", "a-b"} {
-		if _, err := sqlguard.New(sqlguard.SQLite, sqlguard.WithTable(name)); !errors.Is(err, sqlguard.ErrInvalidConfig) {
+		if _, err := sqlguard.New(sqlguard.SQLite, sqlguard.WithTable(name)); !errors.Is(err, backend.ErrInvalidConfig) {
 			t.Errorf("WithTable(%q): got %v, want ErrInvalidConfig", name, err)
 		}
 	}
-	if _, err := sqlguard.New(sqlguard.Dialect{}); !errors.Is(err, sqlguard.ErrInvalidConfig) {
+	if _, err := sqlguard.New(sqlguard.Dialect{}); !errors.Is(err, backend.ErrInvalidConfig) {
 		t.Errorf("zero Dialect: got %v, want ErrInvalidConfig", err)
 	}
 	if _, err := sqlguard.New(sqlguard.Postgres, sqlguard.WithTable("app.fences")); err != nil {

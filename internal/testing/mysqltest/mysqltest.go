@@ -14,7 +14,6 @@
 package mysqltest
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
@@ -28,7 +27,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql" // registers the "mysql" driver
 
-	"github.com/fencing-go/fencing/internal/testing/redistest"
+	"github.com/fencing-go/fencing/internal/testing/serverproc"
 )
 
 const (
@@ -46,8 +45,7 @@ type Server struct {
 	bin  string
 	cfg  Config
 
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been waited for
+	proc *serverproc.Proc // nil once stopped
 }
 
 // Config changes how StartConfig runs the server.
@@ -120,18 +118,10 @@ func StartConfig(t testing.TB, cfg Config) *Server {
 		t.Fatalf("mysqltest: copy the template data directory: %v\n%s", err, out)
 	}
 	t.Cleanup(s.Stop)
-	for attempt := 0; ; attempt++ {
-		if s.port, err = redistest.FreePort(); err != nil {
-			t.Fatalf("mysqltest: %v", err)
-		}
-		err = s.start()
-		if err == nil {
-			return s
-		}
-		if attempt == 2 { // a port taken in the meantime is retried; more is not that
-			t.Fatalf("mysqltest: %v", err)
-		}
+	if err := serverproc.OnFreePort(3, func(port int) error { s.port = port; return s.start() }); err != nil {
+		t.Fatalf("mysqltest: %v", err)
 	}
+	return s
 }
 
 func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
@@ -224,42 +214,25 @@ func (s *Server) start() error {
 	if len(s.cfg.Env) > 0 {
 		cmd.Env = append(os.Environ(), s.cfg.Env...)
 	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start mariadbd: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
 	db, err := sql.Open("mysql", s.DSN())
 	if err != nil {
-		s.Stop()
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			s.cmd, s.done = nil, nil
-			return fmt.Errorf("mariadbd exited during start-up (%s):\n%s%s", cmd.ProcessState, out.String(), s.errorLog())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return fmt.Errorf("mariadbd on port %d not ready within %v: %v\n%s", s.port, startTimeout, err, s.errorLog())
-		}
+	p, err := serverproc.Start(cmd)
+	if err != nil {
+		return err
 	}
+	err = p.WaitReady(startTimeout, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		return db.PingContext(ctx)
+	})
+	if err != nil {
+		return fmt.Errorf("%w%s", err, s.errorLog())
+	}
+	s.proc = p
+	return nil
 }
 
 func (s *Server) errorLog() string {
@@ -280,10 +253,10 @@ func (s *Server) Port() int { return s.port }
 
 // PID returns mariadbd's process ID, or 0 once stopped.
 func (s *Server) PID() int {
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.PID()
 }
 
 // DB opens the server's database and closes it when t ends.
@@ -307,25 +280,16 @@ func (s *Server) Stop() { s.signal(syscall.SIGTERM) }
 func (s *Server) Crash() { s.signal(syscall.SIGKILL) }
 
 func (s *Server) signal(sig syscall.Signal) {
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(sig)
-	select {
-	case <-done:
-	case <-time.After(stopTimeout):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+	p := s.proc
+	s.proc = nil
+	p.Stop(sig, stopTimeout)
 }
 
 // Restart starts a stopped or crashed server again on the same port and
 // data directory, and waits until it accepts connections.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	if s.cmd != nil {
+	if s.proc != nil {
 		t.Fatalf("mysqltest: Restart of a running server")
 	}
 	if err := s.start(); err != nil {

@@ -1,11 +1,8 @@
 package pgtest
 
 import (
-	"bytes"
-	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,14 +10,15 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencing-go/fencing/internal/testing/serverproc"
 )
 
 // Bouncer is a PgBouncer in transaction pooling mode in front of a Server,
 // a child process of the test.
 type Bouncer struct {
 	port int
-	cmd  *exec.Cmd
-	done chan struct{}
+	proc *serverproc.Proc // nil once stopped
 }
 
 // StartBouncer runs Debian's pgbouncer (or $PGBOUNCER) on a free loopback
@@ -79,23 +77,16 @@ func StartBouncerConfig(t testing.TB, s *Server, cfg BouncerConfig) *Bouncer {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	for attempt := 0; ; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		b, err := startBouncer(bin, dir, cred, s.port, port, cfg)
-		if err == nil {
-			t.Cleanup(b.Stop)
-			return b
-		}
-		if attempt == 2 {
-			t.Fatalf("pgtest: %v", err)
-		}
+	b := &Bouncer{}
+	t.Cleanup(b.Stop)
+	if err := serverproc.OnFreePort(3, func(port int) error { return b.start(bin, dir, cred, s.port, port, cfg) }); err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
+	return b
 }
 
-func startBouncer(bin, dir string, cred *syscall.Credential, pgPort, port int, cfg BouncerConfig) (*Bouncer, error) {
+// start runs pgbouncer on port in front of the server on pgPort.
+func (b *Bouncer) start(bin, dir string, cred *syscall.Credential, pgPort, port int, cfg BouncerConfig) error {
 	ini := fmt.Sprintf(`[databases]
 postgres = host=127.0.0.1 port=%d dbname=postgres user=postgres
 
@@ -112,51 +103,28 @@ server_login_retry = %d
 `, pgPort, port, cfg.PoolSize, int(cfg.ServerLoginRetry.Seconds()))
 	conf := filepath.Join(dir, "pgbouncer.ini")
 	if err := os.WriteFile(conf, []byte(ini), 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	cmd := exec.Command(bin, conf)
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start pgbouncer: %w", err)
+	p, err := serverproc.Start(cmd)
+	if err != nil {
+		return err
 	}
-	b := &Bouncer{port: port, cmd: cmd, done: make(chan struct{})}
-	go func() {
-		_ = cmd.Wait()
-		close(b.done)
-	}()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), time.Second)
-		if err == nil {
-			c.Close()
-			break
-		}
-		select {
-		case <-b.done:
-			return nil, fmt.Errorf("pgbouncer exited during start-up (%s):\n%s", cmd.ProcessState, log.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			b.Stop()
-			return nil, fmt.Errorf("pgbouncer on port %d not ready within %v\n%s", port, startTimeout, log.String())
-		}
-	}
+	b.port = port
 	db, err := sql.Open("pgx", b.DSN())
 	if err != nil {
-		b.Stop()
-		return nil, err
+		p.Stop(syscall.SIGKILL, 0)
+		return err
 	}
 	defer db.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
-		b.Stop()
-		return nil, fmt.Errorf("through pgbouncer: %w\n%s", err, log.String())
+	// Ready when a query through it reaches the server.
+	if err := p.WaitReady(startTimeout, func() error { return ping(db) }); err != nil {
+		return err
 	}
-	return b, nil
+	b.proc = p
+	return nil
 }
 
 // DSN returns a connection URL through the pooler. It sets pgx's
@@ -175,16 +143,7 @@ func (b *Bouncer) DB(t testing.TB) *sql.DB {
 
 // Stop stops pgbouncer by its PID (SIGINT) and waits for it.
 func (b *Bouncer) Stop() {
-	if b.cmd == nil {
-		return
-	}
-	cmd := b.cmd
-	b.cmd = nil
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-b.done:
-	case <-time.After(stopTimeout):
-		_ = cmd.Process.Kill()
-		<-b.done
-	}
+	p := b.proc
+	b.proc = nil
+	p.Stop(syscall.SIGINT, stopTimeout)
 }

@@ -3,32 +3,18 @@ package pgtest
 import (
 	"syscall"
 	"testing"
-	"time"
 )
 
 // Crash stops the server as `pg_ctl stop -m immediate` does: SIGQUIT to the
 // postmaster, which ends every backend at once without a checkpoint, so the
 // next start runs crash recovery from the WAL. It waits for the exit.
-func (s *Server) Crash() {
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGQUIT)
-	select {
-	case <-done:
-	case <-time.After(stopTimeout):
-		_ = cmd.Process.Kill()
-		<-done
-	}
-}
+func (s *Server) Crash() { s.signal(syscall.SIGQUIT) }
 
 // Restart starts a stopped or crashed server again on the same port and
 // data directory, and waits until it accepts connections.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
-	if s.cmd != nil {
+	if s.proc != nil {
 		t.Fatalf("pgtest: Restart of a running server")
 	}
 	if err := s.start(s.bin, s.cred); err != nil {

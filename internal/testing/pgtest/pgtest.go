@@ -16,11 +16,9 @@
 package pgtest
 
 import (
-	"bytes"
 	"context"
 	"database/sql"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -32,6 +30,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // registers the "pgx" driver
+
+	"github.com/fencing-go/fencing/internal/testing/serverproc"
 )
 
 const (
@@ -49,8 +49,7 @@ type Server struct {
 	bin     string
 	cred    *syscall.Credential
 
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been waited for
+	proc *serverproc.Proc // nil once stopped
 }
 
 // missing skips t, or fails it in CI.
@@ -176,18 +175,15 @@ func StartConfig(t testing.TB, cfg Config) *Server {
 		}
 	}
 	t.Cleanup(s.Stop)
-	for attempt := 0; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		err = s.start(bin, cred)
-		if err == nil {
-			return s
-		}
-		if attempt == 2 { // a port taken in the meantime is retried; more is not that
-			t.Fatalf("pgtest: %v", err)
-		}
+	if err := s.startOnFreePort(); err != nil {
+		t.Fatalf("pgtest: %v", err)
 	}
+	return s
+}
+
+// startOnFreePort starts s on a free port.
+func (s *Server) startOnFreePort() error {
+	return serverproc.OnFreePort(3, func(port int) error { s.port = port; return s.start(s.bin, s.cred) })
 }
 
 func (s *Server) dataDir() string { return filepath.Join(s.dir, "data") }
@@ -196,15 +192,6 @@ func run(cmd *exec.Cmd, dir string, cred *syscall.Credential) ([]byte, error) {
 	cmd.Dir = dir
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	return cmd.CombinedOutput()
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 func (s *Server) start(bin string, cred *syscall.Credential) error {
@@ -226,43 +213,27 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 	if len(s.env) > 0 {
 		cmd.Env = append(os.Environ(), s.env...)
 	}
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start postgres: %w", err)
-	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
-	s.cmd, s.done = cmd, done
-
 	db, err := sql.Open("pgx", s.DSN())
 	if err != nil {
-		s.Stop()
 		return err
 	}
 	defer db.Close()
-	deadline := time.Now().Add(startTimeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		err := db.PingContext(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			s.cmd, s.done = nil, nil
-			return fmt.Errorf("postgres exited during start-up (%s):\n%s", cmd.ProcessState, log.String())
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Stop()
-			return fmt.Errorf("postgres on port %d not ready within %v: %v\n%s", s.port, startTimeout, err, log.String())
-		}
+	p, err := serverproc.Start(cmd)
+	if err != nil {
+		return err
 	}
+	if err := p.WaitReady(startTimeout, func() error { return ping(db) }); err != nil {
+		return err
+	}
+	s.proc = p
+	return nil
+}
+
+// ping pings db, bounded by a second.
+func ping(db *sql.DB) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	return db.PingContext(ctx)
 }
 
 // DSN returns a connection URL for the server's postgres database, as the
@@ -276,10 +247,10 @@ func (s *Server) Port() int { return s.port }
 
 // PID returns the postmaster's process ID, or 0 once stopped.
 func (s *Server) PID() int {
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.PID()
 }
 
 // DB opens the server's postgres database with pgx's database/sql adapter
@@ -304,19 +275,13 @@ func openDB(t testing.TB, dsn string) *sql.DB {
 // Stop shuts the server down by its PID (SIGINT, PostgreSQL's fast
 // shutdown: it ends open sessions) and waits for it to exit, killing it if
 // it takes longer than 15 seconds. Stopping a stopped server does nothing.
-func (s *Server) Stop() {
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Signal(syscall.SIGINT)
-	select {
-	case <-done:
-	case <-time.After(stopTimeout):
-		_ = cmd.Process.Kill()
-		<-done
-	}
+func (s *Server) Stop() { s.signal(syscall.SIGINT) }
+
+// signal stops the server with sig (see serverproc.Proc.Stop).
+func (s *Server) signal(sig syscall.Signal) {
+	p := s.proc
+	s.proc = nil
+	p.Stop(sig, stopTimeout)
 }
 
 // RequirePassword creates role, a login role with password, and makes the

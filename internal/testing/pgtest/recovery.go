@@ -86,16 +86,8 @@ func StartRecovery(t testing.TB, backup *Backup) *Server {
 		t.Fatalf("pgtest: recovery settings: %v", err)
 	}
 	t.Cleanup(s.Stop)
-	for attempt := 0; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		if err = s.start(s.bin, s.cred); err == nil {
-			break
-		}
-		if attempt == 2 {
-			t.Fatalf("pgtest: recovery: %v", err)
-		}
+	if err := s.startOnFreePort(); err != nil {
+		t.Fatalf("pgtest: recovery: %v", err)
 	}
 	s.waitPrimary(t)
 	return s

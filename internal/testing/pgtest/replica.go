@@ -39,17 +39,10 @@ func StartReplica(t testing.TB, primary *Server, upstream string) *Server {
 		t.Fatalf("pgtest: pg_basebackup: %v\n%s", err, out)
 	}
 	t.Cleanup(s.Stop)
-	for attempt := 0; ; attempt++ {
-		if s.port, err = freePort(); err != nil {
-			t.Fatalf("pgtest: %v", err)
-		}
-		if err = s.start(s.bin, s.cred); err == nil {
-			return s
-		}
-		if attempt == 2 {
-			t.Fatalf("pgtest: replica: %v", err)
-		}
+	if err := s.startOnFreePort(); err != nil {
+		t.Fatalf("pgtest: replica: %v", err)
 	}
+	return s
 }
 
 // Promote makes a replica the primary (pg_promote) and waits until it

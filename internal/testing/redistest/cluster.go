@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing/internal/testing/serverproc"
 )
 
 // clusterSlots is the number of hash slots in a Redis Cluster.
@@ -40,7 +42,7 @@ func StartCluster(t testing.TB, cfg Config) *Cluster {
 	for i := range masters {
 		// The bus port is not port+10000 (which may be taken or out of
 		// range), so each node gets a free one of its own.
-		bus, err := FreePort()
+		bus, err := serverproc.FreePort()
 		if err != nil {
 			t.Fatalf("redistest: %v", err)
 		}

@@ -12,7 +12,6 @@ package redistest
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -23,10 +22,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/fencing-go/fencing/internal/testing/serverproc"
 )
 
 // startTimeout bounds how long Start and Restart wait for PING to succeed
@@ -65,8 +67,7 @@ type Server struct {
 	sentinel *sentinelConfig
 
 	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{} // closed when cmd has been waited for
+	proc *serverproc.Proc // nil once killed
 }
 
 type sentinelConfig struct {
@@ -117,31 +118,15 @@ func start(t testing.TB, s *Server) *Server {
 	}
 	t.Cleanup(s.Kill)
 	var err error
-	for attempt := 0; attempt < 5; attempt++ {
-		if cfg.Port == 0 {
-			if s.port, err = FreePort(); err != nil {
-				t.Fatalf("redistest: %v", err)
-			}
-		}
-		if err = s.start(); err == nil {
-			return s
-		}
-		if cfg.Port != 0 {
-			break // a fixed port: retrying would not help
-		}
+	if cfg.Port != 0 {
+		err = s.start() // a fixed port: retrying would not help
+	} else {
+		err = serverproc.OnFreePort(5, func(port int) error { s.port = port; return s.start() })
 	}
-	t.Fatalf("redistest: %v", err)
-	return nil
-}
-
-// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return 0, fmt.Errorf("find a free port: %w", err)
+		t.Fatalf("redistest: %v", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return s
 }
 
 // Args returns the command-line arguments the server runs with.
@@ -196,35 +181,17 @@ func (s *Server) start() error {
 	if len(s.cfg.Env) > 0 {
 		cmd.Env = append(os.Environ(), s.cfg.Env...)
 	}
-	var stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stderr, &stderr
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("start %s: %w", s.bin, err)
+	p, err := serverproc.Start(cmd)
+	if err != nil {
+		return err
 	}
-	done := make(chan struct{})
-	go func() {
-		_ = cmd.Wait()
-		close(done)
-	}()
+	if err := p.WaitReady(startTimeout, func() error { return ping(s.Addr()) }); err != nil {
+		return fmt.Errorf("%w%s", err, s.logTail())
+	}
 	s.mu.Lock()
-	s.cmd, s.done = cmd, done
+	s.proc = p
 	s.mu.Unlock()
-
-	deadline := time.Now().Add(startTimeout)
-	for {
-		if err := ping(s.Addr()); err == nil {
-			return nil
-		}
-		select {
-		case <-done:
-			return fmt.Errorf("redis-server exited during start-up (%s): %s%s", cmd.ProcessState, stderr.String(), s.logTail())
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			s.Kill()
-			return fmt.Errorf("redis-server on %s did not answer PING within %v%s", s.Addr(), startTimeout, s.logTail())
-		}
-	}
+	return nil
 }
 
 // ping sends PING on a fresh connection and wants +PONG (not -LOADING).
@@ -276,10 +243,10 @@ func (s *Server) Dir() string { return s.dir }
 func (s *Server) PID() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return 0
 	}
-	return s.cmd.Process.Pid
+	return s.proc.PID()
 }
 
 // Kill stops the server at once with SIGKILL, as a crash or power cut of
@@ -287,14 +254,10 @@ func (s *Server) PID() int {
 // does nothing.
 func (s *Server) Kill() {
 	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd, s.done = nil, nil
+	p := s.proc
+	s.proc = nil
 	s.mu.Unlock()
-	if cmd == nil {
-		return
-	}
-	_ = cmd.Process.Kill()
-	<-done
+	p.Stop(syscall.SIGKILL, 0)
 }
 
 // Restart kills the server if it runs and starts it again with the same

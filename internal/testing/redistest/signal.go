@@ -17,8 +17,8 @@ func (s *Server) Resume() error { return s.signal(syscall.SIGCONT) }
 func (s *Server) signal(sig syscall.Signal) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cmd == nil {
+	if s.proc == nil {
 		return fmt.Errorf("redistest: %v: the server on %s is not running", sig, s.Addr())
 	}
-	return s.cmd.Process.Signal(sig)
+	return s.proc.Signal(sig)
 }
