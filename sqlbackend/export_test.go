@@ -22,10 +22,15 @@ func (b *Backend) ReadTurns(ctx context.Context, sub backend.Subscription) (appl
 	return func() { b.hub.applyTurns(subs, places, err, began) }
 }
 
-// SlowClockRead holds up the lock-free read of Token and Inspect on MySQL
-// for d between reading the row and reading the server's clock, as a busy
-// server can (SLEEP in the statement, which the server's process list shows
-// as "User sleep").
+// SlowClockRead holds up the first read of Token (and Inspect on MySQL)
+// for d between taking the row and reading the server's clock, as a busy
+// server can: SLEEP in MySQL's statement, which the process list shows as
+// "User sleep"; pg_sleep before PostgreSQL's clock_timestamp(), which
+// pg_stat_activity shows as the wait event PgSleep.
 func (b *Backend) SlowClockRead(d time.Duration) {
+	if b.dialect == Postgres {
+		b.sql.token = strings.Replace(b.sql.token, "clock_timestamp()", fmt.Sprintf("(SELECT clock_timestamp() FROM pg_sleep(%g))", d.Seconds()), 1)
+		return
+	}
 	b.sql.read = strings.Replace(b.sql.read, mysqlNow, fmt.Sprintf("IF(SLEEP(%g) = 0, %s, 0)", d.Seconds(), mysqlNow), 1)
 }

@@ -9,7 +9,8 @@ import (
 )
 
 // Token implements backend.Backend. On PostgreSQL it is one SELECT that
-// judges expiry with clock_timestamp(); on SQLite a BEGIN IMMEDIATE
+// judges expiry with clock_timestamp(), and a second read behind the key's
+// lock when the first finds no live lease (pgTokenLocked); on SQLite a BEGIN IMMEDIATE
 // transaction, so the read is ordered with every write; on MySQL one
 // SELECT that reads the server's clock after the row, and a second one
 // under a shared lock when the first shows a lease ended (mysqlReadRow).
@@ -25,7 +26,7 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 		err := b.pgQueryRow(ctx, b.sql.token, []any{[]byte(key)}, &token)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
-			return 0, false, nil
+			return b.pgTokenLocked(ctx, key)
 		case err != nil:
 			return 0, false, b.classify(ctx, "token", err)
 		}
@@ -51,4 +52,22 @@ func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
 		return err
 	})
 	return token, live, err
+}
+
+// pgTokenLocked reads key's live token again behind the key's advisory lock
+// (the admit function: shared with other readers, exclusive to grants,
+// renewals and releases) in a fresh snapshot. The first SELECT's snapshot
+// is taken before its clock_timestamp() is read: a renewal that committed
+// between the two, before the old expiry, leaves that SELECT judging the
+// old row at a later time, a lease ended that never was. Behind the lock no
+// write to the key commits between the snapshot and the clock.
+func (b *Backend) pgTokenLocked(ctx context.Context, key string) (uint64, bool, error) {
+	var token sql.NullInt64
+	if err := b.pgQueryRow(ctx, b.sql.admit, []any{[]byte(key)}, &token); err != nil {
+		return 0, false, b.classify(ctx, "token", err)
+	}
+	if !token.Valid {
+		return 0, false, nil
+	}
+	return uint64(token.Int64), true, nil
 }

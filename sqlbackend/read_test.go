@@ -19,8 +19,20 @@ import (
 // server shows it sleeping, so the renewal always lands between the two.
 func TestMySQLReadDuringRenewal(t *testing.T) {
 	_, h := newMySQL(t)
+	readsDuringRenewal(t, h, true)
+}
+
+// TestPostgresTokenDuringRenewal is TestMySQLReadDuringRenewal for
+// PostgreSQL's Token, whose statement's snapshot is taken before its
+// clock_timestamp() is read.
+func TestPostgresTokenDuringRenewal(t *testing.T) {
+	_, h := newPostgres(t)
+	readsDuringRenewal(t, h, false)
+}
+
+func readsDuringRenewal(t *testing.T, h *harness, inspect bool) {
 	ctx := context.Background()
-	for n, read := range []struct {
+	reads := []struct {
 		name string
 		live func(b *sqlbackend.Backend, key string) (uint64, bool, error)
 	}{
@@ -29,7 +41,11 @@ func TestMySQLReadDuringRenewal(t *testing.T) {
 			st, err := b.Inspect(ctx, key)
 			return st.Token, st.Live, err
 		}},
-	} {
+	}
+	if !inspect {
+		reads = reads[:1]
+	}
+	for n, read := range reads {
 		t.Run(read.name, func(t *testing.T) {
 			// A renewal that came too late to renew (a very busy machine)
 			// proves nothing: try again with a longer lease.
@@ -100,20 +116,24 @@ func readDuringRenewal(t *testing.T, h *harness, key string, ttl time.Duration,
 	return true
 }
 
-// waitUserSleep waits until the server shows a statement in SLEEP.
+// waitUserSleep waits until the server shows a statement in SLEEP
+// (MySQL) or pg_sleep (PostgreSQL).
 func waitUserSleep(t *testing.T, h *harness) {
 	t.Helper()
+	query := "SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User sleep'"
+	if h.dialect == sqlbackend.Postgres {
+		query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
+	}
 	for start := time.Now(); ; {
 		var n int
-		err := h.db.QueryRow("SELECT count(*) FROM information_schema.PROCESSLIST WHERE STATE = 'User sleep'").Scan(&n)
-		if err != nil {
+		if err := h.db.QueryRow(query).Scan(&n); err != nil {
 			t.Fatal(err)
 		}
 		if n > 0 {
 			return
 		}
 		if time.Since(start) > time.Minute {
-			t.Fatal("the read never reached its SLEEP")
+			t.Fatal("the read never reached its sleep")
 		}
 		time.Sleep(time.Millisecond)
 	}
