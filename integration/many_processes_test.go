@@ -1,4 +1,4 @@
-package fencing_test
+package integration_test
 
 import (
 	"bufio"
