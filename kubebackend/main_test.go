@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/testing/contentiontest"
 	"github.com/fencing-go/fencing/kubebackend"
 	"github.com/fencing-go/fencing/kubebackend/kubetest"
 )
@@ -71,6 +72,12 @@ func (h *harness) Traits() conformance.Traits {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
+}
+
+// TestContention checks the spans and contention metrics of a contention
+// on this backend (see contentiontest.Run).
+func TestContention(t *testing.T) {
+	contentiontest.Run(t, newHarness(t))
 }
 
 func metaName(ns, name string) metav1.ObjectMeta {
