@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"reflect"
 	"strings"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel"
@@ -68,6 +69,13 @@ const (
 	// MetricLockDelayRefusals counts grants refused because the key was in
 	// a lock delay (WithLockDelay) after a lease's unclean end.
 	MetricLockDelayRefusals = "fencing.lock_delay.refusals"
+	// MetricLockHandoff is a histogram (seconds) of the handoffs a
+	// Coordinator sees: from a Release or ForceRelease of a key that one of
+	// its Lock calls waits for, to the key's next grant through it (that
+	// Lock's, or any other). A release in another process is not seen: run
+	// the waiters and the holders that hand over to them on one Coordinator
+	// to measure handoffs, or read MetricLockWait.
+	MetricLockHandoff = "fencing.lock.handoff.duration"
 )
 
 // meterName is the instrumentation scope, guard.MeterName (the root does
@@ -188,6 +196,13 @@ type observer struct {
 	waiters  metric.Int64UpDownCounter
 	heldDur  metric.Float64Histogram
 	delayed  metric.Int64Counter
+	handoff  metric.Float64Histogram
+
+	// Handoffs (MetricLockHandoff): the keys Lock calls wait for now, with
+	// how many, and when each such key was released, until its next grant.
+	hmu        sync.Mutex
+	waitingOn  map[string]int
+	releasedAt map[string]time.Time
 
 	// Attribute sets, built once so that recording allocates nothing.
 	opAttrs     [numOps][numOutcomes]metric.MeasurementOption
@@ -247,10 +262,14 @@ func (o *observer) init(b backend.Backend) {
 		metric.WithExplicitBucketBoundaries(waitBuckets...))
 	err = errors.Join(err, cErr)
 	o.delayed = counter(m, MetricLockDelayRefusals, "{request}", "Grants refused during a lock delay.", &err)
+	o.handoff, cErr = m.Float64Histogram(MetricLockHandoff, metric.WithUnit("s"),
+		metric.WithDescription("From the release of a key a Lock waited for to the key's next grant."),
+		metric.WithExplicitBucketBoundaries(durationBuckets...))
+	err = errors.Join(err, cErr)
 	if err != nil || lwErr != nil {
 		otel.Handle(errors.Join(err, lwErr))
 		if o.duration == nil || o.grants == nil || o.renewals == nil || o.releases == nil || o.lost == nil || o.lockWait == nil ||
-			o.gaveUp == nil || o.waiters == nil || o.heldDur == nil || o.delayed == nil {
+			o.gaveUp == nil || o.waiters == nil || o.heldDur == nil || o.delayed == nil || o.handoff == nil {
 			return // a broken provider: record nothing
 		}
 	}
@@ -273,6 +292,7 @@ func (o *observer) init(b backend.Backend) {
 	for i, r := range heldEnds {
 		o.heldAttrs[i] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String(r)))
 	}
+	o.waitingOn, o.releasedAt = map[string]int{}, map[string]time.Time{}
 	o.on = true
 }
 
@@ -375,6 +395,14 @@ func (o *observer) record(ctx context.Context, sp span, k op, key string, token 
 		if !sp.start.IsZero() && o.duration.Enabled(ctx) {
 			o.duration.Record(ctx, time.Since(sp.start).Seconds(), attrs)
 		}
+		if err == nil {
+			switch k {
+			case opRelease, opForceRelease:
+				o.handoffReleased(key)
+			case opGrant:
+				o.handoffGranted(ctx, key)
+			}
+		}
 		switch {
 		case k == opGrant:
 			add(ctx, o.grants, attrs)
@@ -401,6 +429,41 @@ func (o *observer) forced(ctx context.Context, key string, sp span, ended bool, 
 	}
 	if o.log != nil && err == nil {
 		o.log.LogAttrs(ctx, slog.LevelWarn, "fencing: forced release", slog.String("key", key), slog.Bool("ended", ended))
+	}
+}
+
+// waitOn adds delta to the Lock calls waiting for key (MetricLockHandoff);
+// a key no one waits for any more is forgotten.
+func (o *observer) waitOn(key string, delta int) {
+	o.hmu.Lock()
+	defer o.hmu.Unlock()
+	n := o.waitingOn[key] + delta
+	if n > 0 {
+		o.waitingOn[key] = n
+		return
+	}
+	delete(o.waitingOn, key)
+	delete(o.releasedAt, key)
+}
+
+// handoffReleased notes key's release when a Lock call waits for it.
+func (o *observer) handoffReleased(key string) {
+	o.hmu.Lock()
+	defer o.hmu.Unlock()
+	if o.waitingOn[key] > 0 {
+		o.releasedAt[key] = time.Now()
+	}
+}
+
+// handoffGranted records a handoff when key was released while a Lock
+// call waited for it.
+func (o *observer) handoffGranted(ctx context.Context, key string) {
+	o.hmu.Lock()
+	at, ok := o.releasedAt[key]
+	delete(o.releasedAt, key)
+	o.hmu.Unlock()
+	if ok && o.handoff.Enabled(ctx) {
+		o.handoff.Record(ctx, time.Since(at).Seconds(), o.bAttrs)
 	}
 }
 

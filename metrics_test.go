@@ -88,6 +88,27 @@ func (m *meter) value(name, attrs string) int64 {
 	return 0
 }
 
+// sum returns the sum of name's histogram point with exactly attrs, or 0.
+func (m *meter) sum(name, attrs string) float64 {
+	m.t.Helper()
+	var rm metricdata.ResourceMetrics
+	if err := m.reader.Collect(context.Background(), &rm); err != nil {
+		m.t.Fatalf("Collect: %v", err)
+	}
+	for _, sm := range rm.ScopeMetrics {
+		for _, md := range sm.Metrics {
+			if h, ok := md.Data.(metricdata.Histogram[float64]); ok && md.Name == name {
+				for _, dp := range h.DataPoints {
+					if attrString(dp.Attributes) == attrs {
+						return dp.Sum
+					}
+				}
+			}
+		}
+	}
+	return 0
+}
+
 func attrString(s attribute.Set) string {
 	var parts []string
 	for _, kv := range s.ToSlice() {
@@ -337,5 +358,59 @@ func BenchmarkMetrics(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestMetricsHandoff: the release of a key a Lock waits for, and that
+// Lock's grant, is one handoff (MetricLockHandoff); a release and a grant
+// with no Lock waiting are none.
+func TestMetricsHandoff(t *testing.T) {
+	m := newMeter(t)
+	b := memorybackend.New()
+	defer b.Close()
+	c := fencing.New(b, fencing.WithMeterProvider(m.mp))
+	ctx := context.Background()
+
+	for range 2 {
+		l, err := c.Grant(ctx, "k", time.Minute)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Release(ctx, "k", l.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := m.value(fencing.MetricLockHandoff, mem); got != 0 {
+		t.Fatalf("handoffs without a waiter = %d, want 0", got)
+	}
+
+	h, err := c.Hold(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked := make(chan error, 1)
+	go func() {
+		w, err := c.Lock(ctx, "k", time.Minute)
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		locked <- err
+	}()
+	for m.value(fencing.MetricLockWaiters, mem+",fencing.fifo=false") != 1 {
+		time.Sleep(time.Millisecond) // until the Lock waits; the test's timeout bounds it
+	}
+	released := time.Now()
+	if err := h.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-locked; err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	bound := time.Since(released)
+	if got := m.value(fencing.MetricLockHandoff, mem); got != 1 {
+		t.Fatalf("handoffs = %d, want 1; points %v", got, m.collect(fencing.MetricLockHandoff))
+	}
+	if sum := m.sum(fencing.MetricLockHandoff, mem); sum <= 0 || sum > bound.Seconds() {
+		t.Errorf("handoff took %vs, want more than 0 and at most the %v from the release's call to the Lock's return", sum, bound)
 	}
 }

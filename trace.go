@@ -200,7 +200,9 @@ type lockObs struct {
 	start   time.Time // zero: the wait's duration is not recorded
 	span    tspan
 	fifo    bool
-	counted bool // added to MetricLockWaiters
+	counted bool   // added to MetricLockWaiters
+	key     string // counted in the observer's waitingOn (MetricLockHandoff)
+	onKey   bool
 }
 
 // lockBegin starts recording a Lock's wait for key.
@@ -210,6 +212,10 @@ func (o *observer) lockBegin(ctx context.Context, key string, fifo bool) *lockOb
 	if o.recording() && o.waiters.Enabled(ctx) {
 		o.waiting(ctx, fifo, 1)
 		w.counted = true
+	}
+	if o.recording() && o.handoff.Enabled(ctx) {
+		o.waitOn(key, 1)
+		w.key, w.onKey = key, true
 	}
 	return w
 }
@@ -229,6 +235,9 @@ func (w *lockObs) waitContext(wctx context.Context) context.Context {
 func (o *observer) lockEnd(ctx, wctx context.Context, w *lockObs, h *Held, err error) {
 	if w.counted {
 		o.waiting(ctx, w.fifo, -1)
+	}
+	if w.onKey {
+		o.waitOn(w.key, -1)
 	}
 	if err == nil {
 		o.locked(ctx, w.start)

@@ -28,7 +28,7 @@ import (
 // checks what was recorded: the spans (fencing.grant, fencing.held,
 // fencing.lock.wait with its attempts as events, fencing.release), their
 // parents and attributes, no lease ID or raw key anywhere in them, and the
-// held-duration, wait, gave-up and waiter metrics. The backend is h's, on
+// held-duration, wait, gave-up, handoff and waiter metrics. The backend is h's, on
 // an empty key space, closed when t ends.
 func Run(t *testing.T, h conformance.Harness) {
 	t.Helper()
@@ -152,6 +152,9 @@ func Run(t *testing.T, h conformance.Harness) {
 	}
 	if n := mr.Count(t, fencing.MetricLockWait, "", ""); n != 1 {
 		t.Errorf("%s: %d values, want 1", fencing.MetricLockWait, n)
+	}
+	if n := mr.Count(t, fencing.MetricLockHandoff, "", ""); n != 1 {
+		t.Errorf("%s: %d values, want 1 (the holder's release to the waiter's grant)", fencing.MetricLockHandoff, n)
 	}
 	if n := mr.Count(t, fencing.MetricLockGaveUp, fencing.AttrReason, "timeout"); n != 1 {
 		t.Errorf("%s{reason=timeout}: %d values, want 1", fencing.MetricLockGaveUp, n)
