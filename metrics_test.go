@@ -183,25 +183,38 @@ func TestMetricsRequests(t *testing.T) {
 	}
 }
 
-func TestMetricsLeaseLostAndLockWait(t *testing.T) {
+// newMetered returns a Coordinator on a memory backend that records on m.
+func newMetered(t *testing.T) (*meter, *fencing.Coordinator) {
+	t.Helper()
 	m := newMeter(t)
 	b := memorybackend.New()
-	defer b.Close()
-	c := fencing.New(b, fencing.WithMeterProvider(m.mp))
+	t.Cleanup(func() { b.Close() })
+	return m, fencing.New(b, fencing.WithMeterProvider(m.mp))
+}
+
+// lockAndRelease calls c.Lock on key in a goroutine of its own and releases
+// what it gets; the channel receives the first error, or nil.
+func lockAndRelease(ctx context.Context, c *fencing.Coordinator, key string) <-chan error {
+	locked := make(chan error, 1)
+	go func() {
+		w, err := c.Lock(ctx, key, time.Minute)
+		if err == nil {
+			err = w.Release(ctx)
+		}
+		locked <- err
+	}()
+	return locked
+}
+
+func TestMetricsLeaseLostAndLockWait(t *testing.T) {
+	m, c := newMetered(t)
 	ctx := context.Background()
 
 	h, err := c.Hold(ctx, "k", 600*time.Millisecond, fencing.WithRenewInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	locked := make(chan error, 1)
-	go func() {
-		w, err := c.Lock(ctx, "k", time.Minute)
-		if err == nil {
-			err = w.Release(ctx)
-		}
-		locked <- err
-	}()
+	locked := lockAndRelease(ctx, c, "k")
 	if _, err := c.ForceRelease(ctx, "k"); err != nil {
 		t.Fatal(err)
 	}
@@ -365,10 +378,7 @@ func BenchmarkMetrics(b *testing.B) {
 // Lock's grant, is one handoff (MetricLockHandoff); a release and a grant
 // with no Lock waiting are none.
 func TestMetricsHandoff(t *testing.T) {
-	m := newMeter(t)
-	b := memorybackend.New()
-	defer b.Close()
-	c := fencing.New(b, fencing.WithMeterProvider(m.mp))
+	m, c := newMetered(t)
 	ctx := context.Background()
 
 	for range 2 {
@@ -388,14 +398,7 @@ func TestMetricsHandoff(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	locked := make(chan error, 1)
-	go func() {
-		w, err := c.Lock(ctx, "k", time.Minute)
-		if err == nil {
-			err = w.Release(ctx)
-		}
-		locked <- err
-	}()
+	locked := lockAndRelease(ctx, c, "k")
 	for m.value(fencing.MetricLockWaiters, mem+",fencing.fifo=false") != 1 {
 		time.Sleep(time.Millisecond) // until the Lock waits; the test's timeout bounds it
 	}

@@ -5,9 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
-	"os/exec"
 	"slices"
 	"strings"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	"github.com/fencing-go/fencing/election"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/redisguard"
+	"github.com/fencing-go/fencing/internal/testing/childproc"
 	"github.com/fencing-go/fencing/internal/testing/recipetest"
 )
 
@@ -76,7 +75,8 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 		t.Skip("-short: starts redis-server")
 	}
 	w := recipetest.Redis(t)
-	child, stdin, next := startCandidate(t, w)
+	child := startCandidate(t, w)
+	next := func() string { return child.Next(t, 30*time.Second) }
 	var childToken uint64
 	var first string
 	if l := next(); !strings.HasPrefix(l, "leader ") {
@@ -90,7 +90,7 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 
 	ctx := context.Background()
 	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithLockOptions(holdOpts()...))
-	if err := child.Process.Signal(syscall.SIGSTOP); err != nil {
+	if err := child.Cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
@@ -110,17 +110,17 @@ func TestTakeoverRedisSIGSTOP(t *testing.T) {
 	if err := redisguard.New(client).Admit(ctx, "resource", h.Token()); err != nil {
 		t.Fatal(err)
 	}
-	if err := child.Process.Signal(syscall.SIGCONT); err != nil {
+	if err := child.Cmd.Process.Signal(syscall.SIGCONT); err != nil {
 		t.Fatal(err)
 	}
-	fmt.Fprintln(stdin, "write")
+	fmt.Fprintln(child.Stdin, "write")
 	if l := next(); l != "refused" {
 		t.Fatalf("the resumed leader's write: %q, want refused", l)
 	}
 	if l, err := e.Leader(ctx); err != nil || l.Identity != "successor" || l.Token != h.Token() {
 		t.Fatalf("Leader = %+v, %v; want the successor's term", l, err)
 	}
-	stdin.Close()
+	child.Stdin.Close()
 	t.Logf("takeover %v after SIGSTOP (TTL %v + margin)", took.Round(time.Millisecond), w.TTL)
 }
 
@@ -134,7 +134,8 @@ func TestObserveVacancyAfterLeaderKilled(t *testing.T) {
 		t.Skip("-short: starts redis-server")
 	}
 	w := recipetest.Redis(t)
-	child, _, next := startCandidate(t, w)
+	child := startCandidate(t, w)
+	next := func() string { return child.Next(t, 30*time.Second) }
 	var childToken uint64
 	if l := next(); !strings.HasPrefix(l, "leader ") {
 		t.Fatalf("child: %q", l)
@@ -144,7 +145,7 @@ func TestObserveVacancyAfterLeaderKilled(t *testing.T) {
 	ctx := context.Background()
 	e := election.New(w.Coordinator(t), "office", w.TTL, election.WithLockOptions(holdOpts()...))
 	o := observe(t, e)
-	if err := child.Process.Kill(); err != nil {
+	if err := child.Cmd.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
 	h, err := e.Campaign(ctx, "successor")
@@ -178,47 +179,8 @@ func TestObserveVacancyAfterLeaderKilled(t *testing.T) {
 	}
 }
 
-// startCandidate starts TestHelperCandidate's process on w's Redis and
-// returns it, its stdin, and what reads its next line of output.
-func startCandidate(t *testing.T, w recipetest.World) (child *exec.Cmd, stdin io.WriteCloser, next func() string) {
+// startCandidate starts TestHelperCandidate's process on w's Redis.
+func startCandidate(t *testing.T, w recipetest.World) *childproc.Helper {
 	t.Helper()
-	child = exec.Command(os.Args[0], "-test.run=^TestHelperCandidate$", "-test.count=1")
-	child.Env = append(os.Environ(), helperAddr+"="+w.Redis.Addr(), helperPrefix+"="+w.Prefix)
-	stdin, err := child.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child.Stderr = os.Stderr
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		child.Process.Signal(syscall.SIGCONT)
-		child.Process.Kill()
-		child.Wait()
-	})
-	lines := make(chan string, 10)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		io.Copy(io.Discard, out)
-	}()
-	next = func() string {
-		t.Helper()
-		select {
-		case l := <-lines:
-			return l
-		case <-time.After(30 * time.Second):
-			t.Fatal("the child printed nothing in 30s")
-		}
-		return ""
-	}
-	return child, stdin, next
+	return childproc.StartHelper(t, "TestHelperCandidate", helperAddr+"="+w.Redis.Addr(), helperPrefix+"="+w.Prefix)
 }

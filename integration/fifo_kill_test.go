@@ -1,10 +1,8 @@
 package integration_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/testing/childproc"
 	"github.com/fencing-go/fencing/internal/testing/recipetest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -151,34 +150,6 @@ func TestLockFIFOKilledWaiter(t *testing.T) {
 // startWaiter runs the helper waiter on spec's store and returns once it
 // has said something: "joined <Ahead>" once it is in key's line.
 func startWaiter(t *testing.T, spec, key string, ttl time.Duration) (*exec.Cmd, string) {
-	child := exec.Command(os.Args[0], "-test.run=^TestFIFOHelperWaiter$", "-test.count=1")
-	child.Env = append(os.Environ(), helperStore+"="+spec, helperKey+"="+key, helperTTL+"="+ttl.String())
-	out, err := child.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child.Stderr = os.Stderr
-	if err := child.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		child.Process.Kill()
-		child.Wait()
-	})
-	lines := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(out)
-		if sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		io.Copy(io.Discard, out)
-	}()
-	select {
-	case l := <-lines:
-		return child, l
-	case <-time.After(60 * time.Second):
-		t.Fatalf("the helper waiter said nothing within 60s")
-		return nil, ""
-	}
+	child := childproc.StartHelper(t, "TestFIFOHelperWaiter", helperStore+"="+spec, helperKey+"="+key, helperTTL+"="+ttl.String())
+	return child.Cmd, child.Next(t, 60*time.Second)
 }

@@ -1,7 +1,6 @@
 package sqlbackend_test
 
 import (
-	"bufio"
 	"context"
 	"crypto/rand"
 	"database/sql"
@@ -296,26 +295,9 @@ func TestSQLiteProcesses(t *testing.T) {
 	if err := b.Release(ctx, "k", "first"); err != nil {
 		t.Fatal(err)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	child := func(role string) (*exec.Cmd, *bufio.Scanner) {
-		cmd := exec.Command(self, "-test.run=^$")
-		cmd.Env = append(os.Environ(), childEnv+"="+role+":"+path)
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		return cmd, bufio.NewScanner(out)
-	}
-	victim, vout := child("victim")
-	if !vout.Scan() || vout.Text() != "in-tx" {
-		t.Fatalf("victim: %q", vout.Text())
+	victim := startChild(t, "victim", path)
+	if l := victim.Next(t, time.Minute); l != "in-tx" {
+		t.Fatalf("victim: %q", l)
 	}
 	type result struct {
 		tokens []uint64
@@ -327,20 +309,20 @@ func TestSQLiteProcesses(t *testing.T) {
 	var cmds []*exec.Cmd
 	waiting := make(chan struct{}, workers)
 	for i := range workers {
-		cmd, out := child("worker")
-		cmds = append(cmds, cmd)
+		child := startChild(t, "worker", path)
+		cmds = append(cmds, child.Cmd)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for out.Scan() {
-				f := strings.Fields(out.Text())
-				if out.Text() == "waiting" {
+			for l := range child.Lines() {
+				f := strings.Fields(l)
+				if l == "waiting" {
 					waiting <- struct{}{}
 				} else if len(f) == 2 && f[0] == "token" {
 					n, _ := strconv.ParseUint(f[1], 10, 64)
 					results[i].tokens = append(results[i].tokens, n)
 				} else {
-					results[i].errs = append(results[i].errs, out.Text())
+					results[i].errs = append(results[i].errs, l)
 				}
 			}
 		}()
@@ -354,8 +336,8 @@ func TestSQLiteProcesses(t *testing.T) {
 			t.Fatal("a worker never started")
 		}
 	}
-	victim.Process.Signal(syscall.SIGKILL)
-	victim.Wait()
+	victim.Cmd.Process.Signal(syscall.SIGKILL)
+	victim.Cmd.Wait()
 	wg.Wait()
 	for _, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {

@@ -1,7 +1,6 @@
 package sqlbackend_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/testing/childproc"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -100,27 +100,9 @@ func runQueueChild(ctx context.Context, db *sql.DB, role string) bool {
 }
 
 // startChild runs the test binary as a child of role on the file at path.
-func startChild(t *testing.T, role, path string) (*exec.Cmd, *bufio.Scanner) {
+func startChild(t *testing.T, role, path string) *childproc.Helper {
 	t.Helper()
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command(self, "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"="+role+":"+path)
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-	})
-	return cmd, bufio.NewScanner(out)
+	return childproc.StartTestBinary(t, []string{"-test.run=^$"}, childEnv+"="+role+":"+path)
 }
 
 // sharedFile returns a backend on a new database file with its tables, and
@@ -148,12 +130,12 @@ func sharedFile(t *testing.T) (*sqlbackend.Backend, string) {
 func TestSQLiteLockDelayAcrossProcesses(t *testing.T) {
 	b, path := sharedFile(t)
 	ctx := context.Background()
-	holder, out := startChild(t, "delay-holder", path)
-	if !out.Scan() || out.Text() != "granted" {
-		t.Fatalf("delay-holder: %q", out.Text())
+	holder := startChild(t, "delay-holder", path)
+	if l := holder.Next(t, time.Minute); l != "granted" {
+		t.Fatalf("delay-holder: %q", l)
 	}
-	holder.Process.Signal(syscall.SIGKILL)
-	holder.Wait()
+	holder.Cmd.Process.Signal(syscall.SIGKILL)
+	holder.Cmd.Wait()
 
 	var live, delayed int
 	var opensBy time.Time // the latest moment a refusal said the key opens
@@ -221,21 +203,21 @@ func TestSQLiteFIFOAcrossProcesses(t *testing.T) {
 	results := make([]chan result, waiters)
 	var cmds []*exec.Cmd
 	for i := range waiters {
-		cmd, out := startChild(t, fmt.Sprintf("fifo-waiter/w%d", i), path)
-		cmds = append(cmds, cmd)
-		if !out.Scan() || out.Text() != fmt.Sprintf("joined %d", i+1) {
-			t.Fatalf("waiter %d: %q, want joined %d", i, out.Text(), i+1)
+		child := startChild(t, fmt.Sprintf("fifo-waiter/w%d", i), path)
+		cmds = append(cmds, child.Cmd)
+		if l := child.Next(t, time.Minute); l != fmt.Sprintf("joined %d", i+1) {
+			t.Fatalf("waiter %d: %q, want joined %d", i, l, i+1)
 		}
 		results[i] = make(chan result, 1)
 		go func() {
 			var r result
-			for out.Scan() {
-				f := strings.Fields(out.Text())
+			for l := range child.Lines() {
+				f := strings.Fields(l)
 				if len(f) == 3 && f[0] == "granted" {
 					r.token, _ = strconv.Atoi(f[1])
 					r.wakes, _ = strconv.Atoi(f[2])
 				} else {
-					r.err += out.Text() + "\n"
+					r.err += l + "\n"
 				}
 			}
 			results[i] <- r

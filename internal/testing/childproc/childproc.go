@@ -2,7 +2,9 @@
 // their output in a log file and killed if the test process dies
 // (Pdeathsig), stopped with SIGTERM (SIGKILL if they linger), waited on over
 // HTTP until they serve. It serves the harnesses that run servers built from
-// their Go modules (internal/testing/etcdtest, kubebackend/kubetest).
+// their Go modules (internal/testing/etcdtest, kubebackend/kubetest), and
+// tests that run their own test binary again as a second process to stop,
+// continue or kill (StartHelper, StartTestBinary).
 package childproc
 
 import (
