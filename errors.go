@@ -2,6 +2,8 @@ package fencing
 
 import (
 	"errors"
+	"fmt"
+	"strconv"
 
 	"github.com/fencing-go/fencing/backend"
 )
@@ -115,4 +117,22 @@ func isVerdict(err error) bool {
 		}
 	}
 	return false
+}
+
+// keysLabel names keys in a message: the first, shortened, and how many
+// more.
+func keysLabel(keys []string) string {
+	switch len(keys) {
+	case 0:
+		return "no keys"
+	case 1:
+		return backend.QuoteKey(keys[0])
+	}
+	return backend.QuoteKey(keys[0]) + " and " + strconv.Itoa(len(keys)-1) + " more keys"
+}
+
+// unsupported is the error of a call that needs a capability of the
+// backend, such as backend.Inspector, that it does not implement.
+func unsupported(capability string) error {
+	return fmt.Errorf("%w: the backend does not implement %s", errors.ErrUnsupported, capability)
 }

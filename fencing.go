@@ -19,45 +19,6 @@ const DefaultMargin = time.Second
 // unless WithRequestTimeout gives another.
 const DefaultRequestTimeout = 10 * time.Second
 
-// Lease is a granted lease. Hold on to it: ID is the credential that renews
-// and releases it, and Token is what the protected resource checks.
-type Lease struct {
-	// Key is the leased key.
-	Key string
-	// ID is the holder's credential: 26 base32 characters carrying 130
-	// bits from a ChaCha8 generator seeded with 256 bits from crypto/rand,
-	// so it cannot be guessed from the key, the token, the time or other
-	// IDs. It is ID, not LeaseID, because it is the Lease's own ID;
-	// parameters and other types name a lease's ID LeaseID.
-	ID string
-	// Token is the fencing token: larger than every earlier token on Key.
-	// Send it with every write to the protected resource.
-	Token uint64
-	// TTL is the TTL actually granted, after any rounding up by the
-	// backend. It is at least the TTL asked for.
-	TTL time.Duration
-	// Margin is the coordinator's safety buffer past TTL.
-	Margin time.Duration
-	// ExpiresAt is when the lease ends on the coordinator's clock, as the
-	// backend reports it. Do not compare it with the local clock to decide
-	// whether to go on; use Deadline.
-	ExpiresAt time.Time
-	// Deadline is the local time (with a monotonic reading) by which the
-	// holder must stop relying on the lease: the moment just before the
-	// request was sent plus the TTL asked for, without the margin.
-	// Go compares it by its monotonic reading (time.Until, Before, After);
-	// its wall-clock reading, which only printing and Round(0) use, is
-	// derived from a wall-clock reading at most a second older, so a step
-	// of the wall clock within that second may not show in it.
-	Deadline time.Time
-}
-
-// Remaining returns how long the holder may still rely on the lease by the
-// local monotonic clock, or zero once Deadline has passed.
-func (l Lease) Remaining() time.Duration {
-	return max(time.Until(l.Deadline), 0)
-}
-
 // Coordinator is the entry point: it grants, renews, releases and checks
 // leases on one backend. It is safe for concurrent use. It does not own the
 // backend: close the backend yourself when done.
@@ -344,15 +305,7 @@ func (c *Coordinator) send(ctx context.Context, k op, req backend.Request, sentB
 	if err != nil {
 		return Lease{}, requestError(opNames[k], req.Key, req.LeaseID, err)
 	}
-	return Lease{
-		Key:       rec.Key,
-		ID:        rec.LeaseID,
-		Token:     rec.Token,
-		TTL:       rec.TTL,
-		Margin:    rec.Margin,
-		ExpiresAt: rec.ExpiresAt,
-		Deadline:  sent.Add(req.Timeout),
-	}, nil
+	return leaseOf(rec, sent.Add(req.Timeout)), nil
 }
 
 // opError names the operation and the key, once and shortened.
@@ -446,6 +399,10 @@ func attempt[T any](c *Coordinator, ctx context.Context, call func(context.Conte
 	}
 	return v, err
 }
+
+// errDeadlinePassed is in the cause of a held lease's context that its
+// Deadline ended: a renewal cut off by it got no answer in time.
+var errDeadlinePassed = errors.New("deadline passed")
 
 // errNoAnswerCause is the cause of an attempt's context that the request
 // timeout ended.

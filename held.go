@@ -387,10 +387,6 @@ func (h *Held) checkDeadlineLocked() {
 	h.loseLocked(fmt.Errorf("%w: %w without a confirmed renewal", ErrLeaseLost, errDeadlinePassed))
 }
 
-// errDeadlinePassed is in the cause of a held lease's context that its
-// Deadline ended: a renewal cut off by it got no answer in time.
-var errDeadlinePassed = errors.New("deadline passed")
-
 func (h *Held) sendWarning() {
 	select {
 	case h.warn <- h.Lease():

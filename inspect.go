@@ -2,7 +2,6 @@ package fencing
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/fencing-go/fencing/backend"
@@ -76,8 +75,4 @@ func (c *Coordinator) List(ctx context.Context, prefix, cursor string, limit int
 		return nil, "", fmt.Errorf("list: %w", err)
 	}
 	return page, next, nil
-}
-
-func unsupported(capability string) error {
-	return fmt.Errorf("%w: the backend does not implement %s", errors.ErrUnsupported, capability)
 }

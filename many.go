@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -78,15 +77,7 @@ func (c *Coordinator) sendMany(ctx context.Context, keys []string, req backend.R
 	leases := make([]Lease, len(recs))
 	for i, rec := range recs {
 		c.obs.request(ctx, opGrant, rec.Key, sent, rec.Token, nil)
-		leases[i] = Lease{
-			Key:       rec.Key,
-			ID:        rec.LeaseID,
-			Token:     rec.Token,
-			TTL:       rec.TTL,
-			Margin:    rec.Margin,
-			ExpiresAt: rec.ExpiresAt,
-			Deadline:  sent.Add(req.Timeout),
-		}
+		leases[i] = leaseOf(rec, sent.Add(req.Timeout))
 	}
 	return leases, nil
 }
@@ -114,18 +105,6 @@ func (e *keysError) Error() string {
 }
 
 func (e *keysError) Unwrap() error { return e.err }
-
-// keysLabel names keys in a message: the first, shortened, and how many
-// more.
-func keysLabel(keys []string) string {
-	switch len(keys) {
-	case 0:
-		return "no keys"
-	case 1:
-		return backend.QuoteKey(keys[0])
-	}
-	return backend.QuoteKey(keys[0]) + " and " + strconv.Itoa(len(keys)-1) + " more keys"
-}
 
 // HoldMany takes leases on keys in one atomic step, as GrantMany does
 // (ErrLeaseHeld, naming the key, when one is held; nothing is taken then),
