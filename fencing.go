@@ -23,43 +23,17 @@ const DefaultRequestTimeout = 10 * time.Second
 // leases on one backend. It is safe for concurrent use. It does not own the
 // backend: close the backend yourself when done.
 type Coordinator struct {
-	backend       backend.Backend
-	defaultMargin time.Duration
-	defaultOwner  string
-	lockDelay     time.Duration // WithDefaultLockDelay (lockdelay.go)
-	badOption     error         // the first option that refused its value (see Option)
-	retries       int
-	reqTimeout    time.Duration // 0: attempts are bounded by their context alone
-	ids           *idSource
-	clock         sendClock
-	obs           observer // metrics and logs (metrics.go)
-}
-
-// Option configures a Coordinator.
-//
-// An option given a value it refuses (a negative WithDefaultMargin, a
-// WithDefaultOwner that backend.CheckOwner refuses, a WithDefaultLockDelay
-// that backend.CheckLockDelay refuses) leaves New's result a Coordinator
-// that takes no lease: every Grant, Renew, Hold, Lock and Do (and alias)
-// fails before any request, whatever its own options, with an error that
-// wraps ErrInvalidOption and the value's own sentinel (ErrInvalidMargin,
-// ErrInvalidOwner, ErrInvalidLockDelay) and names the option. The first
-// such option is the one reported. Token, Release and the other calls that
-// take no lease are not affected.
-type Option func(*Coordinator)
-
-// refuse records that the option named opt refused its value, with err
-// saying why (see Option).
-func (c *Coordinator) refuse(opt string, err error) {
-	if c.badOption == nil {
-		c.badOption = fmt.Errorf("%w: %s: %w", ErrInvalidOption, opt, err)
-	}
+	config  // what its Options set (options.go)
+	backend backend.Backend
+	ids     *idSource
+	clock   sendClock
+	obs     observer // metrics, logs and traces (metrics.go, trace.go)
 }
 
 // WithDefaultMargin sets the margin used by calls that give none (default
 // DefaultMargin). A negative margin is refused (see Option).
 func WithDefaultMargin(d time.Duration) Option {
-	return func(c *Coordinator) {
+	return func(c *config) {
 		if d < 0 {
 			c.refuse("WithDefaultMargin", fmt.Errorf("%w: %v is negative", ErrInvalidMargin, d))
 			return
@@ -79,7 +53,7 @@ func WithDefaultMargin(d time.Duration) Option {
 // room for options, and a process usually has one identity for all its
 // leases.
 func WithDefaultOwner(owner string) Option {
-	return func(c *Coordinator) {
+	return func(c *config) {
 		if err := backend.CheckOwner(owner); err != nil {
 			c.refuse("WithDefaultOwner", err)
 			return
@@ -95,7 +69,7 @@ func WithDefaultOwner(owner string) Option {
 // mints a second token. Retries stop when the context is done, and once the
 // request timeout (WithRequestTimeout) has passed since the first attempt.
 func WithOutcomeRetries(n int) Option {
-	return func(c *Coordinator) { c.retries = max(n, 0) }
+	return func(c *config) { c.retries = max(n, 0) }
 }
 
 // WithRequestTimeout bounds each attempt of every request the Coordinator
@@ -116,19 +90,19 @@ func WithOutcomeRetries(n int) Option {
 // A backend whose requests never leave the process (backend.InProcess, such
 // as memorybackend) is not bounded: its requests do not wait on a server.
 func WithRequestTimeout(d time.Duration) Option {
-	return func(c *Coordinator) { c.reqTimeout = max(d, 0) }
+	return func(c *config) { c.reqTimeout = max(d, 0) }
 }
 
 // New returns a Coordinator over b.
 func New(b backend.Backend, opts ...Option) *Coordinator {
-	c := &Coordinator{backend: b, defaultMargin: DefaultMargin, retries: 3, reqTimeout: DefaultRequestTimeout, ids: newIDSource()}
+	c := &Coordinator{config: config{defaultMargin: DefaultMargin, retries: 3, reqTimeout: DefaultRequestTimeout}, backend: b, ids: newIDSource()}
 	for _, o := range opts {
-		o(c)
+		o(&c.config)
 	}
 	if _, ok := b.(backend.InProcess); ok {
 		c.reqTimeout = 0
 	}
-	c.obs.init(b)
+	c.obs.init(b, &c.config)
 	return c
 }
 

@@ -43,7 +43,7 @@ func WithLockDelay(d time.Duration) HoldOption {
 // It is the way to give Grant a lock delay: Grant's variadic margin leaves
 // no room for options, and a process usually protects all its keys alike.
 func WithDefaultLockDelay(d time.Duration) Option {
-	return func(c *Coordinator) {
+	return func(c *config) {
 		if err := backend.CheckLockDelay(d); err != nil {
 			c.refuse("WithDefaultLockDelay", err)
 			return

@@ -93,7 +93,7 @@ const (
 // WithMeterProvider makes the Coordinator record its metrics on mp (default
 // otel.GetMeterProvider(), the global provider). A nil mp records nothing.
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(c *Coordinator) { c.obs.mp, c.obs.mpSet = mp, true }
+	return func(c *config) { c.meterProvider, c.meterProviderSet = mp, true }
 }
 
 // WithLogger makes the Coordinator log what it does with l: grants,
@@ -101,7 +101,7 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 // at Warn. Logs name the key and the token, never the lease ID. The default
 // (and a nil l) logs nothing.
 func WithLogger(l *slog.Logger) Option {
-	return func(c *Coordinator) { c.obs.log = l }
+	return func(c *config) { c.logger = l }
 }
 
 // op is one kind of request the Coordinator records.
@@ -171,11 +171,8 @@ func outcomeOf(err error) outcome {
 // one atomic load per request (see recording), and a nil check for the
 // logger.
 type observer struct {
-	mp       metric.MeterProvider
-	mpSet    bool
-	log      *slog.Logger
-	tp       trace.TracerProvider // WithTracerProvider; nil: no spans
-	keyLabel func(string) string  // WithKeyLabel; nil: keys are hashed
+	log      *slog.Logger        // WithLogger; nil: no logs
+	keyLabel func(string) string // WithKeyLabel; nil: keys are hashed (trace.go)
 
 	tracer      trace.Tracer       // nil: no spans (trace.go)
 	backendAttr attribute.KeyValue // the backend, for spans
@@ -220,14 +217,16 @@ var waitBuckets = []float64{0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 9
 // remote server under load (seconds).
 var durationBuckets = []float64{0.00001, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10}
 
-// init creates the instruments for backend b. It is called once by New.
-func (o *observer) init(b backend.Backend) {
+// init creates the instruments for backend b as cfg, the Coordinator's
+// options, asks. It is called once by New.
+func (o *observer) init(b backend.Backend, cfg *config) {
+	o.log, o.keyLabel = cfg.logger, cfg.keyLabel
 	o.backendAttr = AttrBackend.String(BackendName(b))
-	if o.tp != nil {
-		o.tracer = o.tp.Tracer(meterName)
+	if cfg.tracerProvider != nil {
+		o.tracer = cfg.tracerProvider.Tracer(meterName)
 	}
-	mp := o.mp
-	if !o.mpSet {
+	mp := cfg.meterProvider
+	if !cfg.meterProviderSet {
 		mp = otel.GetMeterProvider()
 	}
 	if mp == nil {

@@ -2,8 +2,53 @@ package fencing
 
 import (
 	"fmt"
+	"log/slog"
 	"time"
+
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
 )
+
+// Option configures a Coordinator.
+//
+// An option given a value it refuses (a negative WithDefaultMargin, a
+// WithDefaultOwner that backend.CheckOwner refuses, a WithDefaultLockDelay
+// that backend.CheckLockDelay refuses) leaves New's result a Coordinator
+// that takes no lease: every Grant, Renew, Hold, Lock and Do (and alias)
+// fails before any request, whatever its own options, with an error that
+// wraps ErrInvalidOption and the value's own sentinel (ErrInvalidMargin,
+// ErrInvalidOwner, ErrInvalidLockDelay) and names the option. The first
+// such option is the one reported. Token, Release and the other calls that
+// take no lease are not affected.
+type Option func(*config)
+
+// config is what a Coordinator's Options set: the defaults of the leases it
+// takes, how it sends requests, and its instrumentation. The Coordinator
+// embeds it.
+type config struct {
+	defaultMargin time.Duration
+	defaultOwner  string
+	lockDelay     time.Duration // WithDefaultLockDelay (lockdelay.go)
+	badOption     error         // the first option that refused its value (see Option)
+	retries       int
+	reqTimeout    time.Duration // 0: attempts are bounded by their context alone
+
+	// The instrumentation's (metrics.go, trace.go), which New hands to the
+	// Coordinator's observer.
+	meterProvider    metric.MeterProvider // WithMeterProvider
+	meterProviderSet bool                 // false: the global provider
+	logger           *slog.Logger         // WithLogger; nil: no logs
+	tracerProvider   trace.TracerProvider // WithTracerProvider; nil: no spans
+	keyLabel         func(string) string  // WithKeyLabel; nil: keys are hashed
+}
+
+// refuse records that the option named opt refused its value, with err
+// saying why (see Option).
+func (c *config) refuse(opt string, err error) {
+	if c.badOption == nil {
+		c.badOption = fmt.Errorf("%w: %s: %w", ErrInvalidOption, opt, err)
+	}
+}
 
 // HoldOption configures Hold, Do and Lock: the lease they hold. Every
 // HoldOption is a LockOption too.
@@ -54,7 +99,7 @@ type lockConfig struct {
 }
 
 // holdConfig applies opts for a lease of ttl.
-func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
+func (c *config) holdConfig(ttl time.Duration, opts []HoldOption) (holdConfig, error) {
 	cfg := c.defaultHoldConfig()
 	for i, o := range opts {
 		if o == nil {
@@ -68,7 +113,7 @@ func (c *Coordinator) holdConfig(ttl time.Duration, opts []HoldOption) (holdConf
 }
 
 // lockConfig applies opts for a lease of ttl.
-func (c *Coordinator) lockConfig(ttl time.Duration, opts []LockOption) (lockConfig, error) {
+func (c *config) lockConfig(ttl time.Duration, opts []LockOption) (lockConfig, error) {
 	cfg := lockConfig{holdConfig: c.defaultHoldConfig()}
 	for i, o := range opts {
 		if o == nil {
@@ -85,7 +130,7 @@ func (c *Coordinator) lockConfig(ttl time.Duration, opts []LockOption) (lockConf
 
 // defaultHoldConfig is a held lease's configuration before its options: the
 // Coordinator's defaults.
-func (c *Coordinator) defaultHoldConfig() holdConfig {
+func (c *config) defaultHoldConfig() holdConfig {
 	return holdConfig{margin: c.defaultMargin, owner: c.defaultOwner, lockDelay: c.lockDelay}
 }
 

@@ -56,7 +56,7 @@ const (
 // SpanGrant). Without it, or with a nil tp, it records none, and a request
 // costs one nil check for it.
 func WithTracerProvider(tp trace.TracerProvider) Option {
-	return func(c *Coordinator) { c.obs.tp = tp }
+	return func(c *config) { c.tracerProvider = tp }
 }
 
 // WithKeyLabel makes spans name a key as label(key), in attribute AttrKey,
@@ -65,7 +65,7 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 // kind only, map them to a few labels ("orders/*"). label is called once
 // per span, and must be safe for concurrent use. Metrics never carry a key.
 func WithKeyLabel(label func(key string) string) Option {
-	return func(c *Coordinator) { c.obs.keyLabel = label }
+	return func(c *config) { c.keyLabel = label }
 }
 
 // keyAttr is the attribute that names key in a span.
