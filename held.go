@@ -103,7 +103,7 @@ type Held struct {
 	lastErr  error       // the latest failed renewal attempt's error
 	expiry   *time.Timer // ends the lease at its Deadline
 	warning  *time.Timer // sends on warn before the Deadline; nil without WithWarning
-	max      maxHold     // WithMaxHold's cap (maxhold.go)
+	max      holdCap     // WithMaxHold's cap (maxhold.go)
 	line     *line       // WithFIFO's entry in the key's line (fifo.go); nil without
 	released sync.Once
 	relErr   error
@@ -176,7 +176,7 @@ func (c *Coordinator) settle(ctx context.Context, err error, ttl time.Duration) 
 func (c *Coordinator) startHeld(parent context.Context, lease Lease, ttl time.Duration, cfg holdConfig) *Held {
 	sctx, span := c.obs.heldSpan(parent, lease, cfg.owner)
 	ctx, cancel := context.WithCancelCause(sctx)
-	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease, max: newMaxHold(lease, ttl, cfg),
+	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease, max: newHoldCap(lease, ttl, cfg),
 		span: span, since: time.Now()}
 	h.ctx = heldContext{Context: ctx, h: h}
 	h.mu.Lock()

@@ -38,33 +38,81 @@ import (
 // releases that lease and returns an *OutcomeError with Settled set. A
 // canceled waiter leaves no subscription or goroutine behind.
 func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (h *Held, err error) {
-	l, err := c.newLockCall(ctx, key, ttl, opts)
+	l, err := c.newLockCall(ctx, key, nil, ttl, opts)
 	if err != nil {
 		return nil, opError("lock", key, err)
 	}
-	obs := c.obs.lockBegin(ctx, key, l.cfg.fifo) // traces and metrics (trace.go)
-	defer func() { c.obs.lockEnd(ctx, l.wctx, obs, h, err) }()
-	l.wctx = obs.waitContext(l.wctx)
+	l.observe()
+	defer func() {
+		var token uint64
+		if h != nil {
+			token = h.Token()
+		}
+		l.observeEnd(token, err)
+	}()
 	defer l.close()
-	if err := l.queue(); err != nil {
-		return nil, l.giveUp(err)
-	}
-	if err := l.watch(); err != nil {
-		return nil, l.giveUp(err)
-	}
-	leases, err := l.grant()
+	leases, err := l.wait()
 	if err != nil {
 		return nil, err
 	}
 	return l.hold(leases[0]), nil
 }
 
-// lockCall is one Lock call, or one LockMany call (many.go). Its phases, in
-// order: newLockCall checks the options and builds the grant request; queue
-// waits in the key's line (WithFIFO); watch subscribes to the key's
-// releases; grant sends the request until it succeeds, waiting between
+// LockMany waits until keys can be granted together, then holds the leases
+// as HoldMany does. It waits as Lock does (notifications, the refused
+// grant's time left, the poll interval, WithWaitTimeout), for whichever key
+// refused the latest attempt, and tries every key again each time: it
+// never holds some keys while it waits for others, so waiters that take
+// overlapping sets in any order cannot deadlock. Its options are Lock's;
+// its wait is traced and measured as Lock's, under the first key.
+//
+// With WithFIFO it waits in the line of each key in turn, in key order
+// (byte order): it joins the first key's line, waits to reach its head,
+// then joins the next key's line, and so on; at the head of every line it
+// waits for the keys to be free and grants them all at once. Heads are
+// taken in one global order, so no two waiters each wait for a head the
+// other has (no deadlock), and each line serves its waiters first come,
+// first served (no starvation among waiters in the lines). A waiter at the
+// head of a key's line holds up that line while it waits in the next ones,
+// as a waiter holding an ordered lock would. Without WithFIFO a many-key
+// waiter can be overtaken on any of its keys by grants of fewer keys.
+//
+// When the outcome of a grant stays unknown, LockMany releases every lease
+// it may have taken, as Lock does for one.
+func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Duration, opts ...LockOption) (m *HeldMany, err error) {
+	l, err := c.newLockCall(ctx, "", keys, ttl, opts)
+	if err != nil {
+		return nil, manyError("lock", keys, err)
+	}
+	defer l.close()
+	if _, ok := c.backend.(backend.MultiGranter); !ok {
+		return nil, manyError("lock", keys, errNoMultiGrant)
+	}
+	if err := backend.CheckMany(manyKeyReqs(keys)); err != nil {
+		return nil, manyError("lock", keys, err)
+	}
+	l.observe() // under the first key
+	defer func() {
+		var token uint64
+		if m != nil {
+			token = m.held[0].Token()
+		}
+		l.observeEnd(token, err)
+	}()
+	leases, err := l.wait()
+	if err != nil {
+		return nil, err
+	}
+	return l.holdMany(leases), nil
+}
+
+// lockCall is one Lock call, or one LockMany call. Its phases, in order:
+// newLockCall checks the options and builds the grant request; observe
+// starts the wait's traces and metrics; wait runs queue, which waits in the
+// key's line (WithFIFO), watch, which subscribes to the key's releases, and
+// grant, which sends the request until it succeeds, waiting between
 // attempts as each refusal tells (next). hold starts the Held. giveUp and
-// stop make Lock's error when it stops short.
+// stop make Lock's error when it stops short; observeEnd records the end.
 //
 // A LockMany's lockCall is its first key's, and has a member per key (the
 // first is itself), each with that key's line and subscription: queue and
@@ -80,7 +128,8 @@ type lockCall struct {
 	cfg    lockConfig
 	req    backend.Request
 	w      waiter
-	ln     *line // WithFIFO's entry in the key's line (fifo.go), until a Held has it
+	ln     *line    // WithFIFO's entry in the key's line (fifo.go), until a Held has it
+	obs    *lockObs // the wait's traces and metrics (trace.go)
 
 	lastHeld     error     // the latest refusal for a live lease
 	unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
@@ -89,9 +138,13 @@ type lockCall struct {
 	members []*lockCall // LockMany's: one per key, in the order of keys
 }
 
-// newLockCall checks Lock's options and builds its grant request. Its
-// error does not name the key: the caller names its key, or keys.
-func (c *Coordinator) newLockCall(ctx context.Context, key string, ttl time.Duration, opts []LockOption) (*lockCall, error) {
+// newLockCall checks the options and builds the grant request of a Lock
+// on key, or of a LockMany on keys (its call is the first key's, with every
+// key). Its error does not name the key: the caller names its key, or keys.
+func (c *Coordinator) newLockCall(ctx context.Context, key string, keys []string, ttl time.Duration, opts []LockOption) (*lockCall, error) {
+	if len(keys) > 0 {
+		key = keys[0]
+	}
 	cfg, err := c.lockConfig(ttl, opts)
 	if err != nil {
 		return nil, err
@@ -101,12 +154,44 @@ func (c *Coordinator) newLockCall(ctx context.Context, key string, ttl time.Dura
 		return nil, err
 	}
 	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
-	l := &lockCall{c: c, ctx: ctx, wctx: ctx, cancel: func() {}, key: key, ttl: ttl, cfg: cfg, req: req}
+	l := &lockCall{c: c, ctx: ctx, wctx: ctx, cancel: func() {}, key: key, keys: keys, ttl: ttl, cfg: cfg, req: req}
 	if cfg.waitTimeout > 0 {
 		l.wctx, l.cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
 	}
 	l.w = waiter{c: c, key: key, poll: cfg.pollInterval}
 	return l, nil
+}
+
+// observe starts recording the wait (trace.go): its span, which the wait's
+// context then carries, and its metrics, under the call's key (a
+// LockMany's first).
+func (l *lockCall) observe() {
+	l.obs = l.c.obs.lockBegin(l.ctx, l.key, l.cfg.fifo)
+	l.wctx = l.obs.waitContext(l.wctx)
+}
+
+// observeEnd records the end of the wait: the call got the lease of token
+// (a LockMany's first), or gave up with err.
+func (l *lockCall) observeEnd(token uint64, err error) {
+	l.c.obs.lockEnd(l.ctx, l.obs, token, l.timedOut(), err)
+}
+
+// wait waits for the key (every key of a LockMany) and grants it: queue,
+// watch, then grant.
+func (l *lockCall) wait() ([]Lease, error) {
+	if err := l.queue(); err != nil {
+		return nil, err
+	}
+	if err := l.watch(); err != nil {
+		return nil, err
+	}
+	return l.grant()
+}
+
+// timedOut reports whether WithWaitTimeout ended the wait (and not the
+// call's context).
+func (l *lockCall) timedOut() bool {
+	return l.ctx.Err() == nil && context.Cause(l.wctx) == errWaitTimeout
 }
 
 // close ends what the call started and no Held took over: the
@@ -146,7 +231,10 @@ func (l *lockCall) queue() error {
 		}
 		return nil
 	}
-	return l.queueKey()
+	if err := l.queueKey(); err != nil {
+		return l.giveUp(err)
+	}
+	return nil
 }
 
 // queueKey is queue on the call's one key.
@@ -177,9 +265,12 @@ func (l *lockCall) queueKey() error {
 func (l *lockCall) watch() error {
 	if l.keys == nil {
 		if err := l.subscribe(); err != nil {
-			return err
+			return l.giveUp(err)
 		}
-		return l.awaitHead()
+		if err := l.awaitHead(); err != nil {
+			return l.giveUp(err)
+		}
+		return nil
 	}
 	for _, i := range backend.KeyOrder(manyKeyReqs(l.keys)) {
 		m := l.members[i]
@@ -349,7 +440,7 @@ func (l *lockCall) giveUp(err error) error {
 	if lastHeld == nil && l.w.seen != nil {
 		lastHeld = l.w.seen // a head of a line that saw the key held
 	}
-	if l.ctx.Err() == nil && context.Cause(l.wctx) == errWaitTimeout && lastHeld != nil {
+	if l.timedOut() && lastHeld != nil {
 		key := l.key
 		if ke := (*keyError)(nil); errors.As(err, &ke) {
 			key = ke.key // a LockMany's: the key it waited for

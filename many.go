@@ -11,7 +11,7 @@ import (
 	"github.com/fencing-go/fencing/internal/tokenctx"
 )
 
-// Several keys at once: GrantMany, HoldMany and LockMany take leases on
+// Several keys at once: GrantMany, HoldMany and LockMany (lock.go) take leases on
 // several keys in one atomic step of the store (backend.MultiGranter), so
 // a holder never holds some of its keys and waits for the others: no
 // deadlock between holders that take overlapping sets in any order.
@@ -295,63 +295,6 @@ func (c manyContext) Value(k any) any {
 		c.m.checkDeadlines()
 	}
 	return c.Context.Value(k)
-}
-
-// LockMany waits until keys can be granted together, then holds the leases
-// as HoldMany does. It waits as Lock does (notifications, the refused
-// grant's time left, the poll interval, WithWaitTimeout), for whichever key
-// refused the latest attempt, and tries every key again each time: it
-// never holds some keys while it waits for others, so waiters that take
-// overlapping sets in any order cannot deadlock. Its options are Lock's;
-// its wait is traced and measured as Lock's, under the first key.
-//
-// With WithFIFO it waits in the line of each key in turn, in key order
-// (byte order): it joins the first key's line, waits to reach its head,
-// then joins the next key's line, and so on; at the head of every line it
-// waits for the keys to be free and grants them all at once. Heads are
-// taken in one global order, so no two waiters each wait for a head the
-// other has (no deadlock), and each line serves its waiters first come,
-// first served (no starvation among waiters in the lines). A waiter at the
-// head of a key's line holds up that line while it waits in the next ones,
-// as a waiter holding an ordered lock would. Without WithFIFO a many-key
-// waiter can be overtaken on any of its keys by grants of fewer keys.
-//
-// When the outcome of a grant stays unknown, LockMany releases every lease
-// it may have taken, as Lock does for one.
-func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Duration, opts ...LockOption) (m *HeldMany, err error) {
-	l, err := c.newLockCall(ctx, "", ttl, opts)
-	if err != nil {
-		return nil, manyError("lock", keys, err)
-	}
-	defer l.close()
-	if _, ok := c.backend.(backend.MultiGranter); !ok {
-		return nil, manyError("lock", keys, errNoMultiGrant)
-	}
-	if err := backend.CheckMany(manyKeyReqs(keys)); err != nil {
-		return nil, manyError("lock", keys, err)
-	}
-	l.keys, l.key, l.req.Key, l.w.key = keys, keys[0], keys[0], keys[0] // the first key's call, with every key
-	// Traces and metrics as Lock's (trace.go), under the first key.
-	obs := c.obs.lockBegin(ctx, keys[0], l.cfg.fifo)
-	defer func() {
-		var first *Held
-		if m != nil {
-			first = m.held[0]
-		}
-		c.obs.lockEnd(ctx, l.wctx, obs, first, err)
-	}()
-	l.wctx = obs.waitContext(l.wctx)
-	if err := l.queue(); err != nil {
-		return nil, err
-	}
-	if err := l.watch(); err != nil {
-		return nil, err
-	}
-	leases, err := l.grant()
-	if err != nil {
-		return nil, err
-	}
-	return l.holdMany(leases), nil
 }
 
 // manyKeyReqs returns a request per key with nothing but the key, for

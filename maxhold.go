@@ -43,9 +43,9 @@ func WithMaxHold(d time.Duration) HoldOption {
 	})
 }
 
-// maxHold is a Held's cap on its whole hold. Its fields are guarded by the
+// holdCap is a Held's cap on its whole hold. Its fields are guarded by the
 // Held's mu.
-type maxHold struct {
+type holdCap struct {
 	end     time.Time // the grant's send time plus the cap; zero: no cap
 	reached bool      // no renewal will be sent: the lease ends at its Deadline
 	// The release at the cap: its cancel while it runs, and whether the
@@ -57,27 +57,27 @@ type maxHold struct {
 
 // holderReleases is called by Held.Release, with the Held's mu held: the
 // release at the cap, if any, is no longer needed.
-func (m *maxHold) holderReleases() {
+func (m *holdCap) holderReleases() {
 	m.holderReleased = true
 	if m.releasing != nil {
 		m.releasing()
 	}
 }
 
-// newMaxHold returns the cap of a held lease just granted: the grant was
+// newHoldCap returns the cap of a held lease just granted: the grant was
 // sent the grant's timeout before its Deadline.
-func newMaxHold(lease Lease, ttl time.Duration, cfg holdConfig) maxHold {
+func newHoldCap(lease Lease, ttl time.Duration, cfg holdConfig) holdCap {
 	if cfg.maxHold == 0 {
-		return maxHold{}
+		return holdCap{}
 	}
 	end := lease.Deadline.Add(cfg.maxHold - cfg.grantTimeout(ttl))
-	return maxHold{end: end, reached: !lease.Deadline.Before(end)}
+	return holdCap{end: end, reached: !lease.Deadline.Before(end)}
 }
 
 // clamp returns l with its Deadline at most the cap's end (a renewal that
 // asked for the time left was sent a moment after that was read), and
 // marks the cap reached when l's Deadline is there.
-func (m *maxHold) clamp(l Lease) Lease {
+func (m *holdCap) clamp(l Lease) Lease {
 	if m.end.IsZero() {
 		return l
 	}
@@ -89,6 +89,6 @@ func (m *maxHold) clamp(l Lease) Lease {
 }
 
 // err is the loss at the cap d.
-func (m *maxHold) err(d time.Duration) error {
+func (m *holdCap) err(d time.Duration) error {
 	return fmt.Errorf("%w: %w (%v after the grant was sent)", ErrLeaseLost, ErrMaxHold, d)
 }

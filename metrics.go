@@ -88,6 +88,9 @@ const (
 	AttrOperation = attribute.Key("fencing.operation")
 	AttrOutcome   = attribute.Key("fencing.outcome")
 	AttrReason    = attribute.Key("fencing.reason")
+	// AttrFIFO says a Lock waits in the key's line (WithFIFO): an
+	// attribute of MetricLockWaiters, and of SpanLockWait.
+	AttrFIFO = attribute.Key("fencing.fifo")
 )
 
 // WithMeterProvider makes the Coordinator record its metrics on mp (default
@@ -495,11 +498,11 @@ const (
 
 var gaveUpNames = [numGaveUp]string{"timeout", "canceled", "deadline", "error"}
 
-// gaveUpOf is why a Lock that waited under ctx and wctx (its wait's
-// context) gave up with err.
-func gaveUpOf(ctx, wctx context.Context, err error) gaveUp {
+// gaveUpOf is why a Lock that waited under ctx gave up with err; timedOut:
+// WithWaitTimeout ended its wait.
+func gaveUpOf(ctx context.Context, timedOut bool, err error) gaveUp {
 	switch {
-	case ctx.Err() == nil && context.Cause(wctx) == errWaitTimeout:
+	case timedOut:
 		return gaveUpTimeout
 	case errors.Is(err, context.Canceled) || errors.Is(ctx.Err(), context.Canceled):
 		return gaveUpCanceled
@@ -509,11 +512,11 @@ func gaveUpOf(ctx, wctx context.Context, err error) gaveUp {
 	return gaveUpError
 }
 
-// lockGaveUp records a Lock that gave up after waiting since start, under
-// ctx and its wait's context wctx, with err.
-func (o *observer) lockGaveUp(ctx, wctx context.Context, start time.Time, err error) {
+// lockGaveUp records a Lock that gave up, for reason, after waiting since
+// start.
+func (o *observer) lockGaveUp(ctx context.Context, start time.Time, reason gaveUp) {
 	if !start.IsZero() && o.recording() && o.gaveUp.Enabled(ctx) {
-		o.gaveUp.Record(ctx, time.Since(start).Seconds(), o.gaveUpAttrs[gaveUpOf(ctx, wctx, err)])
+		o.gaveUp.Record(ctx, time.Since(start).Seconds(), o.gaveUpAttrs[reason])
 	}
 }
 

@@ -37,7 +37,8 @@ const (
 	SpanHeld     = "fencing.held"
 )
 
-// Span attribute keys, besides AttrBackend, AttrOutcome and AttrReason.
+// Span attribute keys, besides AttrBackend, AttrOutcome, AttrReason and
+// AttrFIFO.
 const (
 	// AttrKeyHash is a span's key as a hash (see SpanGrant).
 	AttrKeyHash = attribute.Key("fencing.key.hash")
@@ -47,9 +48,6 @@ const (
 	AttrOwner = attribute.Key("fencing.owner")
 	// AttrToken is the lease's fencing token.
 	AttrToken = attribute.Key("fencing.token")
-	// AttrFIFO says a Lock waits in the key's line (WithFIFO); it is an
-	// attribute of MetricLockWaiters too.
-	AttrFIFO = attribute.Key("fencing.fifo")
 )
 
 // WithTracerProvider makes the Coordinator record spans on tp (see
@@ -230,9 +228,9 @@ func (w *lockObs) waitContext(wctx context.Context) context.Context {
 	return context.WithValue(wctx, lockWaitKey{}, &w.span)
 }
 
-// lockEnd records the end of the wait w under ctx and its wait context
-// wctx: Lock got h, or gave up with err.
-func (o *observer) lockEnd(ctx, wctx context.Context, w *lockObs, h *Held, err error) {
+// lockEnd records the end of the wait w under ctx: Lock got the lease of
+// token, or gave up with err (timedOut: WithWaitTimeout ended the wait).
+func (o *observer) lockEnd(ctx context.Context, w *lockObs, token uint64, timedOut bool, err error) {
 	if w.counted {
 		o.waiting(ctx, w.fifo, -1)
 	}
@@ -242,14 +240,15 @@ func (o *observer) lockEnd(ctx, wctx context.Context, w *lockObs, h *Held, err e
 	if err == nil {
 		o.locked(ctx, w.start)
 		if w.span.s != nil {
-			w.span.s.SetAttributes(AttrToken.Int64(tokenAttr(h.Token())))
+			w.span.s.SetAttributes(AttrToken.Int64(tokenAttr(token)))
 		}
 		w.span.end(0, nil)
 		return
 	}
-	o.lockGaveUp(ctx, wctx, w.start, err)
+	reason := gaveUpOf(ctx, timedOut, err)
+	o.lockGaveUp(ctx, w.start, reason)
 	if w.span.s != nil {
-		w.span.s.SetAttributes(AttrReason.String(gaveUpNames[gaveUpOf(ctx, wctx, err)]))
+		w.span.s.SetAttributes(AttrReason.String(gaveUpNames[reason]))
 	}
 	w.span.end(0, err)
 }
