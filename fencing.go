@@ -159,10 +159,10 @@ func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	if c.reqTimeout > 0 {
 		start = c.clock.now()
 	}
-	_, err := attempt(c, ctx, release)
+	_, err := timedAttempt(c, ctx, release)
 	if err != nil {
 		uncertain := errors.Is(err, ErrOutcomeUnknown)
-		_, err = resend(c, ctx, start, struct{}{}, err, func() (struct{}, error) { return attempt(c, ctx, release) })
+		_, err = resendUnknown(c, ctx, start, struct{}{}, err, func() (struct{}, error) { return timedAttempt(c, ctx, release) })
 		if uncertain && errors.Is(err, ErrLeaseNotFound) {
 			// The attempt whose answer was lost may have ended the lease,
 			// and another since taken the key: released, as far as can be
@@ -206,7 +206,7 @@ func (c *Coordinator) Token(ctx context.Context, key string) (token uint64, live
 		token, live, err = c.backend.Token(ctx, key)
 	} else {
 		var r tokenResult
-		r, err = attempt(c, ctx, func(ctx context.Context) (tokenResult, error) {
+		r, err = timedAttempt(c, ctx, func(ctx context.Context) (tokenResult, error) {
 			t, l, err := c.backend.Token(ctx, key)
 			return tokenResult{t, l}, err
 		})
@@ -264,9 +264,9 @@ func (c *Coordinator) send(ctx context.Context, k op, req backend.Request, sentB
 	if !sentBefore.IsZero() {
 		start = c.clock.now() // this call's first attempt, for the resend budget
 	}
-	rec, err := attempt(c, ctx, one)
+	rec, err := timedAttempt(c, ctx, one)
 	if err != nil {
-		rec, err = resend(c, ctx, start, rec, err, func() (backend.Lease, error) { return attempt(c, ctx, one) })
+		rec, err = resendUnknown(c, ctx, start, rec, err, func() (backend.Lease, error) { return timedAttempt(c, ctx, one) })
 	}
 	if err != nil && !errors.Is(err, ErrNoAnswer) && ctx.Err() != nil {
 		if cause := context.Cause(ctx); cause == errNoAnswerCause || errors.Is(cause, errDeadlinePassed) {
@@ -306,7 +306,7 @@ func requestError(op, key, leaseID string, err error) error {
 	return opError(op, key, err)
 }
 
-// resend takes the result of a request's first attempt, begun at start, v
+// resendUnknown takes the result of a request's first attempt, begun at start, v
 // and err (not nil), and runs call (which carries the same lease ID) again
 // while the outcome is unknown, up to the Coordinator's retry budget and,
 // with a request timeout, only while less than that has passed since
@@ -318,7 +318,7 @@ func requestError(op, key, leaseID string, err error) error {
 // read "canceled" as "nothing happened". The first attempt is the caller's
 // own call, so that the common case, a first attempt with a verdict, costs
 // no call through a function value.
-func resend[T any](c *Coordinator, ctx context.Context, start time.Time, v T, err error, call func() (T, error)) (T, error) {
+func resendUnknown[T any](c *Coordinator, ctx context.Context, start time.Time, v T, err error, call func() (T, error)) (T, error) {
 	var uncertain error
 	for attempt := 0; ; attempt++ {
 		switch {
@@ -348,16 +348,16 @@ func (c *Coordinator) retry(ctx context.Context, start time.Time, err error, att
 	return sleep(ctx, time.Duration(10<<attempt)*time.Millisecond) == nil
 }
 
-// tokenResult is what Token returns, as one value for attempt.
+// tokenResult is what Token returns, as one value for timedAttempt.
 type tokenResult struct {
 	token uint64
 	live  bool
 }
 
-// attempt runs call, one attempt of a request, under ctx bounded by the
+// timedAttempt runs call, one attempt of a request, under ctx bounded by the
 // Coordinator's request timeout when ctx allows longer. An attempt the bound
 // cut off fails with a *noAnswerError.
-func attempt[T any](c *Coordinator, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+func timedAttempt[T any](c *Coordinator, ctx context.Context, call func(context.Context) (T, error)) (T, error) {
 	d := c.reqTimeout
 	if d == 0 {
 		return call(ctx)

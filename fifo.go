@@ -87,7 +87,7 @@ func (c *Coordinator) joinLine(ctx context.Context, key string, ttl, poll time.D
 	if l.poll == 0 {
 		l.poll = DefaultPollInterval
 	}
-	sub, err := attempt(c, ctx, func(ctx context.Context) (backend.Subscription, error) { return q.NotifyTurn(ctx, key, l.id) })
+	sub, err := timedAttempt(c, ctx, func(ctx context.Context) (backend.Subscription, error) { return q.NotifyTurn(ctx, key, l.id) })
 	if err != nil {
 		return nil, err
 	}
@@ -117,7 +117,7 @@ func (l *line) leave(ctx context.Context) {
 
 // enqueue joins or renews the entry and returns its place.
 func (l *line) enqueue(ctx context.Context) (backend.Place, error) {
-	return attempt(l.c, ctx, func(ctx context.Context) (backend.Place, error) { return l.q.Enqueue(ctx, l.key, l.id, l.ttl) })
+	return timedAttempt(l.c, ctx, func(ctx context.Context) (backend.Place, error) { return l.q.Enqueue(ctx, l.key, l.id, l.ttl) })
 }
 
 // dequeue removes the entry, bounded by the request timeout, or by the
@@ -130,7 +130,7 @@ func (l *line) dequeue() {
 	}
 	ctx, cancel := context.WithTimeout(l.ctx, bound)
 	defer cancel()
-	_, _ = attempt(l.c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.q.Dequeue(ctx, l.key, l.id) })
+	_, _ = timedAttempt(l.c, ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, l.q.Dequeue(ctx, l.key, l.id) })
 }
 
 // waitTurn waits until the entry is at the head of the line: woken by a

@@ -25,7 +25,7 @@ func (c *Coordinator) Inspect(ctx context.Context, key string) (KeyState, error)
 		return KeyState{}, opError("inspect", key, unsupported("backend.Inspector"))
 	}
 	sp := c.obs.begin(ctx)
-	st, err := attempt(c, ctx, func(ctx context.Context) (KeyState, error) { return i.Inspect(ctx, key) })
+	st, err := timedAttempt(c, ctx, func(ctx context.Context) (KeyState, error) { return i.Inspect(ctx, key) })
 	c.obs.done(ctx, sp, opInspect, key, st.Token, err)
 	if err != nil {
 		return KeyState{}, opError("inspect", key, err)
@@ -47,7 +47,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, key string) (bool, error
 		return false, opError("force release", key, unsupported("backend.ForceReleaser"))
 	}
 	sp := c.obs.begin(ctx)
-	ended, err := attempt(c, ctx, func(ctx context.Context) (bool, error) { return f.ForceRelease(ctx, key) })
+	ended, err := timedAttempt(c, ctx, func(ctx context.Context) (bool, error) { return f.ForceRelease(ctx, key) })
 	c.obs.forced(ctx, key, sp, ended, err)
 	if err != nil {
 		return false, opError("force release", key, err)
@@ -66,7 +66,7 @@ func (c *Coordinator) List(ctx context.Context, prefix, cursor string, limit int
 	}
 	sp := c.obs.begin(ctx)
 	var next string
-	page, err := attempt(c, ctx, func(ctx context.Context) (page []KeyInfo, err error) {
+	page, err := timedAttempt(c, ctx, func(ctx context.Context) (page []KeyInfo, err error) {
 		page, next, err = l.List(ctx, prefix, cursor, limit)
 		return page, err
 	})

@@ -11,21 +11,28 @@ import (
 // generator, each seeded with 256 bits from crypto/rand, so no ID tells
 // anything about another. A ChaCha8 is not safe for concurrent use: the pool
 // lends each to one goroutine at a time. Each Coordinator has its own.
-type idSource struct{ pool sync.Pool }
+type idSource struct{ pool sync.Pool } // of *rand.ChaCha8
 
-func newIDSource() *idSource {
-	return &idSource{pool: sync.Pool{New: func() any {
-		var seed [32]byte
-		cryptorand.Read(seed[:]) // never fails: it crashes the program instead
-		return rand.NewChaCha8(seed)
-	}}}
+// newIDSource returns an idSource whose pool is empty: next seeds a
+// ChaCha8 when the pool has none to lend.
+func newIDSource() *idSource { return &idSource{} }
+
+// seededChaCha8 returns a ChaCha8 seeded with 256 bits from crypto/rand, for a
+// pool that has none to lend.
+func seededChaCha8() *rand.ChaCha8 {
+	var seed [32]byte
+	cryptorand.Read(seed[:]) // never fails: it crashes the program instead
+	return rand.NewChaCha8(seed)
 }
 
 // next returns a fresh lease ID: 26 characters of the RFC 4648 base32
 // alphabet, as crypto/rand.Text makes, each 5 random bits (130 in all), at
 // a third of its cost.
 func (s *idSource) next() string {
-	g := s.pool.Get().(*rand.ChaCha8)
+	g, _ := s.pool.Get().(*rand.ChaCha8)
+	if g == nil {
+		g = seededChaCha8()
+	}
 	a, b, d := g.Uint64(), g.Uint64(), g.Uint64()
 	s.pool.Put(g)
 	// Two characters (10 bits) at a time: 12 from each of a and b (60 of

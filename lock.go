@@ -127,7 +127,7 @@ type lockCall struct {
 	ttl    time.Duration
 	cfg    lockConfig
 	req    backend.Request
-	w      waiter
+	w      keyWaiter
 	ln     *line    // WithFIFO's entry in the key's line (fifo.go), until a Held has it
 	obs    *lockObs // the wait's traces and metrics (trace.go)
 
@@ -158,7 +158,7 @@ func (c *Coordinator) newLockCall(ctx context.Context, key string, keys []string
 	if cfg.waitTimeout > 0 {
 		l.wctx, l.cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
 	}
-	l.w = waiter{c: c, key: key, poll: cfg.pollInterval}
+	l.w = keyWaiter{c: c, key: key, poll: cfg.pollInterval}
 	return l, nil
 }
 
@@ -217,7 +217,7 @@ func (l *lockCall) queue() error {
 			l.members[i] = l
 			if i > 0 {
 				l.members[i] = &lockCall{c: l.c, ctx: l.ctx, wctx: l.wctx, cancel: func() {}, key: k, ttl: l.ttl, cfg: l.cfg,
-					w: waiter{c: l.c, key: k, poll: l.cfg.pollInterval}}
+					w: keyWaiter{c: l.c, key: k, poll: l.cfg.pollInterval}}
 			}
 		}
 		for _, i := range backend.KeyOrder(manyKeyReqs(l.keys)) {

@@ -56,9 +56,9 @@ func (c *Coordinator) sendMany(ctx context.Context, keys []string, req backend.R
 	}
 	sent := c.clock.now()
 	one := func(ctx context.Context) ([]backend.Lease, error) { return mg.GrantMany(ctx, reqs) }
-	recs, err := attempt(c, ctx, one)
+	recs, err := timedAttempt(c, ctx, one)
 	if err != nil {
-		recs, err = resend(c, ctx, sent, recs, err, func() ([]backend.Lease, error) { return attempt(c, ctx, one) })
+		recs, err = resendUnknown(c, ctx, sent, recs, err, func() ([]backend.Lease, error) { return timedAttempt(c, ctx, one) })
 	}
 	if err != nil {
 		key := ""

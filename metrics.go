@@ -246,7 +246,7 @@ func (o *observer) init(b backend.Backend, cfg *config) {
 	o.grants = counter(m, MetricGrants, "{request}", "Grant requests, by outcome (held: a conflict with another holder).", &err)
 	o.renewals = counter(m, MetricRenewals, "{request}", "Renewals, by outcome.", &err)
 	o.releases = counter(m, MetricReleases, "{lease}", "Leases ended by Release or ForceRelease.", &err)
-	o.lost = counter(m, MetricLeasesLost, "{lease}", "Held leases lost before their holder released them, by reason.", &err)
+	o.lost = counter(m, MetricLeasesLost, "{lease}", "Leases lost while held, before their holder released them, by reason.", &err)
 	lw, lwErr := m.Float64Histogram(MetricLockWait, metric.WithUnit("s"),
 		metric.WithDescription("How long Lock waited for the key."),
 		metric.WithExplicitBucketBoundaries(waitBuckets...))

@@ -23,10 +23,10 @@ const (
 	DefaultPollIntervalNoNotify = 100 * time.Millisecond
 )
 
-// waiter is one Lock call's way of waiting for its key between grant
+// keyWaiter is one Lock call's way of waiting for its key between grant
 // attempts: the release notification, when the backend has one, and the
 // poll that covers what it misses.
-type waiter struct {
+type keyWaiter struct {
 	c     *Coordinator
 	key   string
 	poll  time.Duration
@@ -37,10 +37,10 @@ type waiter struct {
 }
 
 // subscribe sets up the notification, when the backend has one.
-func (w *waiter) subscribe(ctx context.Context) error {
+func (w *keyWaiter) subscribe(ctx context.Context) error {
 	n, ok := w.c.backend.(backend.Notifier)
 	if ok {
-		sub, err := attempt(w.c, ctx, func(ctx context.Context) (backend.Subscription, error) { return n.NotifyFree(ctx, w.key) })
+		sub, err := timedAttempt(w.c, ctx, func(ctx context.Context) (backend.Subscription, error) { return n.NotifyFree(ctx, w.key) })
 		if err != nil {
 			return err
 		}
@@ -56,7 +56,7 @@ func (w *waiter) subscribe(ctx context.Context) error {
 	return nil
 }
 
-func (w *waiter) close() {
+func (w *keyWaiter) close() {
 	if w.sub != nil {
 		w.sub.Close()
 	}
@@ -64,7 +64,7 @@ func (w *waiter) close() {
 
 // wait blocks until a notification, or until the holder's lease should have
 // ended (remaining, when known), or the poll interval, whichever is first.
-func (w *waiter) wait(ctx context.Context, remaining time.Duration) error {
+func (w *keyWaiter) wait(ctx context.Context, remaining time.Duration) error {
 	d := w.poll
 	if remaining > 0 && remaining < d {
 		d = remaining + rand.N(min(remaining/10, 10*time.Millisecond)+1)
@@ -91,7 +91,7 @@ func (w *waiter) wait(ctx context.Context, remaining time.Duration) error {
 // (held.Delayed, see WithLockDelay) for exactly the delay's time left, since
 // nothing but time frees the key before then; otherwise as wait does, for a
 // live holder that may release at any moment.
-func (w *waiter) waitHeld(ctx context.Context, held *backend.HeldError) error {
+func (w *keyWaiter) waitHeld(ctx context.Context, held *backend.HeldError) error {
 	if !held.Delayed || held.Remaining <= 0 {
 		return w.wait(ctx, held.Remaining)
 	}
@@ -117,13 +117,13 @@ func (w *waiter) waitHeld(ctx context.Context, held *backend.HeldError) error {
 // the delay is over. A grant attempt then finds the key free, so a handoff
 // costs one attempt. Without an Inspector, or when the inspection fails, it
 // returns at once and the grant is the probe.
-func (w *waiter) awaitFree(ctx context.Context) error {
+func (w *keyWaiter) awaitFree(ctx context.Context) error {
 	insp, ok := w.c.backend.(backend.Inspector)
 	if !ok {
 		return nil
 	}
 	for {
-		st, err := attempt(w.c, ctx, func(ctx context.Context) (backend.KeyState, error) { return insp.Inspect(ctx, w.key) })
+		st, err := timedAttempt(w.c, ctx, func(ctx context.Context) (backend.KeyState, error) { return insp.Inspect(ctx, w.key) })
 		if err != nil {
 			return ctx.Err() // nil: the grant will tell
 		}
@@ -165,7 +165,7 @@ func (w *waiter) awaitFree(ctx context.Context) error {
 }
 
 // pause waits a short jittered while before an ambiguous grant is resent.
-func (w *waiter) pause(ctx context.Context) error {
+func (w *keyWaiter) pause(ctx context.Context) error {
 	d := MinPollInterval + rand.N(MinPollInterval)
 	if err := sleep(ctx, d); err != nil {
 		return err
@@ -177,7 +177,7 @@ func (w *waiter) pause(ctx context.Context) error {
 // watchBroke is the waiter's answer to a notification channel closed under
 // it: it polls from now on, at least as often as on a backend that cannot
 // notify.
-func (w *waiter) watchBroke() {
+func (w *keyWaiter) watchBroke() {
 	w.freed = nil
 	w.poll = min(w.poll, DefaultPollIntervalNoNotify)
 }
