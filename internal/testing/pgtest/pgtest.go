@@ -46,6 +46,7 @@ type Server struct {
 	durable bool     // fsync on (Config.Durable)
 	archive bool     // WAL archived into ArchiveDir (Config.Archive)
 	env     []string // Config.Env
+	set     []string // Config.Settings
 	bin     string
 	cred    *syscall.Credential
 
@@ -142,6 +143,10 @@ type Config struct {
 	// for example faketime.Clock's Env, to run the server on a clock of
 	// the test's.
 	Env []string
+	// Settings are server settings, each "name=value", passed to postgres
+	// as -c name=value after pgtest's own (a later one wins): for example
+	// "shared_preload_libraries=pg_stat_statements".
+	Settings []string
 }
 
 // StartConfig is Start with a Config.
@@ -159,7 +164,7 @@ func StartConfig(t testing.TB, cfg Config) *Server {
 			t.Fatalf("pgtest: %v", err)
 		}
 	}
-	s := &Server{dir: dir, durable: cfg.Durable, archive: cfg.Archive, env: cfg.Env, bin: bin, cred: cred}
+	s := &Server{dir: dir, durable: cfg.Durable, archive: cfg.Archive, env: cfg.Env, set: cfg.Settings, bin: bin, cred: cred}
 	initdb := exec.Command(filepath.Join(bin, "initdb"),
 		"-D", s.dataDir(), "-U", "postgres", "-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	if out, err := run(initdb, dir, cred); err != nil {
@@ -206,6 +211,9 @@ func (s *Server) start(bin string, cred *syscall.Credential) error {
 	}
 	if !s.durable {
 		args = append(args, "-c", "fsync=off", "-c", "full_page_writes=off")
+	}
+	for _, kv := range s.set {
+		args = append(args, "-c", kv)
 	}
 	cmd := exec.Command(filepath.Join(bin, "postgres"), args...)
 	cmd.Dir = s.dir
