@@ -21,4 +21,11 @@
 // report_test.go and docs/benchmarks.md:
 //
 //	cd bench && BENCH_REPORT=all go test -run '^TestReport$' -v -count=1 .
+//
+// TestPGPairCounts prints what one Grant+Release pair costs a durable
+// PostgreSQL server (statements, commits, WAL, HOT updates, execution time,
+// the backends' CPU) for ours, a hand-written row lease and pglock's
+// pattern, BENCH_PGCOUNTS pairs each (50 in CI, skipped elsewhere without it):
+//
+//	cd bench && BENCH_PGCOUNTS=2000 go test -run '^TestPGPairCounts$' -v -count=1 .
 package bench
