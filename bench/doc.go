@@ -25,7 +25,8 @@
 // TestPGPairCounts prints what one Grant+Release pair costs a durable
 // PostgreSQL server (statements, commits, WAL, HOT updates, execution time,
 // the backends' CPU) for ours, a hand-written row lease and pglock's
-// pattern, BENCH_PGCOUNTS pairs each (50 in CI, skipped elsewhere without it):
+// pattern, BENCH_PGCOUNTS pairs each (50 in CI, skipped elsewhere without it;
+// BENCH_PGEXPLAIN=1 adds the plans of our pair's statements):
 //
 //	cd bench && BENCH_PGCOUNTS=2000 go test -run '^TestPGPairCounts$' -v -count=1 .
 package bench

@@ -12,6 +12,10 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/stdlib"
+
 	"github.com/fencing-go/fencing/internal/testing/pgtest"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -73,7 +77,7 @@ func TestPGPairCounts(t *testing.T) {
 	}
 	ctx := context.Background()
 	srv := pgtest.StartConfig(t, pgtest.Config{Durable: true, Settings: []string{
-		"shared_preload_libraries=pg_stat_statements",
+		"shared_preload_libraries=pg_stat_statements,auto_explain", // auto_explain: BENCH_PGEXPLAIN
 		"autovacuum=off", // no autovacuum commits or WAL in the counts
 	}})
 	admin := srv.DB(t)
@@ -161,6 +165,9 @@ func TestPGPairCounts(t *testing.T) {
 		results = append(results, r)
 	}
 	t.Log("\n" + pgPairTable(results, n))
+	if os.Getenv("BENCH_PGEXPLAIN") == "1" {
+		t.Log("\n" + explainOurPair(t, dsn))
+	}
 
 	for _, r := range results {
 		if r.pairs != n {
@@ -199,6 +206,45 @@ func flushStats(t *testing.T, db *sql.DB) int {
 		t.Fatalf("flushing statistics: %d sessions open, had %d", open, n)
 	}
 	return n
+}
+
+// explainOurPair runs two more pairs of ours on "k" through a session that
+// has auto_explain send it the plans of its statements, with ANALYZE,
+// BUFFERS and WAL, and returns the second pair's.
+func explainOurPair(t *testing.T, dsn string) string {
+	t.Helper()
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range map[string]string{
+		"auto_explain.log_min_duration": "0", "auto_explain.log_analyze": "on", "auto_explain.log_buffers": "on",
+		"auto_explain.log_wal": "on", "client_min_messages": "log",
+	} {
+		cfg.RuntimeParams[k] = v
+	}
+	var plans strings.Builder
+	cfg.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		if strings.HasPrefix(n.Message, "duration:") {
+			fmt.Fprintf(&plans, "%s\n\n", n.Message)
+		}
+	}
+	db := stdlib.OpenDB(*cfg)
+	t.Cleanup(func() { db.Close() })
+	db.SetMaxOpenConns(1) // the notices of one session, in order
+	coord := sqlCoordinatorPrefix(t, db, sqlbackend.Postgres, "pairs_")
+	ctx := context.Background()
+	for range 2 { // the second pair's plans: the session's caches warm
+		plans.Reset()
+		l, err := coord.Grant(ctx, "k", leaseTTL)
+		if err == nil {
+			err = coord.Release(ctx, "k", l.ID)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return "ours, one Grant+Release pair (auto_explain: ANALYZE, BUFFERS, WAL):\n" + plans.String()
 }
 
 // settledSnapshot reads the counters once the backends have reported
