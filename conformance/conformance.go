@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -204,6 +205,36 @@ func wantLive(t *testing.T, c *fencing.Coordinator, key string, want uint64) {
 	if err != nil || !ok {
 		t.Fatalf("CheckToken(%q, %d) = %v, %v; want true", key, want, ok, err)
 	}
+}
+
+// wantLiveHeld is wantLive for a lease whose holder keeps it renewed. A
+// Token or CheckToken that finds the lease ended fails t only while the
+// lease's Deadline (deadline's answer, read after theirs) has not passed:
+// after it, the holder's renewals came late on a slow host, and
+// wantLiveHeld returns that loss for keepsRenewed to judge.
+func wantLiveHeld(t *testing.T, c *fencing.Coordinator, key string, want uint64, deadline func() time.Time) error {
+	t.Helper()
+	tok, live, err := c.Token(context.Background(), key)
+	if err != nil {
+		t.Fatalf("Token(%q): %v", key, err)
+	}
+	if !live || tok != want {
+		if dl := deadline(); time.Now().After(dl) {
+			return fmt.Errorf("%w: Token(%q) = %d, live %v after the lease's Deadline %v", fencing.ErrLeaseLost, key, tok, live, dl)
+		}
+		t.Fatalf("Token(%q) = %d, live %v; want %d, live", key, tok, live, want)
+	}
+	ok, err := c.CheckToken(context.Background(), key, want)
+	if err != nil {
+		t.Fatalf("CheckToken(%q, %d): %v", key, want, err)
+	}
+	if !ok {
+		if dl := deadline(); time.Now().After(dl) {
+			return fmt.Errorf("%w: CheckToken(%q, %d) = false after the lease's Deadline %v", fencing.ErrLeaseLost, key, want, dl)
+		}
+		t.Fatalf("CheckToken(%q, %d) = false; want true", key, want)
+	}
+	return nil
 }
 
 // wantFree fails unless key has no live lease.

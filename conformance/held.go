@@ -56,7 +56,10 @@ func (s suite) testHoldRenews(t *testing.T) {
 		if err := h.Err(); err != nil {
 			return fmt.Errorf("Err after 3 TTLs of renewals: %w", err)
 		}
-		wantLive(t, c, key, first.Token)
+		if err := wantLiveHeld(t, c, key, first.Token, func() time.Time { return h.Lease().Deadline }); err != nil {
+			h.Release(context.Background())
+			return err
+		}
 		if l := h.Lease(); l.Token != first.Token || !l.Deadline.After(first.Deadline) {
 			t.Fatalf("Lease after renewals = token %d, deadline %v; want token %d and a later deadline than %v",
 				l.Token, l.Deadline, first.Token, first.Deadline)
@@ -281,8 +284,7 @@ func (s suite) testDoRenews(t *testing.T) {
 			if ctx.Err() != nil {
 				return fmt.Errorf("fn's context ended after 3 TTLs: %w", context.Cause(ctx))
 			}
-			wantLive(t, c, key, lease.Token)
-			return nil
+			return wantLiveHeld(t, c, key, lease.Token, func() time.Time { dl, _ := ctx.Deadline(); return dl })
 		}, fencing.WithMargin(margin))
 		if errors.Is(err, fencing.ErrLeaseLost) {
 			return fmt.Errorf("Do: %w", err)

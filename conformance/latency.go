@@ -99,7 +99,8 @@ func (s suite) keepsRenewedOn(t *testing.T, newBackend func(*testing.T) backend.
 
 // slowestRenewalCycle returns the longest time in history from the send of
 // a successful grant (GrantMany's too) or renewal to the answer of the next call renewing
-// the same lease.
+// the same lease, or to the send of its release (a holder that let its lease
+// end unrenewed before it released it).
 func slowestRenewalCycle(history []Op) time.Duration {
 	slices.SortFunc(history, func(a, b Op) int { return a.Call.Compare(b.Call) })
 	sent := make(map[string]time.Time) // lease ID -> send of its last confirmed grant or renewal
@@ -109,6 +110,12 @@ func slowestRenewalCycle(history []Op) time.Duration {
 			for _, r := range op.Requests {
 				sent[r.LeaseID] = op.Call
 			}
+		}
+		if op.Kind == OpRelease {
+			if last, ok := sent[op.LeaseID]; ok {
+				slowest = max(slowest, op.Call.Sub(last))
+			}
+			continue
 		}
 		if op.Kind != OpGrant && op.Kind != OpRenew {
 			continue

@@ -327,7 +327,10 @@ func (s suite) testHoldMany(t *testing.T) {
 			if l.Key != keys[i] || l.Token != first[i].Token || !l.Deadline.After(first[i].Deadline) {
 				t.Fatalf("lease %d after renewals = %+v; want key %q, token %d and a later Deadline than %v", i, l, keys[i], first[i].Token, first[i].Deadline)
 			}
-			wantLive(t, c, l.Key, l.Token)
+			if err := wantLiveHeld(t, c, l.Key, l.Token, func() time.Time { return m.Leases()[i].Deadline }); err != nil {
+				m.Release(ctx)
+				return err
+			}
 		}
 		if err := m.Release(ctx); err != nil {
 			t.Fatalf("Release: %v", err)
