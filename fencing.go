@@ -152,7 +152,7 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.
 // lost answer (see WithOutcomeRetries): the lost attempt may have released
 // it before another lease took the key, so that is not an error either.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
-	sp := c.obs.begin(ctx)
+	sp := c.obs.beginRelease(ctx, key)
 	ctx, ts := c.obs.startSpan(ctx, SpanRelease, key, trace.SpanKindClient)
 	release := resends(ts, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) })
 	var start time.Time // read only when the resend budget needs it

@@ -46,7 +46,7 @@ func (c *Coordinator) ForceRelease(ctx context.Context, key string) (bool, error
 	if !ok {
 		return false, opError("force release", key, unsupported("backend.ForceReleaser"))
 	}
-	sp := c.obs.begin(ctx)
+	sp := c.obs.beginRelease(ctx, key)
 	ended, err := timedAttempt(c, ctx, func(ctx context.Context) (bool, error) { return f.ForceRelease(ctx, key) })
 	c.obs.forced(ctx, key, sp, ended, err)
 	if err != nil {

@@ -70,9 +70,10 @@ const (
 	// a lock delay (WithLockDelay) after a lease's unclean end.
 	MetricLockDelayRefusals = "fencing.lock_delay.refusals"
 	// MetricLockHandoff is a histogram (seconds) of the handoffs a
-	// Coordinator sees: from a Release or ForceRelease of a key that one of
-	// its Lock calls waits for, to the key's next grant through it (that
-	// Lock's, or any other). A release in another process is not seen: run
+	// Coordinator sees: from the send of a Release or ForceRelease of a key
+	// that one of its Lock calls waits for (a release that fails counts
+	// for nothing), to the key's next grant through it (that Lock's, or any
+	// other). A release in another process is not seen: run
 	// the waiters and the holders that hand over to them on one Coordinator
 	// to measure handoffs, or read MetricLockWait.
 	MetricLockHandoff = "fencing.lock.handoff.duration"
@@ -358,6 +359,9 @@ func BackendName(b backend.Backend) string {
 type span struct {
 	rec   bool
 	start time.Time
+	// sent is when a release of a key a Lock call waits for was sent
+	// (MetricLockHandoff); zero for other requests.
+	sent time.Time
 }
 
 // begin starts recording a request.
@@ -369,6 +373,24 @@ func (o *observer) begin(ctx context.Context) span {
 		return span{rec: true, start: time.Now()}
 	}
 	return span{rec: true}
+}
+
+// beginRelease starts recording a release (or forced release) of key and,
+// when a Lock call of the Coordinator waits for key, notes its send: the
+// start of a handoff, should the waiter's grant follow. The note is made
+// before the request goes out, because the waiter may be granted before
+// the release's answer comes back.
+func (o *observer) beginRelease(ctx context.Context, key string) span {
+	sp := o.begin(ctx)
+	if sp.rec && o.handoff.Enabled(ctx) {
+		o.hmu.Lock()
+		if o.waitingOn[key] > 0 {
+			sp.sent = time.Now()
+			o.releasedAt[key] = sp.sent
+		}
+		o.hmu.Unlock()
+	}
+	return sp
 }
 
 // request records a grant or renewal (k opGrant or opRenew) sent at start,
@@ -397,13 +419,11 @@ func (o *observer) record(ctx context.Context, sp span, k op, key string, token 
 		if !sp.start.IsZero() && o.duration.Enabled(ctx) {
 			o.duration.Record(ctx, time.Since(sp.start).Seconds(), attrs)
 		}
-		if err == nil {
-			switch k {
-			case opRelease, opForceRelease:
-				o.handoffReleased(key)
-			case opGrant:
-				o.handoffGranted(ctx, key)
-			}
+		switch {
+		case err == nil && k == opGrant:
+			o.handoffGranted(ctx, key)
+		case err != nil && !sp.sent.IsZero():
+			o.handoffUnreleased(key, sp.sent)
 		}
 		switch {
 		case k == opGrant:
@@ -448,12 +468,13 @@ func (o *observer) waitOn(key string, delta int) {
 	delete(o.releasedAt, key)
 }
 
-// handoffReleased notes key's release when a Lock call waits for it.
-func (o *observer) handoffReleased(key string) {
+// handoffUnreleased forgets the release of key sent at sent, which failed,
+// unless a grant has taken it already.
+func (o *observer) handoffUnreleased(key string, sent time.Time) {
 	o.hmu.Lock()
 	defer o.hmu.Unlock()
-	if o.waitingOn[key] > 0 {
-		o.releasedAt[key] = time.Now()
+	if at, ok := o.releasedAt[key]; ok && at.Equal(sent) {
+		delete(o.releasedAt, key)
 	}
 }
 

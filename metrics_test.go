@@ -416,4 +416,24 @@ func TestMetricsHandoff(t *testing.T) {
 	if sum := m.sum(fencing.MetricLockHandoff, mem); sum <= 0 || sum > bound.Seconds() {
 		t.Errorf("handoff took %vs, want more than 0 and at most the %v from the release's call to the Lock's return", sum, bound)
 	}
+
+	// A release that fails is no handoff: a waiter that gets the key once
+	// the lease expired adds none.
+	l, err := c.Grant(ctx, "expiring", 200*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked = lockAndRelease(ctx, c, "expiring")
+	for m.value(fencing.MetricLockWaiters, mem+",fencing.fifo=false") != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	if err := c.Release(ctx, "expiring", l.ID+"x"); err == nil {
+		t.Fatal("Release with another lease's ID succeeded")
+	}
+	if err := <-locked; err != nil {
+		t.Fatalf("Lock: %v", err)
+	}
+	if got := m.value(fencing.MetricLockHandoff, mem); got != 1 {
+		t.Fatalf("handoffs after a failed release and an expiry = %d, want still 1", got)
+	}
 }

@@ -207,13 +207,16 @@ type lockObs struct {
 func (o *observer) lockBegin(ctx context.Context, key string, fifo bool) *lockObs {
 	w := &lockObs{start: o.lockStart(ctx), fifo: fifo}
 	_, w.span = o.startSpan(ctx, SpanLockWait, key, trace.SpanKindInternal, AttrFIFO.Bool(fifo))
-	if o.recording() && o.waiters.Enabled(ctx) {
-		o.waiting(ctx, fifo, 1)
-		w.counted = true
-	}
+	// The key is waited for (a release of it now counts as a handoff)
+	// before the waiter shows in MetricLockWaiters: a reader who releases
+	// the key once it sees the waiter gets the handoff recorded.
 	if o.recording() && o.handoff.Enabled(ctx) {
 		o.waitOn(key, 1)
 		w.key, w.onKey = key, true
+	}
+	if o.recording() && o.waiters.Enabled(ctx) {
+		o.waiting(ctx, fifo, 1)
+		w.counted = true
 	}
 	return w
 }
