@@ -3,6 +3,8 @@ package sqlbackend_test
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -38,6 +40,9 @@ func TestSQLiteFailedCommitIsUnknown(t *testing.T) {
 	req := backend.Request{Key: "k", LeaseID: "a", Timeout: time.Minute}
 	fail.Store(true)
 	_, err = b.Grant(ctx, req)
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		t.Logf("%T %v", e, errors.Is(e, context.DeadlineExceeded))
+	}
 	if fail.Load() || !errors.Is(err, backend.ErrOutcomeUnknown) || !errors.Is(err, errIO) {
 		t.Fatalf("Grant whose COMMIT failed (the failure injected: %v) = %v; want ErrOutcomeUnknown wrapping the COMMIT's error", !fail.Load(), err)
 	}
@@ -77,5 +82,30 @@ func TestSQLiteBeginThatRanButFailed(t *testing.T) {
 	l, err := b.Grant(ctx, backend.Request{Key: "k", LeaseID: "b", Timeout: time.Minute})
 	if err != nil || l.Token != 1 {
 		t.Fatalf("the next Grant = %+v, %v; want token 1 on a connection in no transaction", l, err)
+	}
+}
+
+// pastDeadline is a context whose deadline has passed but which has not
+// ended: the moment between a socket's own timeout, which the net package
+// sets from the deadline, and the context's timer ending it.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestNotSentAtDeadline: a statement not sent because its connection's
+// dial hit the context's deadline, before the context's timer ended the
+// context, fails with an error wrapping context.DeadlineExceeded, so that
+// Lock gives up with its context. The socket's own timeout
+// (os.ErrDeadlineExceeded, "i/o timeout") is not context.DeadlineExceeded:
+// CI saw LockMany return it on a loaded host.
+func TestNotSentAtDeadline(t *testing.T) {
+	b := newSQLiteBackend(t)
+	dial := &net.OpError{Op: "dial", Net: "tcp", Err: os.ErrDeadlineExceeded}
+	err := b.Classify(pastDeadline{context.Background()}, "grant", dial)
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Errorf("a dial timed out at the deadline: %v; want it to wrap context.DeadlineExceeded and the dial's error", err)
+	}
+	if err := b.Classify(context.Background(), "grant", dial); errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("a dial timed out with no deadline: %v; want it not to wrap context.DeadlineExceeded", err)
 	}
 }

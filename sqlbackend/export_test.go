@@ -12,6 +12,12 @@ import (
 // Table returns the backend's table name, for tests that write rows.
 func (b *Backend) Table() string { return b.sql.table }
 
+// Classify is classify, for tests of how a failed statement's error is
+// told.
+func (b *Backend) Classify(ctx context.Context, what string, err error) error {
+	return b.classify(ctx, what, err)
+}
+
 // ReadTurns reads the place of sub's waiter (a NotifyTurn subscription) as
 // the hub's poll does, and returns what the poll does next: apply the read
 // (waking sub if its place changed), after whatever a test runs meanwhile.
