@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"time"
 
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/ctxend"
 )
 
 // The sentinel error of this backend; test it with errors.Is. New's errors
@@ -50,13 +50,7 @@ func sendError(ctx context.Context, op string, err error) error {
 	if rerr := redis.Error(nil); errors.As(err, &rerr) {
 		return fmt.Errorf("redisbackend: %s: %w", op, err)
 	}
-	cerr := ctx.Err()
-	if dl, ok := ctx.Deadline(); ok && cerr == nil && !time.Now().Before(dl) {
-		// The socket deadline (set from ctx) can fire a moment before the
-		// context's own timer marks it done.
-		cerr = context.DeadlineExceeded
-	}
-	if cerr != nil && !errors.Is(err, cerr) {
+	if cerr := ctxend.Err(ctx); cerr != nil && !errors.Is(err, cerr) {
 		return fmt.Errorf("%w: redisbackend: %s: %w: %w", backend.ErrOutcomeUnknown, op, cerr, err)
 	}
 	return fmt.Errorf("%w: redisbackend: %s: %w", backend.ErrOutcomeUnknown, op, err)

@@ -8,11 +8,11 @@ import (
 	"fmt"
 	"net"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/internal/ctxend"
 )
 
 // Errors from the database, sorted into the contract's two kinds: a
@@ -60,7 +60,7 @@ func (b *Backend) classify(ctx context.Context, what string, err error) error {
 			return fmt.Errorf("sqlbackend: %s: %w", what, err)
 		}
 	} else if notSent(err) {
-		if cerr := contextEnded(ctx); cerr != nil && !errors.Is(err, cerr) {
+		if cerr := ctxend.Err(ctx); cerr != nil && !errors.Is(err, cerr) {
 			// A dial cut short by ctx reports a timeout of its own
 			// ("i/o timeout"): the caller is told its context ended.
 			return fmt.Errorf("sqlbackend: %s: not sent: %w: %w", what, cerr, err)
@@ -68,19 +68,6 @@ func (b *Backend) classify(ctx context.Context, what string, err error) error {
 		return fmt.Errorf("sqlbackend: %s: not sent: %w", what, err)
 	}
 	return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrOutcomeUnknown, err)
-}
-
-// contextEnded returns ctx's error, or context.DeadlineExceeded once ctx's
-// deadline has passed: a socket whose timeout the net package set from the
-// deadline can time out a moment before ctx's own timer ends ctx.
-func contextEnded(ctx context.Context) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
-		return context.DeadlineExceeded
-	}
-	return nil
 }
 
 // missingSchema reports an error about an undefined table, function or
