@@ -156,10 +156,15 @@ func (s *subscription) run(ctx context.Context, wch clientv3.WatchChan, rev int6
 				}
 				continue
 			}
-			// Broken: by a compaction (resume from the oldest revision
-			// left: deletions before it may have been missed, none after),
-			// a lost leader or a closed stream (resume after rev: none
-			// missed). Wake the waiter either way.
+			// Broken: by ctx's end (Close: the watch channel can close
+			// before the select above sees ctx.Done, and a subscription
+			// that is closing wakes no one), by a compaction (resume from
+			// the oldest revision left: deletions before it may have been
+			// missed, none after), a lost leader or a closed stream (resume
+			// after rev: none missed). Wake the waiter but for the first.
+			if ctx.Err() != nil {
+				return
+			}
 			s.wake()
 			next := rev + 1
 			if ok && resp.CompactRevision > 0 {

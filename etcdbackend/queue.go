@@ -507,6 +507,9 @@ func (t *turn) run(ctx context.Context, w turnWatch) {
 		case <-ctx.Done():
 			return
 		case resp, ok := <-w.ch:
+			if ctx.Err() != nil {
+				return // closing: the watch broke because ctx ended; wake no one
+			}
 			healthy := ok && resp.Err() == nil
 			if healthy && len(resp.Events) == 0 {
 				continue // created, or progress
@@ -552,6 +555,9 @@ func (t *turn) retarget(ctx context.Context, w *turnWatch, healthy bool, pause *
 		if err == nil {
 			*w = next
 			return true
+		}
+		if ctx.Err() != nil {
+			return false // closing: wake no one
 		}
 		*w = turnWatch{}
 		healthy = false
