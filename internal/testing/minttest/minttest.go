@@ -127,6 +127,18 @@ func Run(t *testing.T, newStore NewStore) {
 		if f := fence(t, s, res); f != tok {
 			t.Fatalf("fence after a refused forged token: %d, want %d", f, tok)
 		}
+		// Refused, it is not remembered as minted: its second try reads
+		// the lock store again and is refused again.
+		before := insp.Reads()
+		if err := s.Admit(ctx, res, forged); !errors.As(err, &nm) || nm.Token != forged || nm.Max != tok {
+			t.Fatalf("forged token, second try: %v, want a *NotMintedError with max %d", err, tok)
+		}
+		if n := insp.Reads() - before; n != 1 {
+			t.Fatalf("the forged token's second try read the lock store %d times, want 1", n)
+		}
+		if f := fence(t, s, res); f != tok {
+			t.Fatalf("fence after the forged token's second try: %d, want %d", f, tok)
+		}
 		next := insp.mint(t, res)
 		if err := s.Admit(ctx, res, next); err != nil {
 			t.Fatalf("the next holder's token %d after a forged one: %v", next, err)
