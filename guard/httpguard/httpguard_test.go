@@ -99,7 +99,13 @@ func TestMalformed(t *testing.T) {
 		body string
 	}{
 		{[]string{"Fencing-Token", "42"}, "no \"; resource=\" parameter"},
-		{[]string{"Fencing-Token", `42; resource="a/b"`}, "is neither"},
+		{[]string{"Fencing-Token", `42; resource="a/b"`}, "byte 1 of the resource, '/', is neither"},
+		// What is wrong, said plainly, not as a byte of the resource.
+		{[]string{"Fencing-Token", `42; resource="orders"; x=1`}, `more than one parameter: only resource="..." may follow the number`},
+		{[]string{"Fencing-Token", `42; x=1; resource="orders"`}, `more than one parameter`},
+		{[]string{"Fencing-Token", `42; resource="a"b"`}, `"b\"" follows the resource's closing quote (a quote in a resource is written %22)`},
+		{[]string{"Fencing-Token", `42; resource="a`}, "the resource has no closing quote"},
+		{[]string{"Fencing-Token", `42; resource=a`}, "the resource is not quoted"},
 		{[]string{"Fencing-Token", `0; resource="a"`}, "token 0"},
 		{[]string{"Fencing-Token", `1; resource=""`}, "invalid key"},
 		{[]string{"Fencing-Token", `x; resource="a"`}, "not a decimal number"},

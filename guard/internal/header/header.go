@@ -70,12 +70,24 @@ func Parse(v string) (resource string, number uint64, err error) {
 	}
 	rest = strings.TrimLeft(rest, " \t")
 	quoted, ok := strings.CutPrefix(rest, `resource="`)
-	if !ok {
+	switch {
+	case ok:
+	case strings.HasPrefix(rest, "resource="):
+		return "", 0, fmt.Errorf(`%w: %q: the resource is not quoted: want resource="..."`, ErrMalformed, short(rest))
+	case strings.Contains(rest, ";"):
+		return "", 0, fmt.Errorf(`%w: more than one parameter: only resource="..." may follow the number`, ErrMalformed)
+	default:
 		return "", 0, fmt.Errorf(`%w: %q: want resource="..." after the number (and no other parameter)`, ErrMalformed, short(rest))
 	}
-	escaped, ok := strings.CutSuffix(quoted, `"`)
-	if !ok {
-		return "", 0, fmt.Errorf(`%w: the resource has no closing quote, or something follows it`, ErrMalformed)
+	// No escaped byte is a quote: the first quote closes the resource.
+	escaped, after, ok := strings.Cut(quoted, `"`)
+	switch {
+	case !ok:
+		return "", 0, fmt.Errorf(`%w: the resource has no closing quote`, ErrMalformed)
+	case strings.HasPrefix(strings.TrimLeft(after, " \t"), ";"):
+		return "", 0, fmt.Errorf(`%w: more than one parameter: only resource="..." may follow the number`, ErrMalformed)
+	case after != "":
+		return "", 0, fmt.Errorf(`%w: %q follows the resource's closing quote (a quote in a resource is written %%22)`, ErrMalformed, short(after))
 	}
 	var b strings.Builder
 	b.Grow(len(escaped))
