@@ -111,6 +111,11 @@ type Held struct {
 	span   tspan     // SpanHeld (trace.go)
 	since  time.Time // when the lease was got, for MetricHeldDuration
 	closed bool      // span ended and held duration recorded; guarded by mu
+
+	// until is how checkDeadlineLocked reads the time left before the
+	// Deadline: time.Until, or a test's clock moved past the Deadline
+	// while the timers run on the real one (export_test.go); guarded by mu.
+	until func(time.Time) time.Duration
 }
 
 // errReleased is the Context's cause after Release.
@@ -177,7 +182,7 @@ func (c *Coordinator) startHeld(parent context.Context, lease Lease, ttl time.Du
 	sctx, span := c.obs.heldSpan(parent, lease, cfg.owner)
 	ctx, cancel := context.WithCancelCause(sctx)
 	h := &Held{c: c, key: lease.Key, ttl: ttl, cfg: cfg, cancel: cancel, done: make(chan struct{}), lease: lease, max: newHoldCap(lease, ttl, cfg),
-		span: span, since: time.Now()}
+		span: span, since: time.Now(), until: time.Until}
 	h.ctx = heldContext{Context: ctx, h: h}
 	h.mu.Lock()
 	h.expiry = time.AfterFunc(time.Until(lease.Deadline), h.expire)
@@ -373,7 +378,7 @@ func (h *Held) checkDeadline() {
 }
 
 func (h *Held) checkDeadlineLocked() {
-	if h.ended || time.Until(h.lease.Deadline) > 0 {
+	if h.ended || h.until(h.lease.Deadline) > 0 {
 		return
 	}
 	if h.max.reached {

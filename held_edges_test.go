@@ -133,21 +133,22 @@ func TestHoldRenewalConfirmedAfterLossChangesNothing(t *testing.T) {
 
 // A holder that runs again past its Deadline before the expiry timer has
 // (a process frozen past it, a starved timer goroutine) sees the lease
-// lost, whichever way it looks first: the timer is stopped here, and fires
-// only after the look, changing nothing then.
+// lost, whichever way it looks first. The Held's clock is moved past the
+// Deadline while its timers stay on the real one, a minute away: neither
+// the expiry timer nor the renewer (asleep for a third of the TTL) can end
+// the lease first, so each look alone must find the loss. The timer then
+// fires late, changing nothing.
 func TestHeldContextEndsAtDeadlineWhenTimerIsLate(t *testing.T) {
 	ctx := context.Background()
 	lost := func(err error) bool { return errors.Is(err, fencing.ErrLeaseLost) }
 	probes := []struct {
 		name string
-		// look is what the holder does first; ended closes when the
-		// context has ended; renewer lets the (hung) renewal return.
-		look func(h *fencing.Held, ended, renewer chan struct{}) error
+		look func(h *fencing.Held) error
 		want func(error) bool
 	}{
-		{"Context().Err", func(h *fencing.Held, _, _ chan struct{}) error { return h.Context().Err() },
+		{"Context().Err", func(h *fencing.Held) error { return h.Context().Err() },
 			func(err error) bool { return errors.Is(err, context.Canceled) }},
-		{"Context().Done", func(h *fencing.Held, _, _ chan struct{}) error {
+		{"Context().Done", func(h *fencing.Held) error {
 			select {
 			case <-h.Context().Done():
 				return context.Cause(h.Context())
@@ -155,9 +156,9 @@ func TestHeldContextEndsAtDeadlineWhenTimerIsLate(t *testing.T) {
 				return nil
 			}
 		}, lost},
-		{"context.Cause", func(h *fencing.Held, _, _ chan struct{}) error { return context.Cause(h.Context()) }, lost},
-		{"Held.Err", func(h *fencing.Held, _, _ chan struct{}) error { return h.Err() }, lost},
-		{"Held.Done", func(h *fencing.Held, _, _ chan struct{}) error {
+		{"context.Cause", func(h *fencing.Held) error { return context.Cause(h.Context()) }, lost},
+		{"Held.Err", func(h *fencing.Held) error { return h.Err() }, lost},
+		{"Held.Done", func(h *fencing.Held) error {
 			select {
 			case <-h.Done():
 				return h.Err()
@@ -165,38 +166,25 @@ func TestHeldContextEndsAtDeadlineWhenTimerIsLate(t *testing.T) {
 				return nil
 			}
 		}, lost},
-		{"Release", func(h *fencing.Held, ended, renewer chan struct{}) error {
-			// Release waits for the renewer, which hangs until the
-			// context has ended: its verdict is made before.
-			res := make(chan error, 1)
-			go func() { res <- h.Release(ctx) }()
-			<-ended
-			close(renewer)
-			return <-res
-		}, lost},
+		{"Release", func(h *fencing.Held) error { return h.Release(ctx) }, lost},
 	}
 	for _, p := range probes {
 		t.Run(p.name, func(t *testing.T) {
 			t.Parallel()
-			f := newFaulty(t)
-			hang := make(chan struct{})
-			f.set(func(f *faulty) { f.hang = hang }) // no renewal is ever confirmed
-			c := fencing.New(f)
-			h, err := c.Hold(ctx, "k", 300*time.Millisecond, fencing.WithRenewInterval(50*time.Millisecond))
+			mem := memorybackend.New()
+			defer mem.Close()
+			c := fencing.New(mem)
+			h, err := c.Hold(ctx, "k", time.Minute)
 			if err != nil {
 				t.Fatalf("Hold: %v", err)
 			}
 			fire := fencing.LateExpiry(h)
-			ended := make(chan struct{})
-			context.AfterFunc(h.Context(), func() { close(ended) })
-			deadline := h.Lease().Deadline
-			if err := h.Err(); err != nil && time.Now().Before(deadline) {
+			if err := h.Err(); err != nil {
 				t.Fatalf("lost before the Deadline: %v", err)
 			}
-			time.Sleep(time.Until(deadline) + time.Millisecond)
-			got := p.look(h, ended, hang)
-			if !p.want(got) {
-				t.Fatalf("%v past the Deadline, with its timer yet to fire, %s = %v; want the loss", time.Since(deadline), p.name, got)
+			fencing.PastDeadline(h, time.Millisecond)
+			if got := p.look(h); !p.want(got) {
+				t.Fatalf("past the Deadline, with its timer yet to fire, %s = %v; want the loss", p.name, got)
 			}
 			cause := context.Cause(h.Context())
 			if !lost(cause) || !strings.Contains(cause.Error(), "deadline passed") {
@@ -209,13 +197,39 @@ func TestHeldContextEndsAtDeadlineWhenTimerIsLate(t *testing.T) {
 			if err := context.Cause(h.Context()); err != cause {
 				t.Errorf("after the late timer, cause = %v, want %v", err, cause)
 			}
-			if p.name != "Release" {
-				close(hang)
-			}
 			if err := h.Release(ctx); err != cause {
 				t.Errorf("Release() = %v, want the loss %v", err, cause)
 			}
 		})
+	}
+}
+
+// The renewer's own step, with nothing looking at the lease before it: an
+// answer confirmed once the Deadline has passed (the Held's clock moved past
+// it, its timers on the real one) ends the lease instead of moving the
+// Deadline on. (In a renewal, the request's own context lookups usually
+// find the loss a moment earlier; this is the last line.)
+func TestHeldConfirmPastDeadlineEndsLease(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	h, err := fencing.New(mem).Hold(context.Background(), "k", time.Minute)
+	if err != nil {
+		t.Fatalf("Hold: %v", err)
+	}
+	defer h.Release(context.Background())
+	fencing.LateExpiry(h)
+	granted := h.Lease()
+	fencing.PastDeadline(h, time.Millisecond)
+	renewed := granted
+	renewed.Deadline = granted.Deadline.Add(time.Minute)
+	if fencing.ConfirmRenewal(h, renewed) {
+		t.Errorf("a renewal confirmed past the Deadline: the lease goes on")
+	}
+	if d := h.Lease().Deadline; !d.Equal(granted.Deadline) {
+		t.Errorf("Lease().Deadline = %v after a renewal confirmed past the Deadline, want %v", d, granted.Deadline)
+	}
+	if err := h.Err(); !errors.Is(err, fencing.ErrLeaseLost) || !strings.Contains(err.Error(), "deadline passed") {
+		t.Errorf("Err() = %v, want ErrLeaseLost: deadline passed", err)
 	}
 }
 
