@@ -374,6 +374,78 @@ func BenchmarkMetrics(b *testing.B) {
 	}
 }
 
+// TestMetricsHandoffTwoWaiters: with Lock calls waiting on one key, one
+// release is one handoff, to whichever waiter got the key; the next
+// waiter's grant, after the first one's release, is a handoff of its own,
+// measured from that release; and a grant that follows a release this
+// Coordinator did not see is none, not a handoff from an earlier release.
+func TestMetricsHandoffTwoWaiters(t *testing.T) {
+	m := newMeter(t)
+	b := memorybackend.New()
+	t.Cleanup(func() { b.Close() })
+	c := fencing.New(b, fencing.WithMeterProvider(m.mp))
+	other := fencing.New(b) // another process's Coordinator: its releases are not seen
+	ctx := context.Background()
+	got := make(chan *fencing.Held, 3)
+	lock := func() {
+		go func() {
+			h, err := c.Lock(ctx, "k", time.Minute)
+			if err != nil {
+				t.Errorf("Lock: %v", err)
+			}
+			got <- h
+		}()
+	}
+	// next releases held through release and returns the waiter granted
+	// next, and the time from the release's call to that grant's return.
+	next := func(release func() error) (*fencing.Held, time.Duration) {
+		t.Helper()
+		released := time.Now()
+		if err := release(); err != nil {
+			t.Fatal(err)
+		}
+		h := <-got
+		bound := time.Since(released)
+		if h == nil {
+			t.FailNow()
+		}
+		t.Cleanup(func() { h.Release(ctx) })
+		return h, bound
+	}
+	handoffs := func() (int64, float64) {
+		return m.value(fencing.MetricLockHandoff, mem), m.sum(fencing.MetricLockHandoff, mem)
+	}
+
+	h, err := c.Hold(ctx, "k", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lock()
+	lock()
+	lock()
+	for m.value(fencing.MetricLockWaiters, mem+",fencing.fifo=false") != 3 {
+		time.Sleep(time.Millisecond) // until the Lock calls wait; the test's timeout bounds it
+	}
+	first, bound := next(func() error { return h.Release(ctx) })
+	n, sum := handoffs()
+	if n != 1 || sum <= 0 || sum > bound.Seconds() {
+		t.Fatalf("one release, one waiter granted: %d handoffs taking %vs; want 1, of more than 0 and at most the %v from the release's call to the Lock's return", n, sum, bound)
+	}
+
+	second, bound := next(func() error { return first.Release(ctx) })
+	n2, sum2 := handoffs()
+	if d := sum2 - sum; n2 != 2 || d <= 0 || d > bound.Seconds() {
+		t.Fatalf("after the first waiter's release, %d handoffs, the new one taking %vs; want 2, the new one of more than 0 and at most the %v from that release's call to the Lock's return", n2, d, bound)
+	}
+
+	// The second waiter's lease is released by another Coordinator: the
+	// third waiter's grant follows no release this one saw.
+	next(func() error { return other.Release(ctx, "k", second.Lease().ID) })
+	if n, _ := handoffs(); n != 2 {
+		t.Fatalf("a waiter granted after a release this Coordinator did not see: %d handoffs, want still 2 (an earlier release counted again); points %v", n, m.collect(fencing.MetricLockHandoff))
+	}
+}
+
 // TestMetricsHandoff: the release of a key a Lock waits for, and that
 // Lock's grant, is one handoff (MetricLockHandoff); a release and a grant
 // with no Lock waiting are none.
