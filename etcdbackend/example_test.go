@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log"
+	"log/slog"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -18,6 +19,7 @@ func Example() {
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   []string{"localhost:2379"},
 		DialTimeout: 5 * time.Second,
+		Logger:      etcdbackend.ClientLogger(slog.Default()), // else the client logs to stderr
 	})
 	if err != nil {
 		log.Fatal(err)
