@@ -35,7 +35,7 @@ func TestMySQLRenewAfterLockWait(t *testing.T) {
 	// too slow for that within the lease, the next try has a lease twice as
 	// long.
 	for ttl := time.Second; ; ttl *= 2 {
-		if ttl > 16*time.Second {
+		if ttl > 32*time.Second {
 			t.Fatalf("the renewal was never seen waiting for the row lock before the lease's end")
 		}
 		key := "k" + ttl.String()
@@ -52,7 +52,11 @@ func TestMySQLRenewAfterLockWait(t *testing.T) {
 		}
 		renewed := make(chan error, 1)
 		go func() {
-			_, err := b.Renew(ctx, backend.Request{Key: key, LeaseID: "a", Timeout: ttl})
+			// Bounded, so that a renewal that never waits fails the test
+			// below rather than hanging it.
+			rctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			_, err := b.Renew(rctx, backend.Request{Key: key, LeaseID: "a", Timeout: ttl})
 			renewed <- err
 		}()
 		for waiting := 0; waiting == 0; {
