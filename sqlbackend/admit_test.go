@@ -173,3 +173,41 @@ func TestAdmitTxHoldsGrantsUntilCommit(t *testing.T) {
 		}
 	})
 }
+
+// A lease that ran out without a release is not live: AdmitTx refuses its
+// token, though no one else holds the key yet, and the write is not
+// applied.
+func TestAdmitTxRefusesExpiredLease(t *testing.T) {
+	forEachDialect(t, func(t *testing.T, h *harness) {
+		b, table := admitSetup(t, h)
+		ctx := context.Background()
+		const ttl = 200 * time.Millisecond
+		lease, err := b.Grant(ctx, backend.Request{Key: "orders", LeaseID: "a", Timeout: ttl})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The store processed the grant before its reply came back: its
+		// clock (this host's) has passed the lease's end once its TTL and margin have passed
+		// since then, and the microseconds the store rounds to.
+		time.Sleep(lease.TTL + lease.Margin + time.Millisecond)
+		tx, err := h.db.BeginTx(ctx, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback()
+		if _, err := tx.ExecContext(ctx, insertOrder(h, table), 1); err != nil {
+			t.Fatal(err)
+		}
+		if err := b.AdmitTx(ctx, tx, "orders", lease.Token); !errors.Is(err, guard.ErrStaleToken) {
+			t.Fatalf("AdmitTx(the token of a lease that expired): %v, want ErrStaleToken", err)
+		}
+		tx.Rollback()
+		var n int
+		if err := h.db.QueryRowContext(ctx, "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != 0 {
+			t.Fatalf("%d rows written under the expired lease; want none", n)
+		}
+	})
+}

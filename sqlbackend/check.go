@@ -50,7 +50,7 @@ func (b *Backend) checkSafety(ctx context.Context) error {
 		err := b.db.QueryRowContext(ctx, `SELECT current_setting('fsync'), current_setting('synchronous_commit'), `+
 			`current_setting('transaction_read_only'), pg_is_in_recovery()`).Scan(&fsync, &syncCommit, &readOnly, &standby)
 		if err != nil {
-			return startError("check the PostgreSQL server's settings", err)
+			return contactError("PostgreSQL", "check the PostgreSQL server's settings", err)
 		}
 		switch {
 		case standby:

@@ -41,8 +41,13 @@ func notSent(err error) bool {
 
 // classify wraps a failed statement's error for the caller. what names the
 // operation. A server error is definite, except the ones that end the
-// session (class 08, and 57P01 to 57P03: shut down, crashed), after which
-// the commit may or may not have happened.
+// session, after which the commit may or may not have happened: class 08
+// (the connection broke) and 57P0x (57P01 admin_shutdown: a fast shutdown
+// or pg_terminate_backend; 57P02 crash_shutdown: another backend crashed;
+// and the rest of the class, conservatively). 57P03 cannot_connect_now is
+// the exception: the server sends it only in reply to a login (it is
+// starting up, shutting down or in recovery), before the connection can
+// carry a statement, so nothing was sent.
 func (b *Backend) classify(ctx context.Context, what string, err error) error {
 	if missingSchema(err) {
 		return b.schemaError(ctx, what, err)
@@ -56,18 +61,27 @@ func (b *Backend) classify(ctx context.Context, what string, err error) error {
 		if refused := b.refusal(ctx, what, code); refused != nil {
 			return refused
 		}
-		if !strings.HasPrefix(code, "08") && !strings.HasPrefix(code, "57P0") {
+		switch {
+		case code == "57P03":
+			return notSentError(ctx, what, err)
+		case !strings.HasPrefix(code, "08") && !strings.HasPrefix(code, "57P0"):
 			return fmt.Errorf("sqlbackend: %s: %w", what, err)
 		}
 	} else if notSent(err) {
-		if cerr := ctxend.Err(ctx); cerr != nil && !errors.Is(err, cerr) {
-			// A dial cut short by ctx reports a timeout of its own
-			// ("i/o timeout"): the caller is told its context ended.
-			return fmt.Errorf("sqlbackend: %s: not sent: %w: %w", what, cerr, err)
-		}
-		return fmt.Errorf("sqlbackend: %s: not sent: %w", what, err)
+		return notSentError(ctx, what, err)
 	}
 	return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrOutcomeUnknown, err)
+}
+
+// notSentError wraps the error of a statement that never reached the
+// server.
+func notSentError(ctx context.Context, what string, err error) error {
+	if cerr := ctxend.Err(ctx); cerr != nil && !errors.Is(err, cerr) {
+		// A dial cut short by ctx reports a timeout of its own
+		// ("i/o timeout"): the caller is told its context ended.
+		return fmt.Errorf("sqlbackend: %s: not sent: %w: %w", what, cerr, err)
+	}
+	return fmt.Errorf("sqlbackend: %s: not sent: %w", what, err)
 }
 
 // missingSchema reports an error about an undefined table, function or

@@ -352,7 +352,7 @@ func (b *Backend) checkMySQL(ctx context.Context) error {
 	err := b.db.QueryRowContext(ctx, `SELECT @@global.innodb_flush_log_at_trx_commit, @@global.sync_binlog, @@global.log_bin, @@global.read_only, `+
 		`@@session.time_zone, @@global.system_time_zone, DATABASE()`).Scan(&flush, &syncBinlog, &logBin, &readOnly, &tz, &systemTZ, &db)
 	if err != nil {
-		return startError("check the MySQL server's settings", err)
+		return contactError("MySQL", "check the MySQL server's settings", err)
 	}
 	switch {
 	case !db.Valid && !strings.Contains(b.prefix, "."):

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -66,6 +67,23 @@ func startError(what string, err error) error {
 		return fmt.Errorf("sqlbackend: %s: %w: %w", what, backend.ErrUnreachable, err)
 	}
 	return fmt.Errorf("sqlbackend: %s: %w", what, err)
+}
+
+// contactError is startError for the first statement New sends, which
+// makes the pool's first connection (server names the server, "MySQL"): a
+// login the server refused and a server that could not be reached are named
+// for what they are, not for the statement that met them.
+func contactError(server, what string, err error) error {
+	serr := startError(what, err)
+	switch {
+	case errors.Is(serr, backend.ErrAuthRefused):
+		return fmt.Errorf("sqlbackend: log in to the %s server: %w: %w", server, backend.ErrAuthRefused, err)
+	case errors.Is(serr, backend.ErrUnreachable) && errors.Is(err, syscall.ECONNREFUSED):
+		return fmt.Errorf("sqlbackend: connect to the %s server: %w: nothing listens at the address: %w", server, backend.ErrUnreachable, err)
+	case errors.Is(serr, backend.ErrUnreachable):
+		return fmt.Errorf("sqlbackend: connect to the %s server: %w: %w", server, backend.ErrUnreachable, err)
+	}
+	return serr
 }
 
 // checkListener opens a session on the listener's connection string,

@@ -68,16 +68,20 @@ func TestMySQLStartChecks(t *testing.T) {
 	closed.Close()
 	set("CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'right'")
 	set("GRANT SELECT ON " + mysqltest.Database + ".* TO 'app'@'127.0.0.1'")
+	// Each says first what went wrong: the login, or the connection.
 	for _, c := range []struct {
 		what, dsn string
 		want      error
+		begins    string
 	}{
-		{"a wrong password", fmt.Sprintf("app:wrong@tcp(127.0.0.1:%d)/%s", srv.Port(), mysqltest.Database), backend.ErrAuthRefused},
-		{"a closed port", fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?timeout=5s", closedPort, mysqltest.Database), backend.ErrUnreachable},
-		{"no database", fmt.Sprintf("root@tcp(127.0.0.1:%d)/", srv.Port()), backend.ErrInvalidConfig},
+		{"a wrong password", fmt.Sprintf("app:wrong@tcp(127.0.0.1:%d)/%s", srv.Port(), mysqltest.Database), backend.ErrAuthRefused,
+			"sqlbackend: log in to the MySQL server: " + backend.ErrAuthRefused.Error() + ": Error 1045"},
+		{"a closed port", fmt.Sprintf("root@tcp(127.0.0.1:%d)/%s?timeout=5s", closedPort, mysqltest.Database), backend.ErrUnreachable,
+			"sqlbackend: connect to the MySQL server: " + backend.ErrUnreachable.Error() + ": nothing listens at the address: "},
+		{"no database", fmt.Sprintf("root@tcp(127.0.0.1:%d)/", srv.Port()), backend.ErrInvalidConfig, ""},
 	} {
-		if err := check(c.dsn); !errors.Is(err, c.want) {
-			t.Errorf("%s: %v; want %v", c.what, err, c.want)
+		if err := check(c.dsn); !errors.Is(err, c.want) || !strings.HasPrefix(err.Error(), c.begins) {
+			t.Errorf("%s: %v; want %v, beginning %q", c.what, err, c.want, c.begins)
 		}
 	}
 	db := openMySQL(t, fmt.Sprintf("app:right@tcp(127.0.0.1:%d)/%s", srv.Port(), mysqltest.Database))

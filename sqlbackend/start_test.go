@@ -65,6 +65,14 @@ func TestPostgresStartErrors(t *testing.T) {
 	} {
 		_, err := newBackend(c.dsn)
 		only(t, c.what, err, c.want, c.says)
+		// Each says first what went wrong: the login, or the connection.
+		begins := map[error]string{
+			backend.ErrAuthRefused: "sqlbackend: log in to the PostgreSQL server: " + backend.ErrAuthRefused.Error() + ": ",
+			backend.ErrUnreachable: "sqlbackend: connect to the PostgreSQL server: " + backend.ErrUnreachable.Error() + ": nothing listens at the address: ",
+		}[c.want]
+		if err != nil && !strings.HasPrefix(err.Error(), begins) {
+			t.Errorf("%s: %v; want it to begin %q", c.what, err, begins)
+		}
 	}
 	// The role may log in but not create in the schema public.
 	b, err := newBackend(strings.Replace(dsn("app", srv.Port()), "app@", "app:right@", 1), sqlbackend.WithSafetyCheck(backend.CheckSkip))
