@@ -48,17 +48,19 @@
 // holds a bounded store. Each backend takes WithRetention(d) (d <= 0:
 // never reclaim) and documents its default and how soon after d it
 // reclaims. A key is idle from when its last lease ended (a release, a
-// forced release, an expiry) and any lock delay after it is over, and
-// while no line entry of it (Queuer) is live; a live lease, a lock delay
-// or a live line entry makes it busy again. Then:
+// forced release, an expiry) and any lock delay after it is over, until
+// its next lease. Then:
 //
-//   - A key busy, or idle for less than d, is never reclaimed: every rule
-//     above holds for it as written.
-//   - A key idle for d is reclaimed: the store then holds no record of it
-//     (its lease record, lock delay and line, and whatever else the
-//     backend keeps per key), within the bound the backend documents
-//     after d, driven by the backend (a sweep, calls on other keys), never
-//     waiting for a call on that key.
+//   - A key with a live lease, in a lock delay, or idle for less than d
+//     keeps its lease record: every rule above holds for it as written.
+//   - A key idle for d is reclaimed: the store then holds no lease record
+//     of it (nor anything else the backend keeps per key for its leases),
+//     within the bound the backend documents after d, driven by the
+//     backend (a sweep, calls on other keys), never waiting for a call on
+//     that key.
+//   - A key's line (Queuer) holds no token and goes on the same terms,
+//     apart from the lease record: once it has had no live entry for d,
+//     or sooner (once it has no live entry and no subscription).
 //   - Tokens never go back: a reclaimed key's next grant mints a token
 //     above every token the key ever had, after any number of
 //     reclamations, and when a reclamation races a grant on the key. The
