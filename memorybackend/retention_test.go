@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -233,4 +234,75 @@ func TestRetentionMemory(t *testing.T) {
 	if perKey >= 12 {
 		t.Errorf("%.2f B of heap per reclaimed key, want under 12", perKey)
 	}
+}
+
+// TestRetentionConcurrentChurn: goroutines churn keys of their own on the
+// system clock with a retention of 100 µs, so the passes reclaim and
+// compact shards while other goroutines grant, hold and release in them:
+// each key's tokens must strictly increase across its reclaims, and a
+// lease held through several passes must stay live with its token.
+func TestRetentionConcurrentChurn(t *testing.T) {
+	ctx := context.Background()
+	b := memorybackend.New(memorybackend.WithRetention(100 * time.Microsecond))
+	defer b.Close()
+	const workers, keys = 4, 300
+	rounds := 300
+	if raceEnabled {
+		rounds = 60
+	}
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			last := make([]uint64, keys)
+			for r := range rounds {
+				for k := range keys {
+					held := k%50 == 0 // granted every tenth round, held through the passes of ten
+					if held && r%10 != 0 {
+						continue
+					}
+					key := fmt.Sprintf("w%d/k%d", w, k)
+					id := fmt.Sprintf("r%d", r)
+					l, err := b.Grant(ctx, backend.Request{Key: key, LeaseID: id, Timeout: time.Hour})
+					if err != nil {
+						t.Errorf("Grant(%q): %v", key, err)
+						return
+					}
+					if l.Token <= last[k] {
+						t.Errorf("Grant(%q): token %d, not above %d, its token before: reissued", key, l.Token, last[k])
+						return
+					}
+					last[k] = l.Token
+					if held {
+						continue
+					}
+					if err := b.Release(ctx, key, id); err != nil {
+						t.Errorf("Release(%q): %v", key, err)
+						return
+					}
+				}
+				for k := 0; k < keys; k += 50 {
+					key := fmt.Sprintf("w%d/k%d", w, k)
+					if tok, live, err := b.Token(ctx, key); err != nil || !live || tok != last[k] {
+						t.Errorf("Token(%q) of a lease held since round %d = %d, %v, %v; want %d, live", key, r-r%10, tok, live, err, last[k])
+						return
+					}
+					if r%10 == 9 {
+						if err := b.Release(ctx, key, fmt.Sprintf("r%d", r-9)); err != nil {
+							t.Errorf("Release(%q): %v", key, err)
+							return
+						}
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	st, err := b.Size(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Reclaimed == 0 {
+		t.Fatalf("no key reclaimed in %d grants: the test tested nothing", workers*keys*rounds)
+	}
+	t.Logf("%d keys reclaimed, %d records left", st.Reclaimed, st.Records)
 }
