@@ -46,7 +46,8 @@ type Subscription interface {
 type Inspector interface {
 	// Inspect reads key's state linearizably, as Token does. It never
 	// reveals the lease ID: KeyState has no field that could renew or
-	// release the lease. A key never leased has the zero KeyState.
+	// release the lease. A key never leased, or reclaimed after the
+	// retention, has the zero KeyState.
 	Inspect(ctx context.Context, key string) (KeyState, error)
 }
 
@@ -57,7 +58,10 @@ type KeyState struct {
 	// Token is the live lease's token; zero when no lease is live.
 	Token uint64
 	// MaxToken is the highest token ever minted on the key (the live one
-	// or the last ended one); zero when the key was never leased.
+	// or the last ended one); zero when the key was never leased, or its
+	// record was reclaimed after the retention (see "Retention" in the
+	// package doc): a reclaimed key's next token is still above every
+	// token it had, which MaxToken no longer shows.
 	MaxToken uint64
 	// ExpiresAt is when the live lease ends on the coordinator's clock
 	// (zero when none is live). Backends whose clock cannot be read report
@@ -161,7 +165,8 @@ type Lister interface {
 	// starting at cursor ("" for the first page), and the cursor of the
 	// next page ("" after the last). The order is the backend's own; every
 	// key leased before the listing began and still stored appears exactly
-	// once across the pages. limit <= 0 means a backend's default page.
+	// once across the pages. A key reclaimed after the retention is not
+	// stored, and is not listed. limit <= 0 means a backend's default page.
 	// A cursor that no List of the backend returned may fail with an
 	// error wrapping ErrInvalidCursor (a backend whose cursor is a key
 	// takes any string).
@@ -246,6 +251,30 @@ type Place struct {
 	// TTL is the entry's TTL as granted, after any rounding up (etcd
 	// grants whole seconds); TTL >= the ttl asked for.
 	TTL time.Duration
+}
+
+// Sizer is implemented by a backend that can tell cheaply how many key
+// records its store holds and how many it has reclaimed (see "Retention" in
+// the package doc), for metrics and operators.
+type Sizer interface {
+	// Size reports the store's size now. It is a read: it changes nothing.
+	Size(ctx context.Context) (StoreSize, error)
+}
+
+// StoreSize is what Sizer reports.
+type StoreSize struct {
+	// Records is how many keys the store holds a record of: keys with a
+	// live lease, in a lock delay, or idle for less than the retention
+	// (every key ever leased, when retention is off). Fixed records (a
+	// floor) are not counted. A store shared by several backends (a
+	// prefix each) counts the backend's own keys where it can, and says
+	// so where it cannot.
+	Records int64
+	// Reclaimed is how many key records this backend has deleted since it
+	// was made, after their retention: a count of this process's work,
+	// for a counter metric; the backends of other processes sharing the
+	// store count theirs.
+	Reclaimed uint64
 }
 
 // ObservedExpiry is implemented by a backend whose store has no clock that

@@ -42,6 +42,42 @@
 //   - Bad input (see CheckRequest and CheckRelease) and a done
 //     context get an error and change nothing.
 //
+// # Retention
+//
+// A backend may reclaim idle keys, so that a workload of a key per job
+// holds a bounded store. Each backend takes WithRetention(d) (d <= 0:
+// never reclaim) and documents its default and how soon after d it
+// reclaims. A key is idle from when its last lease ended (a release, a
+// forced release, an expiry) and any lock delay after it is over, until
+// its next lease. Then:
+//
+//   - A key with a live lease, in a lock delay, or idle for less than d
+//     keeps its lease record: every rule above holds for it as written.
+//   - A key idle for d is reclaimed: the store then holds no lease record
+//     of it (nor anything else the backend keeps per key for its leases),
+//     within the bound the backend documents after d, driven by the
+//     backend (a sweep, calls on other keys), never waiting for a call on
+//     that key.
+//   - A key's line (Queuer) holds no token and goes on the same terms,
+//     apart from the lease record: once it has had no live entry for d,
+//     or sooner (once it has no live entry and no subscription).
+//   - Tokens never go back: a reclaimed key's next grant mints a token
+//     above every token the key ever had, after any number of
+//     reclamations, and when a reclamation races a grant on the key. The
+//     backend keeps what it needs for this (a floor raised in the same
+//     atomic step that deletes a record, or tokens from a store-wide
+//     counter), never a write to one shared record on every grant. A
+//     backend with dense tokens is dense only between reclamations: a
+//     reclaimed key's tokens go on above the floor, not from its own.
+//   - A reclaimed key answers as a key never leased: Token reports none;
+//     Inspect the zero KeyState (MaxToken 0); List leaves it out; a Renew
+//     or Release with one of its old lease IDs gets ErrLeaseNotFound (an
+//     ID that is not the most recent lease's); a line has no entry of it.
+//   - A Grant resent after its key was reclaimed may get a new lease
+//     instead of its first answer (the same lease, ErrLeaseExpired,
+//     ErrLeaseNotFound): reclamation can cost the same-answer guarantee,
+//     never one live lease per key or tokens that only grow.
+//
 // Errors that mean "the request may or may not have taken effect" wrap
 // ErrOutcomeUnknown, so a caller can retry with the same lease ID. A request
 // that provably never reached the store (a refused dial, a closed client)
@@ -59,7 +95,8 @@
 // (waiting for a key to come free), Inspector (a key's state), ForceReleaser
 // (ending a lease without its ID), Lister (enumerating keys, whose bad
 // cursor is ErrInvalidCursor), Queuer (a
-// first-come, first-served line of waiters per key) and InProcess (a marker
+// first-come, first-served line of waiters per key), Sizer (the records a
+// store holds and the keys it reclaimed) and InProcess (a marker
 // for a store whose requests never leave the process, sent without the
 // Coordinator's request timeout). A backend whose store has no clock
 // implements ObservedExpiry, which states the one rule it keeps

@@ -90,6 +90,8 @@ func Run(t *testing.T, h Harness) {
 		{"LockManyWaiters", s.testLockManyWaiters},
 		{"LockCanceled", s.testLockCanceled},
 		{"DoRenews", s.testDoRenews},
+		{"RetentionChurn", s.testRetentionChurn},
+		{"RetentionRace", s.testRetentionRace},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

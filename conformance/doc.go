@@ -89,7 +89,14 @@
 // unchanged for its ttl + margin, and then grants it with a larger token.
 //
 // A harness may also implement TokenPresetter, so the suite can reach the
-// end of the token space; without it that case is skipped with a message
+// end of the token space, and Retainer, so the suite can check retention
+// ("Retention" in package backend's doc): RetentionChurn churns many keys,
+// waits past a short retention and drives the backend with calls on one
+// other key until the store holds its live keys and that one, then checks
+// that each reclaimed key reads as never leased and mints above its old
+// tokens; RetentionRace checks a concurrent history with idle gaps longer
+// than the retention against the model with reclamation
+// (Traits.Retention). Without them those cases are skipped with a message
 // that begins "harness capability:" (not a backend failure).
 //
 // # Crashing the server

@@ -43,8 +43,17 @@ type Traits struct {
 	// HeldError.Remaining during one.
 	Slack time.Duration
 	// DenseTokens says tokens on a key go 1, 2, 3... and a failed grant uses
-	// none up. When false the suite checks only that tokens strictly increase.
+	// none up, while the backend keeps the key's record: a key with no
+	// record (never leased, or reclaimed after the retention) starts above
+	// the backend's floor (see "Retention" in package backend's doc). When
+	// false the suite checks only that tokens strictly increase.
 	DenseTokens bool
+	// Retention is the retention of the backends the history checks see
+	// (CheckHistory): a key idle that long may be reclaimed. Zero: the
+	// checks allow no reclamation, which is right for a backend whose
+	// retention outlasts the test (no case of the suite lets more than
+	// eight hours pass on the coordinator's clock).
+	Retention time.Duration
 	// MaxToken is the largest token the backend mints; zero means
 	// backend.MaxToken. The exhaustion case presets a key just below it
 	// (see TokenPresetter).

@@ -59,7 +59,11 @@ func CheckLinearizable(t testing.TB, history []Op, traits Traits) {
 //     it);
 //   - a call whose error wraps backend.ErrOutcomeUnknown may have taken
 //     effect at any time after it was sent; any other error means it did
-//     not.
+//     not;
+//   - with traits.Retention, a key whose lease ended at least that long
+//     before a call was processed may read, from that call on, as a key
+//     never leased, its next token still above every earlier one (see
+//     "Retention" in package backend's doc).
 //
 // A history that no order of its calls explains is written as porcupine's
 // HTML visualization to a file in $FENCING_PORCUPINE_DIR (default
@@ -73,7 +77,7 @@ func CheckHistory(history []Op, traits Traits) error {
 	if err != nil {
 		return err
 	}
-	m := model{slack: traits.Slack, dense: traits.DenseTokens, slots: slots}
+	m := model{slack: traits.Slack, dense: traits.DenseTokens, retention: traits.Retention, slots: slots}
 	pm := m.porcupineModel(part)
 	res, info := porcupine.CheckOperationsVerbose(pm, ops, checkTimeout)
 	switch res {

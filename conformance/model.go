@@ -35,6 +35,18 @@ import (
 // places a call after another when the first one's call is before the
 // second one's return, and that is all the windows need.
 //
+// # Retention
+//
+// With a retention d (Traits.Retention), a key whose lease ended may be
+// reclaimed before a call processed at least d after the end: its register
+// then reads as a key never leased (any ID may grant; an old ID renews and
+// releases to ErrLeaseNotFound), except that minted stays, so the next
+// token is still above every earlier one (and need not be the next one
+// with dense tokens). The end's earliest moment is kept: the call that
+// ended it was sent at or after it (a release, a forced release), or the
+// window's lo (an expiry). Reclaiming is a choice, never a duty: the model
+// tries the key both ways.
+//
 // # Unknown outcomes
 //
 // A call whose error wraps backend.ErrOutcomeUnknown may have taken effect
@@ -72,9 +84,19 @@ type keyState struct {
 	status    status
 	lo, hi    int64 // live: the window of the lease's end, coordinator ns
 	exhausted bool  // a grant failed with ErrTokenSpaceExhausted
+	// endLo is, once the lease ended and a retention is set, the earliest
+	// moment it can have ended (coordinator ns); reclaimed says the key's
+	// record was reclaimed since its last grant of known token, so the
+	// next token (or the unknown one) is only above minted (see
+	// # Retention).
+	endLo     int64
+	reclaimed bool
 }
 
 func (s keyState) String() string {
+	if s.status == free && s.reclaimed {
+		return fmt.Sprintf("reclaimed, tokens above %d", s.minted)
+	}
 	if s.status == free {
 		return "free"
 	}
@@ -140,9 +162,10 @@ type call struct {
 
 // model is the lease register, with the backend's traits.
 type model struct {
-	slack time.Duration
-	dense bool
-	slots map[string]int // each key's register in its partition's state
+	slack     time.Duration
+	dense     bool
+	retention time.Duration  // zero: keys are never reclaimed
+	slots     map[string]int // each key's register in its partition's state
 }
 
 // step returns the states the key can be in after c, from s: none when c
@@ -154,16 +177,31 @@ func (m model) step(s keyState, c *call) []keyState { return m.during(s, c, m.ap
 // before then.
 func (m model) during(s keyState, c *call, f func(keyState, *call) []keyState) []keyState {
 	if s.status != live {
-		return f(s, c)
+		return m.reclaiming(s, c, f)
 	}
 	var next []keyState
 	if c.cRet >= s.lo { // the lease may have ended before c
 		e := s
 		e.status, e.lo, e.hi = expired, 0, 0
-		next = append(next, f(e, c)...)
+		if m.retention > 0 {
+			e.endLo = s.lo
+		}
+		next = append(next, m.reclaiming(e, c, f)...)
 	}
 	if c.cCall < s.hi { // or it may not have
 		next = append(next, f(s, c)...)
+	}
+	return next
+}
+
+// reclaiming returns f's states after c from s, whose lease has ended (or
+// which was never leased), and from s reclaimed, when it may have been
+// before c (see # Retention).
+func (m model) reclaiming(s keyState, c *call, f func(keyState, *call) []keyState) []keyState {
+	next := f(s, c)
+	if m.retention > 0 && s.id != "" && c.cRet >= addClamp(s.endLo, m.retention) {
+		r := keyState{minted: s.minted, exhausted: s.exhausted, reclaimed: true}
+		next = append(next, f(r, c)...)
 	}
 	return next
 }
@@ -212,8 +250,10 @@ func (m model) effect(s keyState, c *call) []keyState {
 		}
 		n := keyState{id: op.LeaseID, minted: s.minted + 1, status: live,
 			lo: c.cCall + int64(op.Timeout+op.Margin), hi: math.MaxInt64}
-		if m.dense {
+		if m.denseFrom(s) {
 			n.token = n.minted // dense: the next token, exactly
+		} else {
+			n.reclaimed = true // the token is only above minted
 		}
 		return []keyState{n}
 	case OpRenew:
@@ -223,18 +263,30 @@ func (m model) effect(s keyState, c *call) []keyState {
 		}
 	case OpRelease:
 		if s.status == live && s.id == op.LeaseID {
-			return []keyState{ended(s, released)}
+			return []keyState{m.ended(s, released, c)}
 		}
 	case OpForceRelease:
 		if s.status == live {
-			return []keyState{ended(s, forced)}
+			return []keyState{m.ended(s, forced, c)}
 		}
 	}
 	return nil
 }
 
-func ended(s keyState, st status) keyState {
+// denseFrom reports whether the next grant on s mints exactly the next
+// token: with dense tokens, unless the key has no record (reclaimed, or,
+// with a retention, never leased: its tokens start above the backend's
+// floor).
+func (m model) denseFrom(s keyState) bool {
+	return m.dense && !s.reclaimed && (m.retention == 0 || s.id != "")
+}
+
+// ended returns s with its lease ended by c (a release or forced release).
+func (m model) ended(s keyState, st status, c *call) keyState {
 	s.status, s.lo, s.hi = st, 0, 0
+	if m.retention > 0 {
+		s.endLo = c.cCall
+	}
 	return s
 }
 
@@ -244,10 +296,10 @@ func (m model) sameToken(s keyState, tok uint64) (keyState, bool) {
 	if s.token != 0 {
 		return s, tok == s.token
 	}
-	if tok < s.minted || (m.dense && tok != s.minted) {
+	if tok < s.minted || (m.dense && !s.reclaimed && tok != s.minted) {
 		return s, false
 	}
-	s.token, s.minted = tok, tok
+	s.token, s.minted, s.reclaimed = tok, tok, false
 	return s, true
 }
 
@@ -277,7 +329,7 @@ func (m model) grant(s keyState, c *call) []keyState {
 		}
 		// Every token so far is at most minted, or (a lease whose token
 		// is unknown) at least minted: either way the new one is larger.
-		if l.Token <= s.minted || (m.dense && l.Token != s.minted+1) {
+		if l.Token <= s.minted || (m.denseFrom(s) && l.Token != s.minted+1) {
 			return nil
 		}
 		return []keyState{{id: op.LeaseID, token: l.Token, minted: l.Token, status: live,
@@ -346,7 +398,7 @@ func (m model) release(s keyState, c *call) []keyState {
 	case ok:
 		switch {
 		case mine && s.status == live:
-			return []keyState{ended(s, released)}
+			return []keyState{m.ended(s, released, c)}
 		case mine && (s.status == released || s.status == forced):
 			return []keyState{s} // a resent release
 		}
@@ -393,7 +445,7 @@ func (m model) forceRelease(s keyState, c *call) []keyState {
 		return nil
 	}
 	if s.status == live {
-		return []keyState{ended(s, forced)}
+		return []keyState{m.ended(s, forced, c)}
 	}
 	return []keyState{s}
 }

@@ -197,3 +197,51 @@ func TestModelGrantMany(t *testing.T) {
 		}
 	}
 }
+
+// TestModelRetention: with a retention of 100ms, a key whose lease ended
+// that long before a call may read as never leased (an old ID not found, a
+// resent grant a new lease, tokens with a gap), never earlier, and its
+// tokens never go back.
+func TestModelRetention(t *testing.T) {
+	t.Setenv(VisualizationDirEnv, t.TempDir())
+	lost := fmt.Errorf("lost: %w", backend.ErrOutcomeUnknown)
+	h := func() *hist { return &hist{} }
+	cases := []struct {
+		name  string
+		h     *hist
+		valid bool
+	}{
+		{"reclaimed after a release: old ID not found", h().grant("a", 1, 0, 1).release("a", nil, 10, 11).
+			release("a", backend.ErrLeaseNotFound, 110, 111).renewErr("a", backend.ErrLeaseNotFound, 112, 113), true},
+		{"reclaimed before the retention", h().grant("a", 1, 0, 1).release("a", nil, 10, 11).
+			release("a", backend.ErrLeaseNotFound, 100, 101), false},
+		{"a resent grant after the reclaim gets a new lease", h().grant("a", 1, 0, 1).release("a", nil, 10, 11).
+			grant("a", 7, 200, 201).token(7, 202, 203), true},
+		{"a resent grant before the retention gets a new lease", h().grant("a", 1, 0, 1).release("a", nil, 10, 11).
+			grant("a", 7, 50, 51), false},
+		{"a token reissued after the reclaim", h().grant("a", 1, 0, 1).grant("a", 1, 2, 3).release("a", nil, 10, 11).
+			grant("b", 1, 200, 201), false},
+		{"reclaimed after an expiry", h().grant("a", 1, 0, 1).grantErr("a", backend.ErrLeaseExpired, 60, 61).
+			renewErr("a", backend.ErrLeaseNotFound, 151, 151).grant("b", 3, 152, 153), true},
+		{"reclaimed before the expiry's retention", h().grant("a", 1, 0, 1).
+			renewErr("a", backend.ErrLeaseNotFound, 140, 140), false},
+		{"a lost grant's token reissued after a reclaim", h().grant("a", 1, 0, 1).release("a", nil, 2, 3).
+			grantErr("b", lost, 4, 5).token(2, 10, 11).token(0, 100, 101).grant("c", 2, 300, 301), false},
+		{"a lost grant's token, then a reclaim and a higher one", h().grant("a", 1, 0, 1).release("a", nil, 2, 3).
+			grantErr("b", lost, 4, 5).token(2, 10, 11).token(0, 100, 101).grant("c", 9, 300, 301), true},
+		{"a never-leased key starts above the floor", h().grant("a", 5, 0, 1), true},
+	}
+	for _, c := range cases {
+		err := CheckHistory(c.h.ops, Traits{DenseTokens: true, Retention: 100 * time.Millisecond})
+		switch {
+		case c.valid && err != nil:
+			t.Errorf("%s: %v, want no violation", c.name, err)
+		case !c.valid && (err == nil || !strings.Contains(err.Error(), `key "k"`)):
+			t.Errorf("%s: %v, want a violation on key \"k\"", c.name, err)
+		}
+	}
+	// Without a retention, the same reclaiming histories are violations.
+	if err := CheckHistory(cases[0].h.ops, Traits{DenseTokens: true}); err == nil {
+		t.Errorf("%s, with no retention: no violation, want one", cases[0].name)
+	}
+}

@@ -23,7 +23,15 @@ type Backend struct {
 	closed     atomic.Bool
 	shards     []shard
 	lines      lines // the lines of waiters (queue.go)
+
+	retention time.Duration // 0: records are kept for ever
+	floor     atomic.Uint64 // the highest token of any key reclaimed (sweep.go)
+	sweep     sweeper
 }
+
+// DefaultRetention is the retention of a backend made without
+// WithRetention.
+const DefaultRetention = 24 * time.Hour
 
 // Option configures a Backend.
 type Option func(*Backend)
@@ -39,6 +47,22 @@ func WithClock(c Clock) Option {
 			b.clock = &monotonic{c: c}
 		}
 	}
+}
+
+// WithRetention sets how long a key's record outlives the key's last use:
+// once a key has had no live lease and no lock delay for d on the
+// backend's clock, a sweep deletes its record, and the key then reads as
+// one never leased, except that its next token is still above every token
+// it had (see the package doc's "Retention" and backend's contract). d <= 0
+// keeps every record for ever.
+//
+// The default, DefaultRetention (24 hours), is long enough that no
+// realistic pause outlives it (a stalled holder, a request resent after a
+// partition: a resend after the retention may get a new lease instead of
+// its verdict), and short enough that a workload of a key per job, order or
+// file holds a day of keys, not every key it ever used.
+func WithRetention(d time.Duration) Option {
+	return func(b *Backend) { b.retention = max(d, 0) }
 }
 
 // WithMaxToken caps the tokens the backend mints (default math.MaxUint64);
@@ -59,10 +83,11 @@ func WithMaxToken(max uint64) Option {
 // stay a small part of each key's memory when there are only a thousand
 // keys. Its fixed cost is 128 bytes per shard.
 func New(opts ...Option) *Backend {
-	b := &Backend{maxToken: math.MaxUint64, keySeed: maphash.MakeSeed(), idSeed: maphash.MakeSeed()}
+	b := &Backend{maxToken: math.MaxUint64, keySeed: maphash.MakeSeed(), idSeed: maphash.MakeSeed(), retention: DefaultRetention}
 	for _, o := range opts {
 		o(b)
 	}
+	b.sweep.start(b.retention)
 	if b.clock == nil {
 		b.base = time.Now()
 	} else {
@@ -123,6 +148,7 @@ var (
 	_ backend.InProcess     = (*Backend)(nil)
 	_ backend.Queuer        = (*Backend)(nil)
 	_ backend.MultiGranter  = (*Backend)(nil)
+	_ backend.Sizer         = (*Backend)(nil)
 )
 
 // InProcess implements backend.InProcess: no request waits on anything

@@ -29,12 +29,15 @@ const (
 	benchTimeout          = time.Hour // never expires during a run
 )
 
-// benchImpls are the backends benchmarked.
+// benchImpls are the backends benchmarked: the default (retention on, 24
+// hours) and one that keeps every record, run in turn within each -count
+// round so that a comparison of the two is interleaved (docs/retention.md).
 var benchImpls = []struct {
 	name string
 	new  func() backend.Backend
 }{
 	{"Sharded", func() backend.Backend { return memorybackend.New() }},
+	{"NoRetention", func() backend.Backend { return memorybackend.New(memorybackend.WithRetention(0)) }},
 }
 
 // benchKeys holds each goroutine's keys and lease IDs, built before the
@@ -133,6 +136,36 @@ func BenchmarkGrantRelease(b *testing.B) {
 					flip ^= 1
 				}
 			})
+		})
+	}
+}
+
+// BenchmarkChurn measures a grant and a release on a key never used before,
+// one goroutine, with the retention off (every record kept), the default
+// (24 hours: no pass is due in a run) and 100 ms, on the system clock: each
+// grant then does its step of a pass that reclaims the keys of 100 ms ago.
+func BenchmarkChurn(b *testing.B) {
+	for _, bc := range []struct {
+		name      string
+		retention time.Duration
+	}{{"Off", 0}, {"Default", memorybackend.DefaultRetention}, {"100ms", 100 * time.Millisecond}} {
+		b.Run(bc.name, func(b *testing.B) {
+			be := memorybackend.New(memorybackend.WithRetention(bc.retention))
+			defer be.Close()
+			ctx := context.Background()
+			keys := make([]string, b.N)
+			for i := range keys {
+				keys[i] = fmt.Sprintf("orders/%08d", i)
+			}
+			b.ResetTimer()
+			for i := range b.N {
+				if _, err := be.Grant(ctx, benchRequest(keys[i], "lease")); err != nil {
+					b.Fatal(err)
+				}
+				if err := be.Release(ctx, keys[i], "lease"); err != nil {
+					b.Fatal(err)
+				}
+			}
 		})
 	}
 }

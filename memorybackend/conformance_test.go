@@ -41,6 +41,17 @@ func (h *fakeClockHarness) PresetToken(_ context.Context, b backend.Backend, key
 	return nil
 }
 
+// NewBackendWithRetention implements conformance.Retainer.
+func (h *fakeClockHarness) NewBackendWithRetention(_ context.Context, _ testing.TB, d time.Duration) (backend.Backend, error) {
+	return memorybackend.New(memorybackend.WithClock(h.clock), memorybackend.WithRetention(d)), nil
+}
+
+// Records implements conformance.Retainer.
+func (h *fakeClockHarness) Records(ctx context.Context, b backend.Backend) (int, error) {
+	st, err := b.(backend.Sizer).Size(ctx)
+	return int(st.Records), err
+}
+
 // No goroutine of a Hold, Lock or subscription outlives its test.
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 

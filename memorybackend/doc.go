@@ -8,14 +8,34 @@
 //
 // # Memory
 //
-// A key's record is never deleted: the highest token must outlive every lease
-// on the key, or a later grant could reissue it. So a process that leases an
-// unbounded number of distinct keys grows without bound; use a persistent
-// backend for that, or keys from a bounded set. What stays is small: a key
-// whose lease has ended holds its token, its state, a fingerprint of its last
-// lease's ID and a copy of its bytes in a record with no pointers in it (the
-// garbage collector does not trace it), plus an index slot: a few dozen
-// bytes beyond the key's own bytes (docs/memory.md has the measured figure).
+// A key whose lease has ended holds its token, its state, a fingerprint of
+// its last lease's ID, when it became idle and a copy of its bytes in a
+// record with no pointers in it (the garbage collector does not trace it),
+// plus an index slot: a few dozen bytes beyond the key's own bytes
+// (docs/memory.md has the measured figure).
+//
+// # Retention
+//
+// A key idle (no live lease, no lock delay) for the retention is reclaimed:
+// its record is deleted (WithRetention; 24 hours by default, 0 keeps every
+// record). Its highest token must still outlive it, or a later grant could
+// reissue it, so the deletion raises the backend's floor, one number: the
+// highest token of any key reclaimed. A key with no record, never leased or
+// reclaimed, starts above the floor. So tokens are dense (1, 2, 3...) on a
+// key while its record is kept, and its first token after a reclaim is
+// above the floor, which may be far above its own last one.
+//
+// Grants do the reclaiming, with no goroutine: once a pass is due
+// (retention/8 after the last one ended, on the backend's clock), each grant
+// visits a bounded number of index slots of the backend's shards (64), one
+// shard lock at a time after letting go of its own, until the pass has been
+// round every shard. So a key is reclaimed within about retention/8 and one
+// pass after its retention ends, by grants on any keys, and a backend that
+// nobody calls keeps what it holds. Shards that have shrunk to less than
+// half are compacted into new arrays, so the memory goes back to the heap.
+// A Renew or Release with a reclaimed key's old lease ID gets
+// backend.ErrLeaseNotFound; a grant resent with it gets a new lease.
+// Size (backend.Sizer) reports the records held and the keys reclaimed.
 // A live lease holds a further 72 bytes and keeps its lease ID and owner
 // strings, until it is released, or until it has expired (and its lock delay,
 // if it has one, is over) and the key is next touched or a later grant in its

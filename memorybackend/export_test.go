@@ -8,11 +8,11 @@ func PresetToken(b *Backend, key string, token uint64) {
 	defer s.mu.Unlock()
 	ref, ok := s.find(h, key)
 	if !ok {
-		s.insert(h, key, token, stateReleased)
+		s.insert(h, key, token, stateReleased, b.now())
 		return
 	}
 	if s.record(ref).state() >= stateLive {
-		s.end(ref, stateReleased, b.idSeed)
+		s.end(ref, stateReleased, b.now(), b.idSeed)
 	}
 	s.record(ref).setToken(token)
 }

@@ -15,7 +15,8 @@ import (
 // clock, recorded, and checks the history against the conformance suite's
 // lease model (conformance.CheckHistory). The first byte, when below 16,
 // caps the tokens at that value, so sequences reach the end of the token
-// space. The rest is read three bytes a call: what to do, on which key and
+// space; from 224 it sets a retention of 1 to 32 ms (the model then
+// lets idle keys be reclaimed, and the grants sweep them). The rest is read three bytes a call: what to do, on which key and
 // with which of four lease IDs, and a duration: whole milliseconds, less a
 // nanosecond when odd (an advance by 1 is one nanosecond), so calls land
 // exactly on, just before and just after a lease's end.
@@ -25,9 +26,14 @@ func FuzzModel(f *testing.F) {
 			data = data[:3*300] // keep each run quick
 		}
 		var opts []memorybackend.Option
+		var retention time.Duration
 		if len(data) > 0 {
-			if data[0] < 16 {
+			switch {
+			case data[0] < 16:
 				opts = append(opts, memorybackend.WithMaxToken(uint64(data[0])))
+			case data[0] >= 224:
+				retention = time.Duration(data[0]-223) * time.Millisecond
+				opts = append(opts, memorybackend.WithRetention(retention))
 			}
 			data = data[1:]
 		}
@@ -69,7 +75,7 @@ func FuzzModel(f *testing.F) {
 				b.Renew(ctx, backend.Request{Key: key, LeaseID: cmpOr(ids[slot]), Timeout: timeout, Margin: -1})
 			}
 		}
-		conformance.CheckLinearizable(t, rec.History(), conformance.Traits{Now: clock.Now, DenseTokens: true})
+		conformance.CheckLinearizable(t, rec.History(), conformance.Traits{Now: clock.Now, DenseTokens: true, Retention: retention})
 	})
 }
 

@@ -18,13 +18,14 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	}
 	h, s := b.locate(req.Key)
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	now := b.now()
 	at, l, done, err := b.checkGrant(s, h, req, now)
-	if done || err != nil {
-		return l, err
+	if !done && err == nil {
+		l = b.applyGrant(s, h, at, req, now)
 	}
-	return b.applyGrant(s, h, at, req, now), nil
+	s.mu.Unlock()
+	b.sweep.drive(b, now)
+	return l, err
 }
 
 // GrantMany implements backend.MultiGranter: it locks the shards of reqs'
@@ -49,9 +50,19 @@ func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]back
 	idx = slices.Compact(idx)
 	for _, i := range idx {
 		b.shards[i].mu.Lock()
-		defer b.shards[i].mu.Unlock()
 	}
 	now := b.now()
+	leases, err := b.grantMany(reqs, hashes, shards, now)
+	for _, i := range idx {
+		b.shards[i].mu.Unlock()
+	}
+	b.sweep.drive(b, now)
+	return leases, err
+}
+
+// grantMany is GrantMany's work at now, with the shards of reqs' keys
+// locked.
+func (b *Backend) grantMany(reqs []backend.Request, hashes []uint64, shards []*shard, now int64) ([]backend.Lease, error) {
 	leases := make([]backend.Lease, len(reqs))
 	held := make([]bool, len(reqs)) // a retry: the key's lease is already this request's
 	at := make([]recordAt, len(reqs))
@@ -74,6 +85,7 @@ func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]back
 type recordAt struct {
 	ref   uint32
 	found bool
+	floor uint64 // when not found: the floor the key's first token is above
 }
 
 // checkGrant decides a grant of req, whose key's hash is h, on shard s
@@ -83,12 +95,14 @@ type recordAt struct {
 // changes nothing a reader can see (it may end a lease whose time and lock
 // delay are over, which reads as before), and no record moves before
 // applyGrant.
-// applyGrant.
 func (b *Backend) checkGrant(s *shard, h uint64, req backend.Request, now int64) (at recordAt, l backend.Lease, done bool, err error) {
 	ref, found := s.find(h, req.Key)
-	at = recordAt{ref, found}
+	at = recordAt{ref: ref, found: found}
 	if !found {
-		if b.maxToken == 0 {
+		// The key's first token, or its first since it was reclaimed, is
+		// above the floor (read once: another shard's sweep may raise it).
+		at.floor = b.floor.Load()
+		if at.floor >= b.maxToken {
 			return at, backend.Lease{}, false, backend.ErrTokenSpaceExhausted
 		}
 		return at, backend.Lease{}, false, nil
@@ -111,7 +125,7 @@ func (b *Backend) checkGrant(s *shard, h uint64, req backend.Request, now int64)
 		if end := l.delayEnd(); now < end {
 			return at, backend.Lease{}, false, &backend.HeldError{Remaining: time.Duration(end - now), Delayed: true}
 		}
-		s.end(ref, l.endState(), b.idSeed) // reads as before: expired or released
+		s.end(ref, l.endState(), l.delayEnd(), b.idSeed) // reads as before: expired or released
 	} else if r.fingerprint() == b.fingerprint(req.LeaseID) { // a retry, after the lease ended
 		if r.state() == stateReleased {
 			return at, backend.Lease{}, false, backend.ErrLeaseNotFound
@@ -128,7 +142,9 @@ func (b *Backend) checkGrant(s *shard, h uint64, req backend.Request, now int64)
 func (b *Backend) applyGrant(s *shard, h uint64, at recordAt, req backend.Request, now int64) backend.Lease {
 	ref := at.ref
 	if !at.found {
-		ref = s.insert(h, req.Key, 0, stateReleased)
+		// A key with no record starts above every token of every key
+		// reclaimed so far, its own earlier ones among them.
+		ref = s.insert(h, req.Key, at.floor, stateReleased, now)
 	}
 	last := s.record(ref).token()
 	state := s.addLive(liveLease{

@@ -35,16 +35,17 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	if l.id != leaseID {
 		return backend.ErrLeaseNotFound
 	}
-	if now := b.now(); now >= l.expires {
+	now := b.now()
+	if now >= l.expires {
 		if l.forced() { // forced out, in its lock delay: reads as released
 			return nil
 		}
 		if now >= l.delayEnd() {
-			s.end(ref, stateExpired, b.idSeed) // reads as before: expired
+			s.end(ref, stateExpired, l.delayEnd(), b.idSeed) // reads as before: expired
 		}
 		return backend.ErrLeaseExpired // an expiry is not a release: the delay stays
 	}
-	s.end(ref, stateReleased, b.idSeed) // a release by the holder: no delay
+	s.end(ref, stateReleased, now, b.idSeed) // a release by the holder: no delay
 	s.notify(key)
 	return nil
 }
@@ -73,7 +74,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 		return false, nil
 	}
 	if l.forceEnd(now) {
-		s.end(ref, stateReleased, b.idSeed)
+		s.end(ref, stateReleased, now, b.idSeed)
 	}
 	s.notify(key)
 	return true, nil

@@ -15,8 +15,9 @@ import (
 //
 // # Index
 //
-// The index is a power-of-two array of uint64 slots, linear probing, never
-// a deletion (records are never deleted). A slot is 0 when empty, and
+// The index is a power-of-two array of uint64 slots, linear probing; a
+// deletion (a reclaimed key, see sweep.go) shifts the slots after it back,
+// so no tombstone is left. A slot is 0 when empty, and
 // otherwise hash<<32 | (ref+1), where hash is the low 32 bits of the key's
 // hash: the slot's home is hash & mask, and a probe compares the key's
 // bytes only when all 32 bits match. The index doubles when it is 7/8 full.
@@ -36,7 +37,8 @@ type shard struct {
 	live  []liveLease
 
 	arena  [][]byte                              // chunks; only the last one grows
-	count  int                                   // records
+	count  uint32                                // records
+	used   uint32                                // the records' bytes / 8
 	subs   map[string]map[*subscription]struct{} // NotifyFree waiters; nil until the first
 	chunk0 [1][]byte                             // arena's backing array while it has one chunk
 }
@@ -109,20 +111,23 @@ func (s *shard) find(h uint64, key string) (uint32, bool) {
 }
 
 // insert adds a record for key, whose hash is h and which has none, with
-// the given token and state, and returns its ref.
-func (s *shard) insert(h uint64, key string, token uint64, state uint32) uint32 {
-	if (s.count+1)*8 > len(s.index)*7 {
+// the given token, state and idle time, and returns its ref.
+func (s *shard) insert(h uint64, key string, token uint64, state uint32, idle int64) uint32 {
+	if int(s.count+1)*8 > len(s.index)*7 {
 		s.growIndex()
 	}
-	ref := s.allocRecord(recordHeader + len(key))
+	n := (recordHeader + len(key) + 7) &^ 7
+	ref := s.allocRecord(n)
 	r := s.record(ref)
 	r.setToken(token)
 	r.setFingerprint(0)
+	r.setIdleSince(idle)
 	r.setState(state)
-	binary.LittleEndian.PutUint16(r[20:], uint16(len(key)))
+	binary.LittleEndian.PutUint16(r[28:], uint16(len(key)))
 	copy(r[recordHeader:], key)
 	s.place(s.index, uint32(h), ref)
 	s.count++
+	s.used += uint32(n >> 3)
 	return ref
 }
 
@@ -145,6 +150,25 @@ func (s *shard) growIndex() {
 			s.place(s.index, uint32(slot>>32), uint32(slot)-1)
 		}
 	}
+}
+
+// unplace empties index slot i and shifts back the slots after it that
+// probed past it (backward-shift deletion), so every key stays reachable
+// from its home without a tombstone. A slot moves only to a lower place in
+// its probe sequence: from after i (cyclically) to i or a later hole.
+func (s *shard) unplace(i uint32) {
+	mask := uint32(len(s.index) - 1)
+	hole := i
+	for j := (i + 1) & mask; s.index[j] != 0; j = (j + 1) & mask {
+		home := uint32(s.index[j]>>32) & mask
+		// The slot at j may fill the hole unless its home lies cyclically
+		// in (hole, j]: then it was never past the hole.
+		if (j-home)&mask >= (j-hole)&mask {
+			s.index[hole] = s.index[j]
+			hole = j
+		}
+	}
+	s.index[hole] = 0
 }
 
 // allocRecord returns the ref of n new bytes (rounded up to 8) at the end
@@ -180,7 +204,7 @@ func (s *shard) addLive(l liveLease, now int64, idSeed maphash.Seed) uint32 {
 	if n := uint32(len(s.live)); n > 0 {
 		s.sweep = (s.sweep + 1) % n
 		if v := &s.live[s.sweep]; v.id != "" && now >= v.delayEnd() {
-			s.end(v.ref, v.endState(), idSeed)
+			s.end(v.ref, v.endState(), v.delayEnd(), idSeed)
 		}
 	}
 	var i uint32
@@ -196,12 +220,14 @@ func (s *shard) addLive(l liveLease, now int64, idSeed maphash.Seed) uint32 {
 }
 
 // end turns the live lease of the record ref into an ended one (state is
-// stateReleased or stateExpired) that keeps only its ID's fingerprint, and
-// frees the liveLease.
-func (s *shard) end(ref uint32, state uint32, idSeed maphash.Seed) {
+// stateReleased or stateExpired) that keeps only its ID's fingerprint and
+// at, when the key became idle (the release, or the end of the lease's
+// lock delay), and frees the liveLease.
+func (s *shard) end(ref uint32, state uint32, at int64, idSeed maphash.Seed) {
 	r := s.record(ref)
 	i := r.state() - stateLive
 	r.setFingerprint(maphash.String(idSeed, s.live[i].id))
+	r.setIdleSince(at)
 	r.setState(state)
 	s.live[i] = liveLease{ref: s.free}
 	s.free = i + 1
