@@ -37,9 +37,11 @@ type commandSpec struct {
 func orphanMargin(ttl time.Duration) time.Duration { return min(ttl/5, 2*time.Second) }
 
 // deadlinePoll is how often the supervisor passes the lease's deadline on to
-// the watchdog: a twentieth of the TTL, from 10ms to 250ms. The watchdog
-// stops the command on its own only twice that long past the deadline it
-// was last told of, so that a renewal on its way does not stop it.
+// the watchdog, renewed or not: a twentieth of the TTL, from 10ms to 250ms.
+// The watchdog takes the supervisor for frozen once it has been silent
+// twice that long with the deadline less than two orphanMargins away (a
+// renewal keeps the deadline further, by default) and, on Linux, is
+// stopped; or once it is silent past the deadline by twice that long.
 func deadlinePoll(ttl time.Duration) time.Duration {
 	return min(max(ttl/20, 10*time.Millisecond), 250*time.Millisecond)
 }

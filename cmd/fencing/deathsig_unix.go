@@ -19,3 +19,7 @@ func selfPath() (string, error) { return os.Executable() }
 
 // setCommandDeathSignal does nothing outside Linux.
 func setCommandDeathSignal(a *syscall.SysProcAttr) {}
+
+// stoppedProcess cannot tell here whether a process is stopped: the
+// watchdog goes by its supervisor's silence alone.
+func stoppedProcess(int) (stopped, known bool) { return false, false }

@@ -65,8 +65,9 @@ and the signal goes to the whole group. SIGINT, SIGTERM and SIGHUP sent to hold
 are passed on to the command. On Unix a watchdog process (this program again)
 starts the command: should hold die (SIGKILL, the OOM
 killer), it sends the command SIGTERM at once and SIGKILL after --grace or
-before the lease's deadline, whichever is first; should hold stay frozen past
-the deadline, it stops the command as a lost lease does.
+before the lease's deadline, whichever is first; should hold be stopped
+(SIGSTOP, a debugger) as the deadline nears, it stops the command the same way,
+before the deadline.
 
 With several keys, hold takes them all in one atomic grant or none (with --wait,
 it waits until it can take them all; --fifo waits in each key's line in turn, in
@@ -306,8 +307,9 @@ func runHeld(cmd *cobra.Command, h heldLeases, grace time.Duration, env []string
 		return 127, nil
 	}
 	defer child.close()
-	// The watchdog ends the command should this process die or freeze past
-	// the lease's deadline: it learns of each renewal.
+	// The watchdog ends the command should this process die, or freeze
+	// with the lease's deadline near: it hears the deadline every poll,
+	// renewed or not, and takes silence for a freeze.
 	poll := time.NewTicker(deadlinePoll(lease.TTL))
 	defer poll.Stop()
 	lost := h.Done()
@@ -323,10 +325,7 @@ func runHeld(cmd *cobra.Command, h heldLeases, grace time.Duration, env []string
 		case sig := <-sigs:
 			child.signal(sig)
 		case <-poll.C:
-			if d := h.Lease().Deadline; !d.Equal(lease.Deadline) {
-				lease.Deadline = d
-				child.setDeadline(d)
-			}
+			child.setDeadline(h.Lease().Deadline)
 		case <-lost:
 			lost = nil
 			fmt.Fprintf(cmd.ErrOrStderr(), "fencing: %s: %v; stopping the command (SIGTERM, SIGKILL after %v)\n", cmd.Name(), h.Err(), grace)

@@ -55,8 +55,10 @@ On a terminal it redraws in place: arrows, j/k, PgUp/PgDn scroll, q quits; it
 works over SSH like any terminal program. It reads the keys every --interval
 (the backends have no event stream for new leases or new waiters) and, on a
 backend that announces releases (all of this module's), at once when a shown
-lease ends. When its output is not a terminal, or with --once, it prints the
-table once and exits; --json prints it once as JSON.`,
+lease ends. While reads fail, it keeps the last rows read, marked STALE, with
+the time left unknown ("?"), until a read succeeds. When its output is not a
+terminal, or with --once, it prints the table once and exits; --json prints it
+once as JSON.`,
 		Example: `  fencing top jobs/
   fencing top --once orders/ --redis-addr localhost:6379
   fencing top --json | jq '.keys[] | select(.waiters > 0)'`,
@@ -83,7 +85,7 @@ table once and exits; --json prints it once as JSON.`,
 				if conn.jsonOut {
 					return printJSON(out, topJSON{Time: time.Now().UTC(), Keys: rows})
 				}
-				return topTable(out, rows, 0)
+				return topTable(out, rows, 0, false)
 			}
 			return topRun(cmd.Context(), s, prefix, interval, cmd.InOrStdin(), out)
 		}),
@@ -142,8 +144,10 @@ func rank(r topRow) int {
 	return 2
 }
 
-// topCells is a row's columns as text.
-func topCells(r topRow) []string {
+// topCells is a row's columns as text. A stale row (from a read before
+// one that failed) shows "?" for the time left: what it showed then is no
+// longer true, and the lease may have been renewed or released since.
+func topCells(r topRow, stale bool) []string {
 	state, owner, token, left, delay, waiters := "free", "-", "-", "-", "-", "?"
 	switch {
 	case r.Live:
@@ -162,17 +166,21 @@ func topCells(r topRow) []string {
 	if r.Waiters >= 0 {
 		waiters = strconv.Itoa(r.Waiters)
 	}
+	if stale && left != "-" {
+		left = "?"
+	}
 	return []string{quote(r.Key), state, owner, token, left, delay, waiters}
 }
 
 var topHeader = []string{"KEY", "STATE", "OWNER", "TOKEN", "LEFT", "DELAY", "WAITERS"}
 
-// topTable writes rows from offset on as a plain table.
-func topTable(w io.Writer, rows []topRow, offset int) error {
+// topTable writes rows from offset on as a plain table; stale marks them
+// as read before a read that failed.
+func topTable(w io.Writer, rows []topRow, offset int, stale bool) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(topHeader, "\t"))
 	for _, r := range rows[min(offset, len(rows)):] {
-		fmt.Fprintln(tw, strings.Join(topCells(r), "\t"))
+		fmt.Fprintln(tw, strings.Join(topCells(r, stale), "\t"))
 	}
 	return tw.Flush()
 }
@@ -184,9 +192,10 @@ type topModel struct {
 	prefix   string
 	interval time.Duration
 	rows     []topRow
-	read     time.Time
-	err      error
-	offset   int // the first row shown
+	read     time.Time // when rows were read
+	err      error     // the last read's error: rows are stale
+	failed   time.Time // when that read failed
+	offset   int       // the first row shown
 	height   int
 	watches  map[string]backend.Subscription
 	woken    chan struct{} // a watched lease may have ended
@@ -291,10 +300,12 @@ func (m *topModel) closeWatches() {
 func (m *topModel) Update(msg tea.Msg) (tea.Model, tea.Cmd) {
 	switch msg := msg.(type) {
 	case topReadMsg:
-		m.read, m.err = msg.at, msg.err
+		m.err = msg.err
 		if msg.err == nil {
-			m.rows = msg.rows
+			m.read, m.rows = msg.at, msg.rows
 			m.watch(msg.rows)
+		} else {
+			m.failed = msg.at
 		}
 		m.offset = max(min(m.offset, len(m.rows)-1), 0)
 		return m, m.waitCmd()
@@ -342,19 +353,24 @@ func (m *topModel) View() tea.View {
 		prefix = "(all keys)"
 	}
 	b.WriteString(topTitle.Render(fmt.Sprintf("fencing top %s on %s", quote(prefix), m.s.name)))
+	stale := m.err != nil
 	if !m.read.IsZero() {
 		fmt.Fprintf(&b, "  %d keys, read %s", len(m.rows), m.read.Format("15:04:05.000"))
+		if stale {
+			b.WriteString(topErr.Render("  STALE: time left unknown (?) until a read succeeds"))
+		}
 	}
 	b.WriteString("\n")
-	if m.err != nil {
-		b.WriteString(topErr.Render("error: "+m.s.wrap(m.ctx, m.err).Error()) + "\n")
+	lines := 4 // title, header, footer, and one to spare
+	if stale {
+		b.WriteString(topErr.Render(fmt.Sprintf("error at %s: %v", m.failed.Format("15:04:05.000"), m.s.wrap(m.ctx, m.err))) + "\n")
+		lines++
 	}
 	var t strings.Builder
-	shown := max(m.height-4, 1)
+	shown := max(m.height-lines, 1)
 	end := min(m.offset+shown, len(m.rows))
-	_ = topTable(&t, m.rows[min(m.offset, len(m.rows)):end], 0)
-	lines := strings.Split(strings.TrimRight(t.String(), "\n"), "\n")
-	for i, l := range lines {
+	_ = topTable(&t, m.rows[min(m.offset, len(m.rows)):end], 0, stale)
+	for i, l := range strings.Split(strings.TrimRight(t.String(), "\n"), "\n") {
 		if i == 0 {
 			l = topHead.Render(l)
 		}

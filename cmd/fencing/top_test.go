@@ -3,15 +3,20 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/recipetest"
+	"github.com/fencing-go/fencing/memorybackend"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
 
@@ -192,5 +197,144 @@ func TestTopOnce(t *testing.T) {
 	}
 	if len(out.Keys) != 1 || out.Keys[0].Key != "jobs/a" || !out.Keys[0].Live || out.Keys[0].Owner != "me" || out.Keys[0].Waiters != 0 {
 		t.Fatalf("top --json: %+v", out)
+	}
+}
+
+// memorySession is a session over a fresh memory backend (and its
+// coordinator with opts), closed with the test.
+func memorySession(t *testing.T, opts ...fencing.Option) (*session, *memorybackend.Backend) {
+	t.Helper()
+	mb := memorybackend.New()
+	s := &session{c: fencing.New(mb, opts...), b: mb, name: "memory", where: "memory", timeout: 10 * time.Second, close: func() { mb.Close() }}
+	t.Cleanup(s.Close)
+	return s, mb
+}
+
+// TestTopReadPages: keys over several pages of List (its default page is
+// 100 keys) are all read, each once, in order.
+func TestTopReadPages(t *testing.T) {
+	s, _ := memorySession(t)
+	ctx := context.Background()
+	const n = 2*memorybackend.DefaultListLimit + 50
+	for i := range n {
+		if _, err := s.c.Grant(ctx, fmt.Sprintf("pages/%03d", i), time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := s.c.Grant(ctx, "other", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 30*time.Second) // a cursor not followed would loop
+	defer cancel()
+	rows, err := topRead(rctx, s, "pages/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rows) != n {
+		t.Fatalf("top read %d keys over the pages, want %d", len(rows), n)
+	}
+	for i, r := range rows {
+		if want := fmt.Sprintf("pages/%03d", i); r.Key != want || !r.Live || r.Waiters != 0 {
+			t.Fatalf("row %d is %+v, want %q live with no waiters", i, r, want)
+		}
+	}
+}
+
+// TestTopReadOrder: the most contended keys come first: most waiters, then
+// live, delayed, free, then by key (the keys' names are in the opposite
+// order, so that no criterion holds by chance).
+func TestTopReadOrder(t *testing.T) {
+	s, mb := memorySession(t)
+	ctx := context.Background()
+	for _, k := range []string{"o/5", "o/4", "o/3", "o/1"} {
+		if _, err := s.c.Grant(ctx, k, time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	free, err := s.c.Grant(ctx, "o/0", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.c.Release(ctx, "o/0", free.ID); err != nil {
+		t.Fatal(err)
+	}
+	// o/2 is delayed: its lease ends (forced, not released) with a
+	// minute's lock delay.
+	if _, err := fencing.New(mb, fencing.WithDefaultLockDelay(time.Minute)).Grant(ctx, "o/2", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ended, err := s.c.ForceRelease(ctx, "o/2"); err != nil || !ended {
+		t.Fatalf("ForceRelease: %v, %v", ended, err)
+	}
+	// Waiters in line: two on o/4, one on o/5.
+	wctx, stop := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	t.Cleanup(func() { stop(); wg.Wait() })
+	for _, k := range []string{"o/4", "o/4", "o/5"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if h, err := s.c.Lock(wctx, k, time.Minute, fencing.WithFIFO()); err == nil {
+				h.Release(ctx)
+			}
+		}()
+	}
+	for k, n := range map[string]int{"o/4": 2, "o/5": 1} {
+		waitLine(t, mb, k, n)
+	}
+	rows, err := topRead(ctx, s, "o/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, r := range rows {
+		got = append(got, fmt.Sprintf("%s:%s:%d", r.Key, topCells(r, false)[1], r.Waiters))
+	}
+	want := []string{"o/4:live:2", "o/5:live:1", "o/1:live:0", "o/3:live:0", "o/2:delayed:0", "o/0:free:0"}
+	if !slices.Equal(got, want) {
+		t.Errorf("top's order:\n got %v\nwant %v", got, want)
+	}
+}
+
+// TestTopStale: after a read that fails (the store down), top's view keeps
+// the rows of the last read that succeeded, and its time, but says they are
+// stale and shows no time left, until a read succeeds again.
+func TestTopStale(t *testing.T) {
+	up, _ := memorySession(t)
+	down, _ := memorySession(t)
+	down.Close() // every request fails
+	ctx := context.Background()
+	if _, err := up.c.Grant(ctx, "s/k", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	m := &topModel{ctx: ctx, s: up, prefix: "s/", interval: time.Second, height: 24,
+		watches: map[string]backend.Subscription{}, woken: make(chan struct{}, 1)}
+	t.Cleanup(m.closeWatches)
+	// read runs one read of the model's on s, and returns the view's
+	// title line and the key's row.
+	read := func(s *session) (string, []string) {
+		t.Helper()
+		m.s = s
+		m.Update(m.readCmd()())
+		m.s = up // the view names the store
+		view := m.View().Content
+		return strings.SplitN(view, "\n", 2)[0], topRowOf(view, "s/k")
+	}
+	title, row := read(up)
+	first := m.read.Format("15:04:05.000")
+	if len(row) != 7 || row[4] == "?" || strings.Contains(title, "STALE") || !strings.Contains(title, "read "+first) {
+		t.Fatalf("after a read: title %q, row %q", title, row)
+	}
+	time.Sleep(5 * time.Millisecond) // the failed read's time differs from the first's
+	title, row = read(down)
+	if m.err == nil {
+		t.Fatal("the read on a closed store succeeded")
+	}
+	if len(row) != 7 || row[4] != "?" || !strings.Contains(title, "STALE") || !strings.Contains(title, "read "+first) {
+		t.Errorf("after a failed read: title %q, row %q; want the first read's time, STALE and no time left (?)", title, row)
+	}
+	title, row = read(up)
+	if len(row) != 7 || row[4] == "?" || strings.Contains(title, "STALE") || strings.Contains(title, "read "+first) {
+		t.Errorf("after a read that succeeded again: title %q, row %q; want the new read's time and the time left", title, row)
 	}
 }

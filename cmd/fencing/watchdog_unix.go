@@ -25,12 +25,19 @@ import (
 //
 // Its control pipe is fd 3, which carries lines from the supervisor:
 // "d N", the lease's deadline as a CLOCK_MONOTONIC reading (first, and again
-// after each renewal); "s N", pass signal N on to the command; "x", the
-// lease ended: stop the command (SIGTERM, SIGKILL after GRACE). End of file
-// (or, on Linux, the death signal) means the supervisor died: the command
-// gets SIGTERM at once and SIGKILL after GRACE, or MARGIN before the
-// deadline, whichever comes first. A deadline passed by SLACK without news
-// (the supervisor frozen) stops the command as the lease's end does. With
+// every deadline poll, renewed or not: the supervisor's heartbeat); "s N",
+// pass signal N on to the command; "x", the lease ended: stop the command
+// (SIGTERM, SIGKILL after GRACE). End of file (or, on Linux, the death
+// signal) means the supervisor died: the command gets SIGTERM at once and
+// SIGKILL after GRACE, or MARGIN before the deadline, whichever comes
+// first. A supervisor silent for SLACK while the deadline is less than
+// twice MARGIN away, and stopped (on Linux, where its state can be read:
+// a supervisor only starved of the CPU is not), is taken for frozen: it
+// can renew nothing, and the lease ends at the deadline, so the command is
+// stopped as a dead supervisor's is, SIGKILL MARGIN before the deadline
+// at the latest. A supervisor silent past the deadline by SLACK is taken
+// for frozen whatever its state: its command is killed at once. A SIGKILL
+// once due is never put off by a later stop. With
 // GROUP true the command gets a process group of its own, which is
 // signalled whole, and the watchdog one of its own too (its supervisor's
 // group may be killed whole). NAME (hold, elect or sem) names the supervisor in its
@@ -126,27 +133,48 @@ func watchdogMain(args []string) int {
 		cmd.Wait()
 		close(exited)
 	}()
-	w := &watchdog{cfg: cfg, cmd: cmd, stderr: os.Stderr, deadline: time.Now().Add(monoUntil(first.n))}
+	w := &watchdog{cfg: cfg, cmd: cmd, stderr: os.Stderr, supervisor: os.Getppid(),
+		deadline: time.Now().Add(monoUntil(first.n)), heard: time.Now()}
 	w.run(ctl, died, caught, exited)
 	return statusOf(cmd.ProcessState)
 }
 
 // watchdog stops its command when the lease ends, as its supervisor tells
-// it or as its deadline passes, and when its supervisor dies.
+// it or as its deadline nears with the supervisor silent, and when its
+// supervisor dies.
 type watchdog struct {
-	cfg      watchdogConfig
-	cmd      *exec.Cmd
-	stderr   io.Writer
-	deadline time.Time // the lease's, as last told
-	stopping bool      // SIGTERM sent
-	killAt   time.Time // when SIGKILL is due, once stopping
-	kill     *time.Timer
+	cfg        watchdogConfig
+	cmd        *exec.Cmd
+	stderr     io.Writer
+	supervisor int       // its PID, to tell a stopped one from a starved one
+	deadline   time.Time // the lease's, as last told
+	heard      time.Time // when the supervisor's last line came
+	stopping   bool      // SIGTERM sent
+	orphan     bool      // the supervisor's death was seen (and said)
+	killAt     time.Time // when SIGKILL is due, once stopping
+	kill       *time.Timer
+}
+
+// frozenCheck is when the watchdog next looks for a frozen supervisor:
+// once the deadline is less than twice the margin away and the supervisor
+// has been silent for the slack.
+func (w *watchdog) frozenCheck() time.Duration {
+	return time.Until(later(w.deadline.Add(-2*w.cfg.margin), w.heard.Add(w.cfg.slack)))
+}
+
+// frozen reports whether the silent supervisor is frozen: stopped, or
+// silent past the deadline by the slack, or (where its state cannot be
+// read) silent.
+func (w *watchdog) frozen() bool {
+	stopped, known := stoppedProcess(w.supervisor)
+	return stopped || !known || time.Since(w.deadline) >= w.cfg.slack
 }
 
 // run returns once the command has exited.
 func (w *watchdog) run(ctl <-chan ctlMsg, died, caught <-chan os.Signal, exited <-chan struct{}) {
-	frozen := time.NewTimer(time.Until(w.deadline) + w.cfg.slack)
+	frozen := time.NewTimer(w.frozenCheck())
 	defer frozen.Stop()
+	frozenC := frozen.C
 	var killC <-chan time.Time
 	for {
 		if w.kill != nil {
@@ -160,29 +188,44 @@ func (w *watchdog) run(ctl <-chan ctlMsg, died, caught <-chan os.Signal, exited 
 			return
 		case m, ok := <-ctl:
 			if !ok {
-				ctl = nil
+				ctl, frozenC = nil, nil
 				w.orphaned()
 				continue
 			}
+			w.heard = time.Now()
 			switch m.kind {
 			case 'd':
 				w.deadline = time.Now().Add(monoUntil(m.n))
-				frozen.Reset(time.Until(w.deadline) + w.cfg.slack)
 			case 's':
 				w.signal(syscall.Signal(m.n))
 			case 'x':
 				w.stop(w.cfg.grace)
 			}
-		case <-died:
-			died = nil
-			w.orphaned()
-		case <-frozen.C:
-			// No renewal reached the watchdog by the deadline: the
-			// supervisor is frozen (or its news late), and the lease lost.
-			if !w.stopping {
-				fmt.Fprintf(w.stderr, "fencing: %s renewed nothing by the lease's deadline (is it stopped?); stopping the command (SIGTERM, SIGKILL after %v)\n", w.cfg.name, w.cfg.grace)
+			if frozenC != nil {
+				frozen.Reset(w.frozenCheck())
 			}
-			w.stop(w.cfg.grace)
+		case <-died:
+			died, frozenC = nil, nil
+			w.orphaned()
+		case <-frozenC:
+			if d := w.frozenCheck(); d > 0 {
+				frozen.Reset(d) // news came since the timer was set
+				continue
+			}
+			if !w.frozen() {
+				frozen.Reset(w.cfg.slack) // starved, not stopped: look again
+				continue
+			}
+			// The supervisor is frozen with the lease near its end: it
+			// can renew nothing, so the lease ends at the deadline, and
+			// the command must end before it.
+			frozenC = nil
+			d := w.beforeDeadline()
+			if !w.stopping {
+				fmt.Fprintf(w.stderr, "fencing: %s has been silent for %v with %v left on the lease (is it stopped?); stopping the command (SIGTERM, SIGKILL in %v, before the lease's deadline)\n",
+					w.cfg.name, time.Since(w.heard).Round(time.Millisecond), max(0, time.Until(w.deadline)).Round(time.Millisecond), d.Round(time.Millisecond))
+			}
+			w.stop(d)
 		case <-killC:
 			killC = nil
 			w.signal(syscall.SIGKILL)
@@ -192,11 +235,31 @@ func (w *watchdog) run(ctl <-chan ctlMsg, died, caught <-chan os.Signal, exited 
 	}
 }
 
-// orphaned stops the command of a dead supervisor: SIGKILL comes after
-// --grace or margin before the deadline, whichever is first, so that the
-// command is gone before the lease could pass to another holder.
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// beforeDeadline is how long the command of a supervisor that can no
+// longer renew has before SIGKILL: --grace, or until margin before the
+// deadline, whichever is first.
+func (w *watchdog) beforeDeadline() time.Duration {
+	return min(w.cfg.grace, max(0, time.Until(w.deadline)-w.cfg.margin))
+}
+
+// orphaned stops the command of a dead supervisor (once: on Linux both the
+// death signal and the pipe's end tell of it): SIGKILL comes after --grace
+// or margin before the deadline, whichever is first, so that the command
+// is gone before the lease could pass to another holder.
 func (w *watchdog) orphaned() {
-	d := min(w.cfg.grace, max(0, time.Until(w.deadline)-w.cfg.margin))
+	if w.orphan {
+		return
+	}
+	w.orphan = true
+	d := w.beforeDeadline()
 	fmt.Fprintf(w.stderr, "fencing: %s died; stopping its command (SIGTERM, SIGKILL in %v, before the lease's deadline)\n", w.cfg.name, d.Round(time.Millisecond))
 	w.stop(d)
 }
