@@ -87,8 +87,12 @@ func (s *Semaphore) Size() int { return len(s.slots) }
 // ctx's. The permit's Token is its slot's fencing token; send it with every
 // write to the slot's resource.
 //
-// A waiter whose ctx ends returns ctx's error and leaves nothing behind: a
-// grant whose outcome stayed unknown is released first (see Hold).
+// A store that is away for a while (fencing.IsTransient: a refused dial, a
+// reset, a restart) does not end the wait: Acquire tries again after a
+// jittered pause of up to a second, and polls when it cannot subscribe.
+// A waiter whose ctx ends returns ctx's error (wrapping the store's last
+// one too, when the store was away) and leaves nothing behind: a grant
+// whose outcome stayed unknown is released first (see Hold).
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...fencing.HoldOption) (*fencing.Held, error) {
 	turn := s.enqueue()
 	defer s.leave(turn)
