@@ -64,8 +64,9 @@ var (
 	// a lease (see Option).
 	ErrInvalidOption = errors.New("invalid option")
 	// ErrNoAnswer: the backend did not answer a request attempt within the
-	// Coordinator's request timeout (WithRequestTimeout), or a renewal of a
-	// held lease before its Deadline. The error also wraps the backend's
+	// Coordinator's request timeout (WithRequestTimeout), a renewal of a
+	// held lease before its Deadline, or a Lock's grant (unanswered for a
+	// second or more) before its wait ended. The error also wraps the backend's
 	// own, and ErrOutcomeUnknown when the request may have taken effect.
 	ErrNoAnswer = errors.New("no answer")
 )

@@ -375,6 +375,12 @@ func (l *lockCall) send() ([]Lease, error) {
 func (l *lockCall) next(err error, sent time.Time) error {
 	var held *backend.HeldError
 	var oe *OutcomeError
+	if l.wctx.Err() != nil && !definite(err) && time.Since(sent) >= maxBackoff {
+		// The wait ended during an attempt that the store had left
+		// unanswered for a while (a client that waits for a connection,
+		// etcd's, fails no sooner): the store is away.
+		l.lastErr = &unansweredError{d: time.Since(sent), err: bareError(err)}
+	}
 	switch {
 	case errors.As(err, &held):
 		l.lastErr = nil
@@ -560,6 +566,19 @@ func (e *awayError) Error() string {
 }
 
 func (e *awayError) Unwrap() []error { return []error{e.end, e.last} }
+
+// unansweredError is the store's last error when the wait ended during a
+// grant attempt that had got no answer for d.
+type unansweredError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *unansweredError) Error() string {
+	return "no answer in " + e.d.Round(time.Millisecond).String() + " before the wait ended: " + e.err.Error()
+}
+
+func (e *unansweredError) Unwrap() []error { return []error{ErrNoAnswer, e.err} }
 
 // bareError is err without the operation and key that the Coordinator
 // put before it (a *keyError's, a *keysError's, an *OutcomeError's), for an

@@ -20,6 +20,7 @@ import (
 type awayStore struct {
 	*memorybackend.Backend
 	down    atomic.Bool
+	stall   atomic.Bool  // grants wait until their context ends
 	refused atomic.Int32 // requests refused while down
 	err     error        // what a request gets while down; default a refused dial
 }
@@ -38,6 +39,10 @@ func (s *awayStore) away() error {
 }
 
 func (s *awayStore) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if s.stall.Load() { // a client that waits for a connection
+		<-ctx.Done()
+		return backend.Lease{}, fmt.Errorf("test: grant: %w", ctx.Err())
+	}
 	if err := s.away(); err != nil {
 		return backend.Lease{}, err
 	}
@@ -133,6 +138,26 @@ func TestLockWaitEndsWhileStoreIsAway(t *testing.T) {
 				t.Errorf("%d requests in %v to a store that was down: the waiter does not back off", s.refused.Load(), took)
 			}
 		})
+	}
+}
+
+// A wait that ends during a grant the store has left unanswered for a
+// second or more (a client that waits for a connection, as etcd's does,
+// with no request timeout to cut it off first) ends as a wait on a store
+// that is away, not on a held key.
+func TestLockWaitEndsDuringUnansweredGrant(t *testing.T) {
+	s := newAwayStore()
+	defer s.Close()
+	c := fencing.New(s, fencing.WithRequestTimeout(0))
+	ctx := context.Background()
+	if _, err := s.Backend.Grant(ctx, backend.Request{Key: "k", LeaseID: "holder", Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	s.stall.Store(true)
+	_, err := c.Lock(ctx, "k", time.Minute, fencing.WithWaitTimeout(1500*time.Millisecond))
+	if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, fencing.ErrNoAnswer) || errors.Is(err, fencing.ErrLeaseHeld) ||
+		!strings.Contains(err.Error(), "before the wait ended") {
+		t.Fatalf("Lock whose wait ended during a grant unanswered for 1.5s: %v; want context.DeadlineExceeded and ErrNoAnswer, not ErrLeaseHeld", err)
 	}
 }
 
