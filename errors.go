@@ -1,6 +1,7 @@
 package fencing
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -63,8 +64,9 @@ var (
 	// a lease (see Option).
 	ErrInvalidOption = errors.New("invalid option")
 	// ErrNoAnswer: the backend did not answer a request attempt within the
-	// Coordinator's request timeout (WithRequestTimeout), or a renewal of a
-	// held lease before its Deadline. The error also wraps the backend's
+	// Coordinator's request timeout (WithRequestTimeout), a renewal of a
+	// held lease before its Deadline, or a Lock's grant (unanswered for a
+	// second or more) before its wait ended. The error also wraps the backend's
 	// own, and ErrOutcomeUnknown when the request may have taken effect.
 	ErrNoAnswer = errors.New("no answer")
 )
@@ -107,6 +109,58 @@ func (e *OutcomeError) Error() string {
 
 // Unwrap returns Err.
 func (e *OutcomeError) Unwrap() error { return e.Err }
+
+// IsTransient reports whether err, the error of a request to the store,
+// may pass by itself: the store unreachable for a while (a refused dial, a
+// reset connection, a restart, a failover), a request it did not answer
+// (ErrNoAnswer), or one whose outcome is unknown (ErrOutcomeUnknown). A
+// waiter (Lock, LockMany, the recipes' waits) waits through such errors,
+// and gives up only when its wait ends, with an error that wraps both the
+// wait's end and the last of them.
+//
+// It is false for nil, for the end of a context (context.Canceled,
+// context.DeadlineExceeded, unless the request timeout cut the attempt off:
+// ErrNoAnswer), for the backend's verdicts on a lease (ErrLeaseHeld,
+// ErrLeaseNotFound, ErrLeaseExpired), and for the errors no wait cures: an
+// invalid key, TTL, margin, owner, lock delay or option, a closed backend
+// (backend.ErrClosed), a capability the backend lacks
+// (errors.ErrUnsupported), a store that refused the credentials or the
+// permission (backend.ErrAuthRefused, backend.ErrPermissionDenied), a
+// store that is misconfigured or unsafe (backend.ErrInvalidConfig,
+// backend.ErrUnsafeStore), a key out of tokens. Any other error counts as
+// transient: a store's errors are many, and a wait that waits through an
+// unexpected one still ends with its context or WithWaitTimeout.
+func IsTransient(err error) bool {
+	if err == nil || definite(err) {
+		return false
+	}
+	if errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrOutcomeUnknown) {
+		return true
+	}
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// definite reports whether err is a verdict on the lease or an error that
+// no wait cures (see IsTransient).
+func definite(err error) bool {
+	if isVerdict(err) {
+		return true
+	}
+	for _, d := range definiteErrors {
+		if errors.Is(err, d) {
+			return true
+		}
+	}
+	return false
+}
+
+// definiteErrors are the errors that end a wait at once (see IsTransient),
+// besides the verdicts (isVerdict).
+var definiteErrors = []error{
+	ErrInvalidKey, ErrInvalidTimeout, ErrInvalidMargin, ErrInvalidOwner, ErrInvalidLockDelay, ErrInvalidOption,
+	backend.ErrClosed, errors.ErrUnsupported, backend.ErrAuthRefused, backend.ErrPermissionDenied,
+	backend.ErrInvalidConfig, backend.ErrUnsafeStore, backend.ErrInvalidCursor,
+}
 
 // isVerdict reports whether err is the backend's answer about the lease
 // itself, which settles what an earlier attempt with the same ID did.

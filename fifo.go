@@ -61,6 +61,9 @@ type line struct {
 	turn   backend.Subscription
 	turnCh <-chan struct{}
 	ahead  int // the latest Place's Ahead that waitTurn saw
+	// lastErr is the store's error at waitTurn's latest look, when the
+	// store was away (IsTransient); nil once it answers.
+	lastErr error
 
 	got      chan struct{} // closed by gotKey: the waiter holds the key
 	stop     chan struct{} // closed by leave
@@ -139,19 +142,23 @@ func (l *line) dequeue() {
 // the entry each time it looks.
 func (l *line) waitTurn(ctx context.Context) error {
 	defer l.turn.Close() // at the head, only a release matters
+	var away backoff
 	for {
 		p, err := l.enqueue(ctx)
 		if err == nil {
-			l.ahead = p.Ahead
+			l.ahead, l.lastErr = p.Ahead, nil
+			away.reset()
 		}
 		switch {
 		case err == nil && p.Ahead == 0:
 			return nil
-		case err != nil && (ctx.Err() != nil || !(errors.Is(err, ErrNoAnswer) || errors.Is(err, ErrOutcomeUnknown))):
+		case err != nil && (ctx.Err() != nil || !IsTransient(err)):
 			return err
 		case err != nil:
-			// Enqueue is idempotent: look again after a short pause.
-			if err := sleep(ctx, MinPollInterval+rand.N(MinPollInterval)); err != nil {
+			// The store is away, or did not answer: Enqueue is
+			// idempotent, look again after a pause.
+			l.lastErr = err
+			if err := away.wait(ctx); err != nil {
 				return err
 			}
 			continue

@@ -412,17 +412,18 @@ func TestLockGivingUpSettlesUnknownGrant(t *testing.T) {
 	}
 }
 
-// A grant whose answer was lost, then a resend that never left (a refused
-// dial): the outcome is the first attempt's, unknown, and Lock's error says
-// that once, naming the key once, with the resend's failure as the reason
-// it could not be settled and the lease it may have taken released.
+// A grant whose answer was lost, then resends that never left (a refused
+// dial) until the wait ends: the outcome is the first attempt's, unknown,
+// and Lock's error says that once, naming the key once, with the resends'
+// failure as the reason it could not be settled and the lease it may have
+// taken released.
 func TestLockUnknownThenNotSentIsOneOutcome(t *testing.T) {
 	refused := errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
 	u := &unknownGrants{Backend: memorybackend.New()}
 	defer u.Close()
 	nb := &notSentAfter{unknownGrants: u, err: fmt.Errorf("test: grant: not sent: %w", refused)}
 	c := fencing.New(nb, fencing.WithOutcomeRetries(0))
-	h, err := c.Lock(context.Background(), "jobs/k", time.Minute)
+	h, err := c.Lock(context.Background(), "jobs/k", time.Minute, fencing.WithWaitTimeout(300*time.Millisecond))
 	if err == nil {
 		h.Release(context.Background())
 		t.Fatal("Lock returned a lease although no grant was answered")

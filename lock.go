@@ -32,11 +32,20 @@ import (
 // ahead leaves it, and tries to grant only at its head, as above: waiters
 // get the key in the order their waits began (see WithFIFO).
 //
+// A store that is away for a while (a refused dial, a reset, a restart, a
+// failover, no answer within the request timeout: see IsTransient) is one
+// more reason to wait, not a reason to give up: Lock tries again after a
+// jittered pause that doubles up to a second, and polls when it cannot
+// subscribe, until the wait ends. Its error then wraps both the wait's end
+// (ctx's error; context.DeadlineExceeded for WithWaitTimeout) and the
+// store's last error. An error that no wait cures (a closed backend, an
+// invalid argument, refused credentials) ends the wait at once.
+//
 // A grant whose outcome is unknown is resent with the same lease ID, so the
-// lease it may have taken is adopted; if the wait ends first, or the
-// backend stops answering (ErrNoAnswer, see WithRequestTimeout), Lock
-// releases that lease and returns an *OutcomeError with Settled set. A
-// canceled waiter leaves no subscription or goroutine behind.
+// lease it may have taken is adopted (while its Deadline, counted from
+// that first send, has not passed); if the wait ends first, Lock releases
+// that lease and returns an *OutcomeError with Settled set. A canceled
+// waiter leaves no subscription or goroutine behind.
 func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (h *Held, err error) {
 	l, err := c.newLockCall(ctx, key, nil, ttl, opts)
 	if err != nil {
@@ -132,6 +141,8 @@ type lockCall struct {
 	obs    *lockObs // the wait's traces and metrics (trace.go)
 
 	lastHeld     error     // the latest refusal for a live lease
+	lastErr      error     // the store's latest transient error (IsTransient), nil once it answers
+	away         backoff   // paces the attempts while the store is away
 	unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
 
 	keys    []string    // LockMany's keys; nil for Lock
@@ -242,17 +253,29 @@ func (l *lockCall) queueKey() error {
 	if !l.cfg.fifo {
 		return nil
 	}
-	ln, err := l.c.joinLine(l.wctx, l.key, l.ttl, l.cfg.pollInterval)
-	if err != nil {
-		return opError("lock", l.key, err)
+	for {
+		ln, err := l.c.joinLine(l.wctx, l.key, l.ttl, l.cfg.pollInterval)
+		if err == nil {
+			l.ln = ln
+			break
+		}
+		if !l.storeAway(err) {
+			return opError("lock", l.key, err)
+		}
+		if err := l.away.wait(l.wctx); err != nil {
+			return opError("lock", l.key, err)
+		}
 	}
-	l.ln = ln
-	if err := ln.waitTurn(l.wctx); err != nil {
-		if l.lastHeld == nil {
-			l.lastHeld = &lineError{ahead: ln.ahead}
+	l.away.reset()
+	if err := l.ln.waitTurn(l.wctx); err != nil {
+		if l.ln.lastErr != nil {
+			l.lastErr = l.ln.lastErr
+		} else if l.lastHeld == nil {
+			l.lastHeld = &lineError{ahead: l.ln.ahead}
 		}
 		return opError("lock", l.key, err)
 	}
+	l.lastErr = nil
 	return nil
 }
 
@@ -281,10 +304,14 @@ func (l *lockCall) watch() error {
 	return nil
 }
 
-// subscribe subscribes to the key's releases.
+// subscribe subscribes to the key's releases. While the store is away
+// (IsTransient), the waiter polls instead (see keyWaiter.subscribe).
 func (l *lockCall) subscribe() error {
 	if err := l.w.subscribe(l.wctx); err != nil {
 		return opError("lock", l.key, err)
+	}
+	if l.w.unsubscribed != nil {
+		l.lastErr = l.w.unsubscribed
 	}
 	return nil
 }
@@ -317,8 +344,16 @@ func (l *lockCall) grant() ([]Lease, error) {
 
 // send sends the grant request once (with resends while its outcome is
 // unknown). A lease whose grant an earlier attempt with the same ID may
-// have made has its Deadline counted from that attempt.
+// have made has its Deadline counted from that attempt, while that
+// Deadline has not passed.
 func (l *lockCall) send() ([]Lease, error) {
+	if !l.unknownSince.IsZero() && time.Since(l.unknownSince) >= l.req.Timeout {
+		// The lease that attempt may have taken has passed its Deadline
+		// (a store away for longer than the TTL): adopting it would give
+		// a Held already lost. Ask for a new one; the old one, if any,
+		// expires by itself.
+		l.freshID()
+	}
 	if l.keys == nil {
 		lease, err := l.c.send(l.wctx, opGrant, l.req, l.unknownSince)
 		if err != nil {
@@ -340,25 +375,57 @@ func (l *lockCall) send() ([]Lease, error) {
 func (l *lockCall) next(err error, sent time.Time) error {
 	var held *backend.HeldError
 	var oe *OutcomeError
+	if l.wctx.Err() != nil && !definite(err) && time.Since(sent) >= maxBackoff {
+		// The wait ended during an attempt that the store had left
+		// unanswered for a while (a client that waits for a connection,
+		// etcd's, fails no sooner): the store is away.
+		l.lastErr = &unansweredError{d: time.Since(sent), err: bareError(err)}
+	}
 	switch {
 	case errors.As(err, &held):
+		l.lastErr = nil
+		l.away.reset()
 		return l.waitRelease(err, held)
-	case errors.As(err, &oe) && l.wctx.Err() == nil && !errors.Is(err, ErrNoAnswer):
-		return l.adopt(sent)
+	case l.storeAway(err):
+		// The store is away (a refused dial, a reset, a failover), did not
+		// answer, or the outcome is unknown: one more reason to wait. A
+		// grant that may have taken effect is resent with its lease ID,
+		// so that the lease it may have taken is adopted.
+		if errors.As(err, &oe) && l.unknownSince.IsZero() {
+			l.unknownSince = sent
+		}
+		if err := l.away.wait(l.wctx); err != nil {
+			return l.stop(l.giveUp(opError("lock", l.key, err)))
+		}
+		l.w.last = time.Now()
+		return nil
 	case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
 		// Only an attempt with this ID that took effect (its answer
 		// lost, within send's resends or an earlier round) can be
 		// answered so: that lease has ended since. Start afresh.
+		l.lastErr = nil
 		l.freshID()
 		if err := l.w.pause(l.wctx); err != nil {
 			return l.giveUp(opError("lock", l.key, err))
 		}
 		return nil
-	case l.unknownSince.IsZero() && oe == nil:
+	case l.unknownSince.IsZero() && !errors.As(err, &oe):
 		return l.giveUp(err)
 	default:
-		return l.stop(err)
+		return l.stop(l.giveUp(err))
 	}
+}
+
+// storeAway reports whether err, an attempt's error, is the store being
+// away for a while (IsTransient) while the wait goes on, and if so keeps it
+// as the last store error: the one Lock's error wraps should the wait end
+// before the store is back.
+func (l *lockCall) storeAway(err error) bool {
+	if l.wctx.Err() != nil || !IsTransient(err) {
+		return false
+	}
+	l.lastErr = err
+	return true
 }
 
 // waitRelease waits for the release of the live lease that refused the
@@ -384,19 +451,6 @@ func (l *lockCall) waitRelease(err error, held *backend.HeldError) error {
 	}
 	if err != nil {
 		return l.giveUp(opError("lock", w.key, err))
-	}
-	return nil
-}
-
-// adopt prepares the resend, with the same lease ID, of a grant sent at
-// sent whose outcome is unknown. Should that attempt take the lease, its
-// Deadline counts from the first such send.
-func (l *lockCall) adopt(sent time.Time) error {
-	if l.unknownSince.IsZero() {
-		l.unknownSince = sent
-	}
-	if err := l.w.pause(l.wctx); err != nil {
-		return l.stop(opError("lock", l.key, err))
 	}
 	return nil
 }
@@ -436,6 +490,19 @@ func (l *lockCall) hold(lease Lease) *Held {
 // giveUp is Lock's error once the wait ended (or failed) with err: when
 // WithWaitTimeout ended it, an error that wraps the last refusal.
 func (l *lockCall) giveUp(err error) error {
+	if l.lastErr != nil && l.wctx.Err() != nil {
+		// The wait ended while the store was away: the error wraps the
+		// wait's end and the store's last error.
+		var waited time.Duration
+		if l.timedOut() {
+			waited = l.cfg.waitTimeout
+		}
+		key, last := l.key, l.lastErr
+		if ke := (*keyError)(nil); errors.As(err, &ke) {
+			key = ke.key
+		}
+		return opError("lock", key, &awayError{waited: waited, end: l.wctx.Err(), last: bareError(last)})
+	}
 	lastHeld := l.lastHeld
 	if lastHeld == nil && l.w.seen != nil {
 		lastHeld = l.w.seen // a head of a line that saw the key held
@@ -481,6 +548,53 @@ func (e *waitError) Error() string {
 
 func (e *waitError) Unwrap() error { return e.err }
 
+// awayError is Lock's error when its wait ended (its context, or
+// WithWaitTimeout after waited) while the store was away: it wraps the
+// wait's end (context.DeadlineExceeded for WithWaitTimeout) and the
+// store's last error, which IsTransient.
+type awayError struct {
+	waited time.Duration // WithWaitTimeout's, or 0
+	end    error
+	last   error
+}
+
+func (e *awayError) Error() string {
+	if e.waited > 0 {
+		return "gave up after waiting " + e.waited.String() + ", the store unavailable: " + e.last.Error()
+	}
+	return e.end.Error() + " while the store was unavailable: " + e.last.Error()
+}
+
+func (e *awayError) Unwrap() []error { return []error{e.end, e.last} }
+
+// unansweredError is the store's last error when the wait ended during a
+// grant attempt that had got no answer for d.
+type unansweredError struct {
+	d   time.Duration
+	err error
+}
+
+func (e *unansweredError) Error() string {
+	return "no answer in " + e.d.Round(time.Millisecond).String() + " before the wait ended: " + e.err.Error()
+}
+
+func (e *unansweredError) Unwrap() []error { return []error{ErrNoAnswer, e.err} }
+
+// bareError is err without the operation and key that the Coordinator
+// put before it (a *keyError's, a *keysError's, an *OutcomeError's), for an
+// error that names them itself.
+func bareError(err error) error {
+	switch e := err.(type) {
+	case *keyError:
+		return e.err
+	case *keysError:
+		return e.err
+	case *OutcomeError:
+		return e.Err
+	}
+	return err
+}
+
 // unsettledError is the Err of Lock's *OutcomeError when Lock gave up on
 // an attempt's error (one never sent, a wait that ended) after an earlier
 // attempt's outcome stayed unknown: the outcome is that earlier one's,
@@ -489,11 +603,19 @@ func (e *waitError) Unwrap() error { return e.err }
 type unsettledError struct{ last error }
 
 func (e *unsettledError) Error() string {
-	cause := e.last
-	for u := errors.Unwrap(cause); u != nil; u = errors.Unwrap(cause) {
-		cause = u
+	cause := innermost(e.last)
+	if ae := (*awayError)(nil); errors.As(e.last, &ae) {
+		cause = &awayError{waited: ae.waited, end: ae.end, last: innermost(ae.last)}
 	}
 	return ErrOutcomeUnknown.Error() + ": an earlier attempt may have taken the lease, and Lock gave up on the next: " + cause.Error()
+}
+
+// innermost is the last error in err's chain of single wraps.
+func innermost(err error) error {
+	for u := errors.Unwrap(err); u != nil; u = errors.Unwrap(err) {
+		err = u
+	}
+	return err
 }
 
 func (e *unsettledError) Unwrap() []error { return []error{ErrOutcomeUnknown, e.last} }
@@ -513,7 +635,9 @@ func WithPollInterval(d time.Duration) LockOption {
 }
 
 // WithWaitTimeout makes Lock give up waiting for the key after d, with an
-// error wrapping ErrLeaseHeld that says how long it waited. It bounds only
+// error wrapping ErrLeaseHeld that says how long it waited (or, when the
+// store was away at the end, one wrapping context.DeadlineExceeded and the
+// store's last error: see IsTransient). It bounds only
 // the wait: the lease Lock gets within d is held until its Release, its
 // loss or the end of Lock's context, however long after d that is. d must
 // be positive. Hold and Do, which do not wait, ignore it.

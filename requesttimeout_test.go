@@ -94,7 +94,8 @@ func within(t *testing.T, what string, bound time.Duration, f func() error) erro
 }
 
 // Every request with context.Background() to a server that never answers
-// returns, each attempt bounded by the request timeout, and says so.
+// returns, each attempt bounded by the request timeout, and says so (Lock,
+// which waits through it, when its WithWaitTimeout ends).
 func TestRequestTimeoutBoundsEveryRequest(t *testing.T) {
 	const d = 100 * time.Millisecond
 	ctx := context.Background()
@@ -115,8 +116,16 @@ func TestRequestTimeoutBoundsEveryRequest(t *testing.T) {
 				{"ForceRelease", func() error { _, err := c.ForceRelease(ctx, "k"); return err }},
 				{"List", func() error { _, _, err := c.List(ctx, "", "", 0); return err }},
 				{"Hold", func() error { _, err := c.Hold(ctx, "k", time.Minute); return err }},
-				{"Lock", func() error { _, err := c.Lock(ctx, "k", time.Minute); return err }},
-				{"Lock's subscription", func() error { _, err := stalledNotify.Lock(ctx, "k", time.Minute); return err }},
+				// Lock waits through a server that does not answer, until
+				// its wait ends: with context.Background(), WithWaitTimeout.
+				{"Lock", func() error {
+					_, err := c.Lock(ctx, "k", time.Minute, fencing.WithWaitTimeout(5*d))
+					return err
+				}},
+				{"Lock's subscription", func() error {
+					_, err := stalledNotify.Lock(ctx, "k", time.Minute, fencing.WithWaitTimeout(5*d))
+					return err
+				}},
 				{"Do", func() error {
 					return c.Do(ctx, "k", time.Minute, func(context.Context, fencing.Lease) error { return nil })
 				}},
@@ -130,7 +139,7 @@ func TestRequestTimeoutBoundsEveryRequest(t *testing.T) {
 				if !strings.Contains(err.Error(), "no answer within the request timeout of 100ms") {
 					t.Errorf("%s: %q does not say the server did not answer within the bound", call.name, err)
 				}
-				mutating := call.name == "Grant" || call.name == "Renew" || call.name == "Release" || call.name == "Hold" || call.name == "Lock" || call.name == "Do"
+				mutating := call.name == "Grant" || call.name == "Renew" || call.name == "Release" || call.name == "Hold" || strings.HasPrefix(call.name, "Lock") || call.name == "Do"
 				if unknown := errors.Is(err, fencing.ErrOutcomeUnknown); unknown != (sent && mutating) {
 					t.Errorf("%s: %v: outcome unknown = %v, want %v", call.name, err, unknown, sent && mutating)
 				}

@@ -34,23 +34,35 @@ type keyWaiter struct {
 	freed <-chan struct{}
 	last  time.Time          // when the previous grant attempt was let through
 	seen  *backend.HeldError // what awaitFree last saw of a live lease or a lock delay
+
+	unsubscribed error // the subscription's error while the store was away: the waiter polls
 }
 
-// subscribe sets up the notification, when the backend has one.
+// subscribe sets up the notification, when the backend has one. A
+// subscription that fails while the store is away (IsTransient) is not a
+// reason to stop waiting: the waiter polls instead, as on a backend that
+// cannot notify, and keeps the error in unsubscribed.
 func (w *keyWaiter) subscribe(ctx context.Context) error {
 	n, ok := w.c.backend.(backend.Notifier)
 	if ok {
 		sub, err := timedAttempt(w.c, ctx, func(ctx context.Context) (backend.Subscription, error) { return n.NotifyFree(ctx, w.key) })
-		if err != nil {
+		switch {
+		case err == nil:
+			w.sub, w.freed = sub, sub.Freed()
+		case ctx.Err() != nil || !IsTransient(err):
 			return err
+		default:
+			w.unsubscribed = err
 		}
-		w.sub, w.freed = sub, sub.Freed()
 	}
 	if w.poll == 0 {
 		w.poll = DefaultPollInterval
 		if w.sub == nil {
 			w.poll = DefaultPollIntervalNoNotify
 		}
+	}
+	if w.unsubscribed != nil {
+		w.poll = min(w.poll, DefaultPollIntervalNoNotify)
 	}
 	w.last = time.Now()
 	return nil
@@ -163,6 +175,24 @@ func (w *keyWaiter) awaitFree(ctx context.Context) error {
 		}
 	}
 }
+
+// maxBackoff bounds the pause between a waiter's attempts while the store
+// is away (backoff).
+const maxBackoff = time.Second
+
+// backoff paces a waiter's attempts while the store is away (IsTransient):
+// a jittered pause that doubles from MinPollInterval up to maxBackoff, and
+// starts again from there once the store answers (reset).
+type backoff struct{ d time.Duration }
+
+// wait sleeps for the next pause, or until ctx ends.
+func (b *backoff) wait(ctx context.Context) error {
+	b.d = min(max(2*b.d, MinPollInterval), maxBackoff)
+	return sleep(ctx, b.d/2+rand.N(b.d/2+1))
+}
+
+// reset starts the pauses again from the shortest.
+func (b *backoff) reset() { b.d = 0 }
 
 // pause waits a short jittered while before an ambiguous grant is resent.
 func (w *keyWaiter) pause(ctx context.Context) error {

@@ -104,6 +104,10 @@
 // RunRestart kills a server of the test's own and starts it again (a
 // Restarter says how), and checks what the crash must not lose: tokens, a
 // lease live across it, and the end of one that expired meanwhile.
+// RunRestartWait, on a Restarter whose server comes back at the same
+// address, checks that waiters (Lock, LockMany, Lock WithFIFO) wait
+// through the crash and get their keys once the server is back, and that a
+// wait that ends while it is down wraps the store's last error.
 //
 // # Checking your own histories
 //

@@ -386,6 +386,12 @@ func TestRestart(t *testing.T) {
 	conformance.RunRestart(t, &restarter{m: etcdtest.Start(t, etcdtest.WithFsync()), prefix: newPrefix("restart")})
 }
 
+// TestRestartWait: waiters wait through a kill -9 and restart of etcd
+// (conformance.RunRestartWait).
+func TestRestartWait(t *testing.T) {
+	conformance.RunRestartWait(t, &restarter{m: etcdtest.Start(t, etcdtest.WithFsync()), prefix: newPrefix("restart-wait")})
+}
+
 // restarter is a conformance.Restarter on a member of the test's own, with
 // fsync on: Kill is SIGKILL.
 type restarter struct {

@@ -54,6 +54,7 @@ func (keepOpen) Close() error { return nil }
 //
 //   - KillAPIServer: kill -9 of kube-apiserver and a restart on the same
 //     etcd lose no token, no live lease and no expiry;
+//   - WaitThroughRestart: waiters wait through it (conformance.RunRestartWait);
 //   - EtcdStopped: with etcd SIGSTOPped, requests fail when their context
 //     ends and change nothing; once it runs again, the holder renews with
 //     its token and the key is still held against others;
@@ -69,6 +70,9 @@ func TestServerFaults(t *testing.T) {
 	defer b.Close()
 	t.Run("KillAPIServer", func(t *testing.T) {
 		conformance.RunRestart(t, &restarter{srv: srv, b: b})
+	})
+	t.Run("WaitThroughRestart", func(t *testing.T) {
+		conformance.RunRestartWait(t, &restarter{srv: srv, b: b})
 	})
 	t.Run("EtcdStopped", func(t *testing.T) {
 		ctx := context.Background()

@@ -102,6 +102,12 @@ func TestKillAndRestartWithAOFAlways(t *testing.T) {
 	conformance.RunRestart(t, &restarter{srv: redistest.Start(t, persistent)})
 }
 
+// TestRestartWait: waiters wait through a kill -9 and restart of
+// redis-server (conformance.RunRestartWait).
+func TestRestartWait(t *testing.T) {
+	conformance.RunRestartWait(t, &restarter{srv: redistest.Start(t, persistent)})
+}
+
 // restarter is a conformance.Restarter on a redis-server of the test's own.
 type restarter struct{ srv *redistest.Server }
 

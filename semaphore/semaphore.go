@@ -87,8 +87,12 @@ func (s *Semaphore) Size() int { return len(s.slots) }
 // ctx's. The permit's Token is its slot's fencing token; send it with every
 // write to the slot's resource.
 //
-// A waiter whose ctx ends returns ctx's error and leaves nothing behind: a
-// grant whose outcome stayed unknown is released first (see Hold).
+// A store that is away for a while (fencing.IsTransient: a refused dial, a
+// reset, a restart) does not end the wait: Acquire tries again after a
+// jittered pause of up to a second, and polls when it cannot subscribe.
+// A waiter whose ctx ends returns ctx's error (wrapping the store's last
+// one too, when the store was away) and leaves nothing behind: a grant
+// whose outcome stayed unknown is released first (see Hold).
 func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...fencing.HoldOption) (*fencing.Held, error) {
 	turn := s.enqueue()
 	defer s.leave(turn)
@@ -102,19 +106,49 @@ func (s *Semaphore) Acquire(ctx context.Context, ttl time.Duration, opts ...fenc
 		return nil, s.error("acquire", err)
 	}
 	due := ws.start()
+	var away time.Duration // the pause while the store is away
+	lastErr := ws.unsubscribed
 	for {
 		h, err := s.tryEach(ctx, ttl, opts, ws, due)
-		if h != nil || !errors.Is(err, fencing.ErrLeaseHeld) {
-			if err != nil {
-				return nil, s.error("acquire", err)
-			}
+		switch {
+		case h != nil:
 			return h, nil
+		case errors.Is(err, fencing.ErrLeaseHeld):
+			lastErr, away = nil, 0
+			due, err = ws.wait(ctx)
+		case ctx.Err() == nil && fencing.IsTransient(err):
+			// The store is away for a while: one more reason to wait.
+			// Try every slot again after a jittered pause that doubles
+			// up to a second.
+			lastErr = err
+			away = min(max(2*away, fencing.MinPollInterval), time.Second)
+			t := time.NewTimer(away/2 + rand.N(away/2+1))
+			select {
+			case <-ctx.Done():
+				err = ctx.Err()
+			case <-t.C:
+				err, due = nil, s.shuffled()
+			}
+			t.Stop()
 		}
-		if due, err = ws.wait(ctx); err != nil {
+		if err != nil {
+			if lastErr != nil && ctx.Err() != nil {
+				err = &awayError{end: ctx.Err(), last: lastErr}
+			}
 			return nil, s.error("acquire", err)
 		}
 	}
 }
+
+// awayError is Acquire's error when ctx ended while the store was away:
+// it wraps ctx's error and the store's last one.
+type awayError struct{ end, last error }
+
+func (e *awayError) Error() string {
+	return e.end.Error() + " while the store was unavailable: " + e.last.Error()
+}
+
+func (e *awayError) Unwrap() []error { return []error{e.end, e.last} }
 
 // TryAcquire takes a free permit if there is one, trying each slot once
 // from a random one, and returns an error wrapping fencing.ErrLeaseHeld
@@ -225,9 +259,17 @@ func (s *Semaphore) waitState(ctx context.Context) (*waitState, error) {
 			}
 			break
 		}
-		if err != nil {
+		if err != nil && (ctx.Err() != nil || !fencing.IsTransient(err)) {
 			ws.close()
 			return nil, err
+		}
+		if err != nil {
+			// The store is away: poll, as on a backend that cannot
+			// notify, rather than give up the wait.
+			ws.close()
+			ws.subs, ws.unsubscribed = nil, err
+			ws.poll = min(ws.poll, fencing.DefaultPollIntervalNoNotify)
+			break
 		}
 		ws.subs = append(ws.subs, sub)
 	}
@@ -251,6 +293,9 @@ type waitState struct {
 	until []time.Time            // when each slot's lease should end, as last refused
 	poll  time.Duration
 	fresh bool // no slot tried yet: try them all
+	// unsubscribed is the subscription's error when the store was away:
+	// the waiters poll.
+	unsubscribed error
 }
 
 // start returns the slots a new first waiter tries: all of them (from a

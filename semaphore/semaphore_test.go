@@ -343,3 +343,71 @@ func TestWithoutNotifier(t *testing.T) {
 		t.Fatalf("Holders = %+v, %v; want two permits with owners", hs, err)
 	}
 }
+
+// awayStore is a backend whose server can be taken away: while down,
+// grants and subscriptions fail as a refused dial does, never sent.
+type awayStore struct {
+	backend.Backend
+	down    atomic.Bool
+	refused atomic.Int32
+}
+
+var errRefused = errors.New("test: not sent: dial tcp 127.0.0.1:1: connect: connection refused")
+
+func (s *awayStore) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if s.down.Load() {
+		s.refused.Add(1)
+		return backend.Lease{}, errRefused
+	}
+	return s.Backend.Grant(ctx, req)
+}
+
+func (s *awayStore) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
+	if s.down.Load() {
+		s.refused.Add(1)
+		return nil, errRefused
+	}
+	return s.Backend.(backend.Notifier).NotifyFree(ctx, key)
+}
+
+// TestAcquireWaitsWhileStoreIsAway: a waiter that starts while the store is
+// down (its subscriptions and grants refused) waits, and gets the permit
+// once the store is back and the holder releases; one whose ctx ends while
+// the store is down returns an error wrapping ctx's and the store's.
+func TestAcquireWaitsWhileStoreIsAway(t *testing.T) {
+	s := &awayStore{Backend: recipetest.Memory(t).NewBackend(t)}
+	sem := newSem(t, fencing.New(s), "away", 1)
+	ctx := context.Background()
+	holder, err := sem.TryAcquire(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.down.Store(true)
+	cctx, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+	defer cancel()
+	if _, err := sem.Acquire(cctx, time.Hour); !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, errRefused) {
+		t.Fatalf("Acquire whose ctx ended while the store was down: %v; want context.DeadlineExceeded and the refused dial", err)
+	}
+	got := make(chan error, 1)
+	var h *fencing.Held
+	go func() {
+		var err error
+		h, err = sem.Acquire(ctx, time.Hour)
+		got <- err
+	}()
+	for n := s.refused.Load(); s.refused.Load() < n+3; {
+		select {
+		case err := <-got:
+			t.Fatalf("Acquire returned while the store was down: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	s.down.Store(false)
+	if err := holder.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("Acquire after the store came back and the holder released: %v", err)
+	}
+	h.Release(ctx)
+}

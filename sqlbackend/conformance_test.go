@@ -74,6 +74,41 @@ func TestMySQLRestart(t *testing.T) {
 	conformance.RunRestart(t, &mysqlRestarter{srv: srv, h: h})
 }
 
+// TestRestartWait: waiters wait through a crash and restart of the server
+// (conformance.RunRestartWait), on PostgreSQL (SIGQUIT, as pg_ctl stop -m
+// immediate) and MariaDB (SIGKILL).
+func TestRestartWait(t *testing.T) {
+	t.Run("PostgreSQL", func(t *testing.T) {
+		srv := pgtest.StartConfig(t, pgtest.Config{Durable: true})
+		h := &harness{db: srv.DB(t), dialect: sqlbackend.Postgres}
+		conformance.RunRestartWait(t, &pgRestarter{srv: srv, h: h})
+	})
+	t.Run("MySQL", func(t *testing.T) {
+		srv := mysqltest.StartConfig(t, mysqltest.Config{Durable: true})
+		h := &harness{db: srv.DB(t), dialect: sqlbackend.MySQL}
+		conformance.RunRestartWait(t, &mysqlRestarter{srv: srv, h: h})
+	})
+}
+
+// pgRestarter is a conformance.Restarter on a PostgreSQL server of the
+// test: one pool, which reconnects after the restart (same port).
+type pgRestarter struct {
+	srv *pgtest.Server
+	h   *harness
+}
+
+func (r *pgRestarter) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
+	b, err := sqlbackend.New(context.Background(), r.h.db, sqlbackend.Postgres, sqlbackend.WithTablePrefix("restart_"))
+	if err != nil {
+		return nil, err
+	}
+	return b, b.CreateTables(ctx)
+}
+
+func (r *pgRestarter) Kill(testing.TB)            { r.srv.Crash() }
+func (r *pgRestarter) Start(t testing.TB)         { r.srv.Restart(t) }
+func (r *pgRestarter) Traits() conformance.Traits { return r.h.Traits() }
+
 // mysqlRestarter is a conformance.Restarter on a MariaDB server of the
 // test: one pool, which reconnects after the restart (same port).
 type mysqlRestarter struct {

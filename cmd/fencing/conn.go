@@ -182,6 +182,23 @@ func (s *session) wrap(ctx context.Context, err error) error {
 	return err
 }
 
+// storeAway returns the store's error that a wait's error wraps besides
+// the context's: a wait (Lock, LockMany, Acquire) that ended while the
+// store was away (fencing.IsTransient) says so by wrapping both. It
+// returns nil for a wait that ended on a held key.
+func storeAway(err error) error {
+	var both interface{ Unwrap() []error }
+	if !errors.As(err, &both) {
+		return nil
+	}
+	for _, e := range both.Unwrap() {
+		if e != context.Canceled && e != context.DeadlineExceeded && fencing.IsTransient(e) {
+			return e
+		}
+	}
+	return nil
+}
+
 // open connects to the backend the flags choose and checks that it
 // answers. logTo receives the library's logs with --verbose.
 // start opens the backend for a command that makes one request: it returns

@@ -77,9 +77,14 @@ as above when any one lease is lost. The backend must grant several keys
 atomically (every backend of this program does; on a Redis Cluster the keys must
 share a hash slot: give --key-prefix a hash tag, such as '{jobs}:').
 
+With --wait, a server that is unreachable for a while (a restart, a failover) does
+not end the wait: hold tries again, with a pause of up to a second, until it gets
+the key, is interrupted or --wait-timeout ends.
+
 Exit status: the command's own; 3 the key is held (without --wait, or still held
-after --wait-timeout); 4 the lease was lost; 5 the server is unreachable; 2 bad
-flags; 127 the command could not be started.`,
+after --wait-timeout); 4 the lease was lost; 5 the server is unreachable (with
+--wait: still unreachable when --wait-timeout ended); 2 bad flags; 127 the command
+could not be started.`,
 		Example: `  fencing hold jobs/nightly --ttl 30s -- ./nightly.sh
   fencing hold jobs/nightly --ttl 30s --wait --wait-timeout 10m -- sh -c 'run --token "$FENCING_TOKEN"'
   fencing hold jobs/deploy --ttl 30s --wait --fifo -- ./deploy.sh
@@ -230,6 +235,11 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, keys []string) (h hel
 	if err != nil {
 		stop()
 		if cause := context.Cause(ctx); cause == errTimedOut {
+			if hf.wait {
+				if away := storeAway(err); away != nil {
+					return nil, nil, fmt.Errorf("hold %s: %w: %s did not answer until --wait-timeout %v ended the wait: %w", quote(key), errUnreachable, s.where, limit, away)
+				}
+			}
 			return nil, nil, fmt.Errorf("hold %s: %w", quote(key), cause)
 		}
 		return nil, nil, s.wrap(ctx, err)

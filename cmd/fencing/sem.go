@@ -147,6 +147,9 @@ func runPermit(cmd *cobra.Command, s *session, tf termFlags, sem *semaphore.Sema
 	interrupted := !stop()
 	if err != nil {
 		if context.Cause(ctx) == errTimedOut {
+			if away := storeAway(err); away != nil {
+				return fmt.Errorf("sem %s: %w: %s did not answer until --wait-timeout %v ended the wait: %w", quote(sem.Name()), errUnreachable, s.where, waitTimeout, away)
+			}
 			return errTimedOut
 		}
 		return s.wrap(ctx, err)
