@@ -81,13 +81,37 @@ func TestHoldEndsAtLatestDeadlineWhenALaterRenewalHangs(t *testing.T) {
 }
 
 // Every renewal's outcome unknown (the store never got it): nothing was
-// confirmed, so the Deadline stays the grant's and the lease ends there.
+// confirmed, so the Deadline stays the grant's and the lease ends there,
+// with the unknown outcome of the last renewal answered before it. That a
+// renewal was answered before the Deadline is known once an attempt of the
+// next one was sent before it (one renewal at a time, at most 1+retries
+// attempts each); on a host too slow for that within the TTL the loss has
+// no answer to report, and the test tries again with twice the TTL.
 func TestHoldUnknownRenewalIsNotConfirmed(t *testing.T) {
+	const retries = 3
+	for ttl := 300 * time.Millisecond; ; ttl *= 2 {
+		sent := holdUnknownRenewals(t, ttl, retries)
+		if sent > retries+1 {
+			return
+		}
+		if ttl >= 5*time.Second {
+			t.Fatalf("TTL %v: %d renewal attempts sent before the Deadline, none of a second renewal: the host is too slow to judge", ttl, sent)
+		}
+		t.Logf("TTL %v: %d renewal attempts sent before the Deadline, none of a second renewal: again with twice the TTL", ttl, sent)
+	}
+}
+
+// holdUnknownRenewals holds a lease with ttl whose renewals all end with an
+// unknown outcome after 1+retries attempts, checks that it ends at the
+// grant's Deadline (and, when a second renewal was sent before it, that Err
+// carries the unknown outcome), and returns how many renewal attempts were
+// sent before the Deadline.
+func holdUnknownRenewals(t *testing.T, ttl time.Duration, retries int) int {
+	t.Helper()
 	f := newFaulty(t)
 	unknown := fmt.Errorf("test: connection reset: %w", backend.ErrOutcomeUnknown)
 	f.set(func(f *faulty) { f.renewErr = unknown })
-	c := fencing.New(f)
-	const ttl = 300 * time.Millisecond
+	c := fencing.New(f, fencing.WithOutcomeRetries(retries))
 	h, err := c.Hold(context.Background(), "k", ttl, fencing.WithRenewInterval(50*time.Millisecond))
 	if err != nil {
 		t.Fatalf("Hold: %v", err)
@@ -98,9 +122,22 @@ func TestHoldUnknownRenewalIsNotConfirmed(t *testing.T) {
 	if d := h.Lease().Deadline; !d.Equal(granted) {
 		t.Errorf("Lease().Deadline moved from %v to %v on renewals whose outcome was unknown", granted, d)
 	}
-	if err := h.Err(); !errors.Is(err, fencing.ErrLeaseLost) || !errors.Is(err, backend.ErrOutcomeUnknown) {
-		t.Errorf("Err() = %v, want ErrLeaseLost with the unknown outcome", err)
+	f.mu.Lock()
+	sent := 0
+	for _, at := range f.renewSent {
+		if at.Before(granted) {
+			sent++
+		}
 	}
+	f.mu.Unlock()
+	err = h.Err()
+	if !errors.Is(err, fencing.ErrLeaseLost) {
+		t.Errorf("Err() = %v, want ErrLeaseLost", err)
+	}
+	if sent > retries+1 && !errors.Is(err, backend.ErrOutcomeUnknown) {
+		t.Errorf("Err() = %v, want ErrLeaseLost with the unknown outcome (%d renewal attempts sent before the Deadline)", err, sent)
+	}
+	return sent
 }
 
 // A renewal that took effect but whose answer came after the Deadline

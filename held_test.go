@@ -186,11 +186,31 @@ func TestHoldWarnsThenLosesOnTransientErrors(t *testing.T) {
 }
 
 // A transient failure that clears in time costs nothing: the lease goes on.
+// A host too slow to retry within the TTL loses the lease at its Deadline
+// (with the failures still on, or before a renewal after them came back):
+// then the test tries again with twice the TTL. A renewer that gives up on
+// a transient error, or stops retrying, loses it at every TTL.
 func TestHoldRetriesTransientErrors(t *testing.T) {
+	for ttl := 600 * time.Millisecond; ; ttl *= 2 {
+		err := holdThroughTransientErrors(t, ttl)
+		if err == nil {
+			return
+		}
+		if !strings.Contains(err.Error(), "deadline passed") || ttl >= 4800*time.Millisecond {
+			t.Fatalf("TTL %v: Err() = %v after the failures cleared, want nil", ttl, err)
+		}
+		t.Logf("TTL %v: lost at its Deadline on this host (%v): again with twice the TTL", ttl, err)
+	}
+}
+
+// holdThroughTransientErrors holds a lease with ttl whose renewals fail
+// until two attempts were sent, then succeed, and returns h.Err() once a
+// renewal after the failures was confirmed or the lease was lost.
+func holdThroughTransientErrors(t *testing.T, ttl time.Duration) error {
+	t.Helper()
 	f := newFaulty(t)
 	f.set(func(f *faulty) { f.renewErr = errors.New("test: blip") })
 	c := fencing.New(f)
-	const ttl = 600 * time.Millisecond
 	h, err := c.Hold(context.Background(), "k", ttl)
 	if err != nil {
 		t.Fatalf("Hold: %v", err)
@@ -200,15 +220,13 @@ func TestHoldRetriesTransientErrors(t *testing.T) {
 	waitFor(t, 10*time.Second, "two failed renewal attempts", func() bool {
 		f.mu.Lock()
 		defer f.mu.Unlock()
-		return len(f.renewSent) >= 2
+		return len(f.renewSent) >= 2 || h.Err() != nil
 	})
 	f.set(func(f *faulty) { f.renewErr = nil })
 	waitFor(t, 10*time.Second, "a renewal confirmed after the failures", func() bool {
 		return h.Lease().Deadline.After(first) || h.Err() != nil
 	})
-	if err := h.Err(); err != nil {
-		t.Fatalf("Err() = %v after the failures cleared, want nil", err)
-	}
+	return h.Err()
 }
 
 func TestHoldBadOptions(t *testing.T) {

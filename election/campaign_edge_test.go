@@ -3,10 +3,12 @@ package election_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/election"
 	"github.com/fencing-go/fencing/internal/testing/faultbackend"
 	"github.com/fencing-go/fencing/memorybackend"
@@ -48,6 +50,40 @@ func TestCampaignWonAsContextEnds(t *testing.T) {
 		t.Fatalf("the next candidate: %v", err)
 	}
 	next.Release(context.Background())
+}
+
+// TestCampaignUnsettledAsContextEnds: a Campaign whose context ends while
+// its grant's outcome is unknown, and whose release of that grant fails
+// too, returns the context's error and Lock's *fencing.OutcomeError, whose
+// lease ID is left for the caller to settle.
+func TestCampaignUnsettledAsContextEnds(t *testing.T) {
+	mem := memorybackend.New()
+	defer mem.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	unknown := fmt.Errorf("test: reply lost: %w", backend.ErrOutcomeUnknown)
+	fb := faultbackend.New(mem, func(_ context.Context, op faultbackend.Op, _ string, err error) error {
+		switch op {
+		case faultbackend.Grant:
+			cancel() // the grant's reply is lost as Campaign's context ends
+			return unknown
+		case faultbackend.Release:
+			return unknown
+		}
+		return err
+	})
+	e := election.New(fencing.New(fb), "office", time.Minute)
+	h, err := e.Campaign(ctx, "late")
+	if h != nil {
+		h.Release(context.Background())
+	}
+	var oe *fencing.OutcomeError
+	if !errors.Is(err, context.Canceled) || !errors.As(err, &oe) || oe.Settled {
+		t.Fatalf("Campaign whose grant and release had unknown outcomes as its context ended: %v, want context.Canceled and an unsettled *fencing.OutcomeError", err)
+	}
+	if err := fencing.New(mem).Release(context.Background(), oe.Key, oe.LeaseID); err != nil {
+		t.Fatalf("settling the OutcomeError's lease: %v", err)
+	}
 }
 
 // TestRunReturnsAfterLeadReturnsNil: lead returning nil while it still

@@ -93,7 +93,9 @@ func (e *Election) Key() string { return e.key }
 //
 // A Campaign whose ctx ends returns ctx's error and leaves nothing behind:
 // no subscription, no goroutine, and no lease (a grant whose outcome is
-// unknown is released before Campaign returns, see Lock). The term's lease
+// unknown is released before Campaign returns, see Lock; when that release
+// fails too, the error also wraps Lock's *fencing.OutcomeError, whose
+// LeaseID is the caller's to settle). The term's lease
 // outlives ctx: ctx bounds the waiting, the term ends with Release or its
 // loss. To end the term with a context, see Run.
 func (e *Election) Campaign(ctx context.Context, identity string) (*fencing.Held, error) {
@@ -111,7 +113,7 @@ func (e *Election) Campaign(ctx context.Context, identity string) (*fencing.Held
 			_ = h.Release(rctx)
 			rcancel()
 		case errors.As(err, &oe) && !oe.Settled:
-			return nil, fmt.Errorf("election: campaign: %w", err) // its lease ID, to settle
+			return nil, fmt.Errorf("election: campaign: %w: %w", context.Cause(ctx), err) // and its lease ID, to settle
 		}
 		return nil, fmt.Errorf("election: campaign: %w", context.Cause(ctx))
 	}

@@ -1,7 +1,6 @@
 package election_test
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -60,6 +59,22 @@ func observe(t *testing.T, e *election.Election) *observer {
 	return o
 }
 
+// await waits until what Observe yielded so far satisfies cond, and
+// reports whether it did within bound.
+func (o *observer) await(bound time.Duration, cond func(seen []election.Leader) bool) bool {
+	for end := time.Now().Add(bound); ; time.Sleep(time.Millisecond) {
+		o.mu.Lock()
+		ok := cond(o.seen)
+		o.mu.Unlock()
+		if ok {
+			return true
+		}
+		if time.Now().After(end) {
+			return false
+		}
+	}
+}
+
 func (o *observer) stop() []election.Leader {
 	o.cancel()
 	<-o.done
@@ -77,7 +92,11 @@ func TestOneLeaderAtATime(t *testing.T) {
 		for _, n := range []int{2, 5} {
 			t.Run(fmt.Sprintf("%d candidates", n), func(t *testing.T) {
 				key := fmt.Sprintf("leader-%d", n)
-				ttl := w.TTL
+				// A term lasts until Observe has reported it, which on SQLite
+				// queues behind the waiters' polls, as the term's renewals
+				// do: a TTL of several short ones keeps it renewed meanwhile
+				// (a resignation ends it, so its length costs nothing).
+				ttl := 5 * w.TTL
 				o := observe(t, election.New(w.Coordinator(t), key, ttl, election.WithObserveInterval(10*time.Millisecond)))
 				var (
 					mu     sync.Mutex
@@ -113,7 +132,13 @@ func TestOneLeaderAtATime(t *testing.T) {
 							if err != nil || !l.Live || l.Identity != id || l.Token != h.Token() {
 								t.Errorf("%s leads with token %d, but Leader = %+v, %v", id, h.Token(), l, err)
 							}
-							time.Sleep(cmp.Or(w.ObserveLag, 150*time.Millisecond)) // long enough for Observe to see every term, under load too
+							// The term lasts until Observe has reported it: a
+							// term shorter than Observe's read may be missed.
+							if !o.await(10*time.Second, func(seen []election.Leader) bool {
+								return slices.ContainsFunc(seen, func(l election.Leader) bool { return l.Live && l.Token == h.Token() })
+							}) {
+								t.Errorf("%s: Observe did not report term %d within 10s", id, h.Token())
+							}
 							active.Add(-1)
 							if err := h.Release(ctx); err != nil {
 								t.Errorf("%s: resign: %v", id, err)
@@ -122,7 +147,11 @@ func TestOneLeaderAtATime(t *testing.T) {
 					})
 				}
 				wg.Wait()
-				time.Sleep(100 * time.Millisecond) // the last vacancy
+				last := terms[len(terms)-1]
+				o.await(10*time.Second, func(seen []election.Leader) bool { // the last vacancy
+					l := seen[len(seen)-1]
+					return !l.Live && l.LastToken == last
+				})
 				seen := o.stop()
 				if !slices.IsSorted(terms) || len(slices.Compact(slices.Clone(terms))) != len(terms) {
 					t.Fatalf("term tokens %v: want strictly increasing", terms)
@@ -142,8 +171,8 @@ func TestOneLeaderAtATime(t *testing.T) {
 				if !slices.Equal(observed, terms) {
 					t.Errorf("Observe saw terms %v, want %v", observed, terms)
 				}
-				if last := seen[len(seen)-1]; last.Live || last.LastToken != terms[len(terms)-1] {
-					t.Errorf("Observe's last state %+v, want the vacancy after term %d", last, terms[len(terms)-1])
+				if l := seen[len(seen)-1]; l.Live || l.LastToken != last {
+					t.Errorf("Observe's last state %+v, want the vacancy after term %d", l, last)
 				}
 			})
 		}

@@ -206,7 +206,11 @@ func TestLineLostDequeue(t *testing.T) {
 // TestLineServerClockFarOff (Redisson's fair lock counted queue timeouts
 // from the client's clock): the line reads only the server's TIME, so a
 // server hours ahead of or behind this process grants entries their TTL as
-// this process measures it.
+// this process measures it. a's entry is made between the send of its
+// Enqueue and its answer, so it is live for an Enqueue answered within the
+// TTL after that send, and gone for one sent a TTL after that answer. A
+// host too slow to answer b's Enqueues within the TTL cannot judge the
+// first: then the line is tried again, on a new key, with twice the TTL.
 func TestLineServerClockFarOff(t *testing.T) {
 	for _, offset := range []time.Duration{3 * time.Hour, -5 * time.Hour} {
 		t.Run(offset.String(), func(t *testing.T) {
@@ -214,20 +218,45 @@ func TestLineServerClockFarOff(t *testing.T) {
 			cfg.Env = redistest.ClockShim(t, offset)
 			srv := redistest.Start(t, cfg)
 			b := newBackend(t, srv.Client())
-			const ttl = 500 * time.Millisecond
-			sent := time.Now()
-			mustEnqueue(t, b, "k", "a", ttl)
-			p := mustEnqueue(t, b, "k", "b", time.Minute)
-			wantAhead(t, p, 1, "b")
-			if p.AheadRemaining <= 0 || p.AheadRemaining > ttl {
-				t.Fatalf("AheadRemaining = %v, want in (0, %v]", p.AheadRemaining, ttl)
+			for ttl := 500 * time.Millisecond; ; ttl *= 2 {
+				late := lineAcrossTTL(t, b, fmt.Sprint("k-", ttl), ttl)
+				if late == 0 {
+					return
+				}
+				if ttl >= 8*time.Second {
+					t.Fatalf("TTL %v: b's Enqueue answered %v after a's entry could have ended: the host is too slow to judge", ttl, late)
+				}
+				t.Logf("TTL %v: b's Enqueue answered %v after a's entry could have ended: again with twice the TTL", ttl, late)
 			}
-			time.Sleep(time.Until(sent.Add(ttl - 150*time.Millisecond)))
-			wantAhead(t, mustEnqueue(t, b, "k", "b", time.Minute), 1, "b before a's TTL passed")
-			time.Sleep(200 * time.Millisecond)
-			wantAhead(t, mustEnqueue(t, b, "k", "b", time.Minute), 0, "b after a's TTL passed")
 		})
 	}
+}
+
+// lineAcrossTTL enqueues a with ttl and then b on key, and checks that b is
+// behind a until a's TTL passes and at the head after. It returns how late
+// an answer that had to come within the TTL came (0: in time, judged).
+func lineAcrossTTL(t *testing.T, b *redisbackend.Backend, key string, ttl time.Duration) time.Duration {
+	t.Helper()
+	sent := time.Now()
+	mustEnqueue(t, b, key, "a", ttl)
+	answered := time.Now()
+	p := mustEnqueue(t, b, key, "b", time.Minute)
+	if late := time.Since(sent.Add(ttl)); late > 0 {
+		return late
+	}
+	wantAhead(t, p, 1, "b")
+	if p.AheadRemaining <= 0 || p.AheadRemaining > ttl {
+		t.Fatalf("AheadRemaining = %v, want in (0, %v]", p.AheadRemaining, ttl)
+	}
+	time.Sleep(time.Until(sent.Add(ttl - 150*time.Millisecond)))
+	p = mustEnqueue(t, b, key, "b", time.Minute)
+	if late := time.Since(sent.Add(ttl)); late > 0 {
+		return late
+	}
+	wantAhead(t, p, 1, "b before a's TTL passed")
+	time.Sleep(time.Until(answered.Add(ttl + time.Millisecond)))
+	wantAhead(t, mustEnqueue(t, b, key, "b", time.Minute), 0, "b after a's TTL passed")
+	return 0
 }
 
 // TestLineSurvivesRestart: with the append-only file, a kill -9 and restart

@@ -33,10 +33,6 @@ type World struct {
 	TTL time.Duration
 	// Margin is the Coordinators' default margin.
 	Margin time.Duration
-	// ObserveLag is how long a term must last for Observe (polling every
-	// 10ms) to see it on this store; zero means 150ms. On SQLite every
-	// read queues behind the waiters' polls for the file's write lock.
-	ObserveLag time.Duration
 	// Clock is the memory world's fake clock; nil on real servers.
 	Clock *memorybackend.FakeClock
 	// Etcd is the etcd world's member; nil elsewhere.

@@ -30,7 +30,7 @@ func SQLite(t *testing.T) World {
 		return SQLBackend(t, "sqlite", dsn, sqlbackend.SQLite, "", false)
 	}
 	ttl := shortTTL(t, b, time.Second)
-	return World{Name: "sqlite", TTL: ttl, Margin: ttl / 2, ObserveLag: 600 * time.Millisecond, NewBackend: newBackend}
+	return World{Name: "sqlite", TTL: ttl, Margin: ttl / 2, NewBackend: newBackend}
 }
 
 // Postgres returns a world on a PostgreSQL child process of its own
