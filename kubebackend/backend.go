@@ -24,6 +24,7 @@ type Backend struct {
 	now       func() time.Time
 	check     backend.CheckMode
 	logger    *slog.Logger
+	log       ObservationLog
 
 	mu     sync.Mutex
 	closed bool

@@ -41,9 +41,19 @@
 // Each backend times every state of a Lease on its own monotonic clock from
 // when it first saw it, and takes a key only after seeing its Lease
 // unchanged for the lease's ttl + margin (a LeaderElector's Lease: its
-// leaseDurationSeconds). A process that has just started waits a whole
-// ttl + margin before it takes an abandoned lease. ExpiresAt,
-// KeyState.ExpiresAt and HeldError.Remaining are this backend's estimates.
+// leaseDurationSeconds). ExpiresAt, KeyState.ExpiresAt and
+// HeldError.Remaining are this backend's estimates; InspectObserved
+// reports what it knows instead (how long it has seen the Lease
+// unchanged, and for how long it must).
+//
+// By default the observations live in the process's memory: a process that
+// has just started waits a whole ttl + margin from its first read before
+// it takes an abandoned lease. WithObservationLog shares them between the
+// processes of one host through an ObservationLog the caller provides (the
+// fencing command keeps one in its state directory, on CLOCK_BOOTTIME), so
+// that a grant retried by new processes gets an abandoned key one
+// ttl + margin after the first of them saw it. The backend does no file I/O
+// of its own.
 //
 // # Outcomes
 //

@@ -32,6 +32,39 @@ func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, er
 	return keyState(s), nil
 }
 
+// Observation is how the backend has timed the current state of a key's
+// Lease (see the package documentation): what a KeyState's Remaining and
+// ExpiresAt are estimated from.
+type Observation struct {
+	// Unchanged is how long the Lease has been seen in its current state:
+	// by this backend, or by a process that shares its ObservationLog.
+	Unchanged time.Duration
+	// Expiry is how long a holder's Lease must be seen unchanged before it
+	// counts as ended: the lease's ttl + margin, or a LeaderElector's
+	// leaseDurationSeconds; zero when the Lease names no holder.
+	Expiry time.Duration
+}
+
+// InspectObserved is Inspect, with how the backend has timed the state it
+// read: what it knows, where KeyState's times are what it estimates.
+func (b *Backend) InspectObserved(ctx context.Context, key string) (backend.KeyState, Observation, error) {
+	if err := b.start(ctx); err != nil {
+		return backend.KeyState{}, Observation{}, err
+	}
+	if err := backend.CheckKey(key); err != nil {
+		return backend.KeyState{}, Observation{}, err
+	}
+	_, s, err := b.read(ctx, key)
+	if err != nil {
+		return backend.KeyState{}, Observation{}, err
+	}
+	o := Observation{Unchanged: s.since}
+	if s.held() {
+		o.Expiry = s.ttl
+	}
+	return keyState(s), o, nil
+}
+
 func keyState(s status) backend.KeyState {
 	ks := backend.KeyState{MaxToken: s.token}
 	now := time.Now()

@@ -19,16 +19,55 @@ type observation struct {
 	seen time.Time
 }
 
+// An ObservationLog keeps the backend's observations of Leases beyond one
+// process, so that a process started later (a command run again in a
+// shell loop) times a Lease from when an earlier one first saw it, instead
+// of from its own first read. Observations are durations before the call,
+// never times, so that the log may keep them on a clock that every process
+// sharing it reads alike (CLOCK_BOOTTIME on one host: the fencing command
+// keeps its log in its state directory); only processes that share such a
+// clock may share a log, and one log serves one API server and namespace.
+//
+// A log that loses an observation, or answers none, only makes the backend
+// wait longer; one that reports a state as first seen earlier than it was
+// makes it take a live lease early, so the log must err the other way. The
+// backend calls it under its own lock: its methods should be quick (a small
+// file) and must not call the backend.
+type ObservationLog interface {
+	// Seen returns how long before the call state rv of Lease name was
+	// first seen by a process sharing the log, if it was.
+	Seen(name, rv string) (ago time.Duration, ok bool)
+	// Saw records that state rv of Lease name was first seen ago before
+	// the call, replacing what the log held for name.
+	Saw(name, rv string, ago time.Duration)
+}
+
+// WithObservationLog makes the backend time each state of a Lease from when
+// a process sharing log first saw it, and record in log what it sees first
+// (see ObservationLog). Without it the backend keeps its observations in
+// memory only and does no I/O of its own.
+func WithObservationLog(log ObservationLog) Option {
+	return func(b *Backend) { b.log = log }
+}
+
 // observe returns when the backend first saw state rv of Lease name, and
-// records at as that time if rv is new to it.
+// records at as that time if rv is new to it (and to its observation log).
 func (b *Backend) observe(name, rv string, at time.Time) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if o, ok := b.seen[name]; ok && o.rv == rv {
 		return o.seen
 	}
-	b.seen[name] = observation{rv: rv, seen: at}
-	return at
+	seen := at
+	if b.log != nil {
+		if ago, ok := b.log.Seen(name, rv); ok && ago > 0 {
+			seen = at.Add(-ago)
+		} else {
+			b.log.Saw(name, rv, 0)
+		}
+	}
+	b.seen[name] = observation{rv: rv, seen: seen}
+	return seen
 }
 
 // status is a record as this backend sees it at one moment.
@@ -68,4 +107,7 @@ func (b *Backend) observeWrite(name, rv string, sent time.Time) {
 		return
 	}
 	b.seen[name] = observation{rv: rv, seen: sent}
+	if b.log != nil {
+		b.log.Saw(name, rv, max(b.now().Sub(sent), 0))
+	}
 }

@@ -6,6 +6,9 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/fencing-go/fencing/backend"
+	"github.com/fencing-go/fencing/kubebackend"
 )
 
 func getCommand() *cobra.Command {
@@ -28,7 +31,17 @@ the lease ID.`,
 				return err
 			}
 			defer done()
-			st, err := s.c.Inspect(ctx, args[0])
+			var (
+				st  backend.KeyState
+				obs *kubebackend.Observation // what the kube backend knows of the lease's time
+			)
+			if kb, ok := s.b.(*kubebackend.Backend); ok {
+				var o kubebackend.Observation
+				st, o, err = kb.InspectObserved(ctx, args[0])
+				obs = &o
+			} else {
+				st, err = s.c.Inspect(ctx, args[0])
+			}
 			if err != nil {
 				return s.wrap(ctx, err)
 			}
@@ -53,8 +66,14 @@ the lease ID.`,
 				fmt.Fprintf(tw, "state:\tfree\n")
 			}
 			fmt.Fprintf(tw, "highest token:\t%d\n", st.MaxToken)
-			if st.Live {
+			switch {
+			case st.Live && obs != nil:
+				// The API server keeps no expiry: say what this host saw.
+				fmt.Fprintf(tw, "unchanged:\tfor %s as observed from this host (the lease ends once unchanged for %s)\n", short(obs.Unchanged), short(obs.Expiry))
+			case st.Live:
 				fmt.Fprintf(tw, "expires:\t%s (in %s)\n", st.ExpiresAt.UTC().Format(time.RFC3339Nano), short(st.Remaining))
+			}
+			if st.Live {
 				if st.LockDelay > 0 {
 					fmt.Fprintf(tw, "lock delay:\t%s (should the lease end without a release)\n", short(st.LockDelay))
 				}

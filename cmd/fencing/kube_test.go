@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
@@ -76,6 +77,58 @@ func TestKube(t *testing.T) {
 		}
 	})
 
+	t.Run("RetriedGrant", func(t *testing.T) {
+		// A lease abandoned (granted, never released nor renewed): a
+		// grant retried in a shell loop, a new process each time, gets
+		// the key one ttl + margin after it was first seen, not never.
+		const ttl, margin = 2 * time.Second, 500 * time.Millisecond
+		start := time.Now()
+		var l leaseJSON
+		wantJSON(t, &l, kube("grant", "abandoned", "--ttl", ttl.String(), "--margin", margin.String(), "--json")...)
+		// get says what this host saw, across processes: the second
+		// get's time unchanged counts from the first's (or earlier).
+		first := want(t, 0, kube("get", "abandoned")...)
+		firstEnd := time.Now()
+		time.Sleep(time.Second)
+		secondStart := time.Now()
+		second := want(t, 0, kube("get", "abandoned")...)
+		for _, r := range []result{first, second} {
+			if !strings.Contains(r.stdout, "as observed from this host") || strings.Contains(r.stdout, "expires:") {
+				t.Fatalf("get of a live kube lease: %q, want the time unchanged as observed from this host", r.stdout)
+			}
+		}
+		if d := unchangedFor(t, second.stdout); d < secondStart.Sub(firstEnd) {
+			t.Errorf("second get: unchanged for %v, want at least the %v between the two gets\n%s", d, secondStart.Sub(firstEnd), second.stdout)
+		}
+		tryStart := time.Now()
+		var longest time.Duration
+		const pause = 200 * time.Millisecond
+		for {
+			t0 := time.Now()
+			r := runBin(t, kube("grant", "abandoned", "--ttl", ttl.String(), "--margin", margin.String(), "--json")...)
+			longest = max(longest, time.Since(t0))
+			if r.code == 0 {
+				if end := time.Since(start); end < ttl+margin {
+					t.Fatalf("granted %v after the abandoned grant was sent, before its ttl + margin %v", end, ttl+margin)
+				}
+				// The grant that succeeded started within ttl + margin
+				// of the first try, plus one pause and one try.
+				if late := t0.Sub(tryStart); late > ttl+margin+pause+longest {
+					t.Errorf("the retried grant got the key %v after its first try, want at most ttl + margin + a pause + the longest try (%v)", late, ttl+margin+pause+longest)
+				}
+				t.Logf("granted on a try %v after the first (%v after the abandoned grant); longest try %v", t0.Sub(tryStart), t0.Sub(start), longest)
+				return
+			}
+			if r.code != exitHeld {
+				t.Fatalf("retried grant: %v", r)
+			}
+			if time.Since(tryStart) > 4*(ttl+margin)+10*longest {
+				t.Fatalf("the retried grant never got the abandoned key in %v (ttl + margin %v): every new process starts observing afresh", time.Since(tryStart), ttl+margin)
+			}
+			time.Sleep(pause)
+		}
+	})
+
 	t.Run("Refused", func(t *testing.T) {
 		// A namespace where the user has no Role: refused, never
 		// "unreachable".
@@ -93,6 +146,23 @@ func TestKube(t *testing.T) {
 			t.Errorf("a missing kubeconfig: %v", r)
 		}
 	})
+}
+
+// unchangedFor reads the "unchanged: for D" line of get's output.
+func unchangedFor(t *testing.T, out string) time.Duration {
+	t.Helper()
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "unchanged:"); ok {
+			f := strings.Fields(rest)
+			if len(f) >= 2 && f[0] == "for" {
+				if d, err := time.ParseDuration(f[1]); err == nil {
+					return d
+				}
+			}
+		}
+	}
+	t.Fatalf("no \"unchanged: for D\" line in %q", out)
+	return 0
 }
 
 // writeKubeconfig writes a kubeconfig whose current context reaches server

@@ -61,7 +61,14 @@ func (f *connFlags) openKube(ctx context.Context, s *session) error {
 	// there; --request-timeout bounds it.
 	cctx, cancel := context.WithTimeout(ctx, f.requestTimeout)
 	defer cancel()
-	b, err := kubebackend.New(cctx, client, ns)
+	var opts []kubebackend.Option
+	if log := newKubeObservations(cfg.Host, ns); log != nil {
+		// Every fencing process of this host times a Lease from when
+		// the first of them saw its state: a grant retried in a shell
+		// loop gets an abandoned key one lease after its first try.
+		opts = append(opts, kubebackend.WithObservationLog(log))
+	}
+	b, err := kubebackend.New(cctx, client, ns, opts...)
 	if errors.Is(err, backend.ErrInvalidConfig) {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	} else if err != nil {

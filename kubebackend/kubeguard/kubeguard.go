@@ -9,8 +9,18 @@
 // and the policy evaluated again), so the check is atomic with the write:
 // the token on an object never goes down, whatever the writers' order.
 //
-// What it cannot cover: creates (there is no stored token to compare
-// with), deletes (a delete carries no object to stamp), and objects or
+// Only canonical tokens pass (decimal, 1 to 2^64-1, no leading zeros,
+// signs or spaces), on creates too. With WithMintCheck the policy also
+// reads the key's kubebackend Lease (its paramRef) and refuses a token
+// above the highest that Lease has minted, so a forged token cannot raise
+// the fence beyond every real holder's reach. A fence raised by a token
+// that should never have been admitted is lowered by hand, without
+// deleting the object: an update that carries LowerAnnotation with the
+// current fence, from a user that RBAC lets "lower" "fences" in the API
+// group fencing-go.github.io (see Lower).
+//
+// What it cannot cover: a create's token has no stored token to compare
+// with, deletes (a delete carries no object to stamp), and objects or
 // writers without the annotation (an update that drops it is refused once
 // the object has one; an object that never had one is not fenced). See
 // docs/kubernetes.md.
@@ -28,65 +38,179 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/kubebackend"
 )
 
 // Annotation is the annotation that carries an object's fencing token, in
 // decimal.
 const Annotation = "fencing-go.github.io/fence"
 
-// denial starts the message of every refusal the policy makes.
-const denial = "stale fencing token"
+// LowerAnnotation is the break-glass annotation: an update that carries it
+// with the object's current fence (as stored, character for character) may
+// lower the fence, or drop it, if the user who sends it may "lower"
+// "fences" in the API group fencing-go.github.io in the object's namespace
+// (an RBAC rule; see docs/kubernetes.md). Stamp removes it.
+const LowerAnnotation = "fencing-go.github.io/lower-fence"
 
-// Stamp puts token on obj, as the token of the write about to be sent.
+// The messages of the policy's refusals start with these.
+const (
+	denial      = "stale fencing token"
+	notMinted   = "fencing token never minted"
+	notCanon    = "fencing token not canonical"
+	breakGlassG = "fencing-go.github.io"
+)
+
+// Stamp puts token on obj, as the token of the write about to be sent, and
+// removes the break-glass annotation if obj has it.
 func Stamp(obj metav1.Object, token uint64) {
 	a := obj.GetAnnotations()
 	if a == nil {
 		a = make(map[string]string)
 	}
 	a[Annotation] = strconv.FormatUint(token, 10)
+	delete(a, LowerAnnotation)
 	obj.SetAnnotations(a)
 }
 
-// Token returns the token stamped on obj, if any.
+// Lower prepares obj, as read with fence from, for the break-glass update
+// that sets its fence to to (0: drops it): it must be sent by a user the
+// policy lets lower fences (see LowerAnnotation). The update is refused
+// if the stored fence is no longer from, and (under WithMintCheck) if to
+// was never minted. A lowered fence admits tokens it refused before: lower
+// it only after every holder of the tokens between to and from has
+// stopped.
+func Lower(obj metav1.Object, from string, to uint64) {
+	a := obj.GetAnnotations()
+	if a == nil {
+		a = make(map[string]string)
+	}
+	a[LowerAnnotation] = from
+	if to == 0 {
+		delete(a, Annotation)
+	} else {
+		a[Annotation] = strconv.FormatUint(to, 10)
+	}
+	obj.SetAnnotations(a)
+}
+
+// Token returns the token stamped on obj, if any, and if it is canonical:
+// decimal, 1 to 2^64-1, without leading zeros, signs or spaces.
 func Token(obj metav1.Object) (uint64, bool) {
 	v, ok := obj.GetAnnotations()[Annotation]
 	if !ok {
+		return 0, false
+	}
+	return parseCanonical(v)
+}
+
+func parseCanonical(v string) (uint64, bool) {
+	if v == "" || v[0] < '1' || v[0] > '9' {
 		return 0, false
 	}
 	t, err := strconv.ParseUint(v, 10, 64)
 	return t, err == nil
 }
 
-// Stale converts the API server's refusal of a stale write into an error
-// that wraps guard.ErrStaleToken (and the API status error, for
-// errors.As); any other error is returned as it is.
+// Stale converts the API server's refusal of a write by the policy into an
+// error that wraps the guard's sentinel (and the API status error, for
+// errors.As): guard.ErrStaleToken for a token below the object's,
+// guard.ErrNotMinted for one above what the key's Lease minted (or when the
+// Lease is not there), guard.ErrInvalidToken for one that is not a
+// canonical number. Any other error is returned as it is.
 func Stale(err error) error {
-	if err != nil && apierrors.IsInvalid(err) && strings.Contains(err.Error(), denial) {
+	if err == nil || !apierrors.IsInvalid(err) && !apierrors.IsForbidden(err) {
+		return err
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, denial):
 		return fmt.Errorf("%w: %w", guard.ErrStaleToken, err)
+	case strings.Contains(msg, notMinted):
+		return fmt.Errorf("%w: %w", guard.ErrNotMinted, err)
+	case strings.Contains(msg, notCanon):
+		return fmt.Errorf("%w: %w", guard.ErrInvalidToken, err)
 	}
 	return err
 }
 
-// expression is the policy's rule: an update keeps or raises the stored
-// token, and never drops it.
-const expression = `!has(oldObject.metadata.annotations) ||
-  !('` + Annotation + `' in oldObject.metadata.annotations) ||
-  (has(object.metadata.annotations) &&
-   '` + Annotation + `' in object.metadata.annotations &&
-   uint(object.metadata.annotations['` + Annotation + `']) >= uint(oldObject.metadata.annotations['` + Annotation + `']))`
+// The policy's variables: the new and stored fences (empty when absent),
+// whether each is canonical, and whether the update is a break-glass.
+const (
+	varNew = `has(object.metadata.annotations) && '` + Annotation + `' in object.metadata.annotations ?
+  object.metadata.annotations['` + Annotation + `'] : ''`
+	varOld = `oldObject != null && has(oldObject.metadata.annotations) && '` + Annotation + `' in oldObject.metadata.annotations ?
+  oldObject.metadata.annotations['` + Annotation + `'] : ''`
+	canonical = `.matches('^[1-9][0-9]{0,19}$') && (size(%[1]s) < 20 || %[1]s <= '18446744073709551615')`
+	varLower  = `variables.old != '' &&
+  has(object.metadata.annotations) && '` + LowerAnnotation + `' in object.metadata.annotations &&
+  object.metadata.annotations['` + LowerAnnotation + `'] == variables.old &&
+  authorizer.group('` + breakGlassG + `').resource('fences').namespace(request.namespace).check('lower').allowed()`
+	// varMinted is the highest token the key's Lease minted (its token
+	// annotation, which kubebackend writes with every grant); 0 for none.
+	varMinted = `has(params.metadata.annotations) && 'fencing-go.github.io/token' in params.metadata.annotations &&
+  params.metadata.annotations['fencing-go.github.io/token'].matches('^[1-9][0-9]{0,19}$') &&
+  (size(params.metadata.annotations['fencing-go.github.io/token']) < 20 || params.metadata.annotations['fencing-go.github.io/token'] <= '18446744073709551615') ?
+  uint(params.metadata.annotations['fencing-go.github.io/token']) : uint(0)`
+)
 
-// messageExpression tells the two tokens.
-const messageExpression = `'` + denial + `: ' +
-  (has(object.metadata.annotations) && '` + Annotation + `' in object.metadata.annotations ?
-    object.metadata.annotations['` + Annotation + `'] : 'none') +
-  ' is below the object\'s ' + oldObject.metadata.annotations['` + Annotation + `']`
+// The policy's rules, each with its message.
+const (
+	// exprCanonical: a token stamped is a canonical number.
+	exprCanonical = `variables.new == '' || variables.newOK`
+	msgCanonical  = `'` + notCanon + `: ' + variables.new + ' is not a decimal from 1 to 18446744073709551615 without leading zeros, signs or spaces'`
+	// exprStale: an update keeps or raises the stored token and never
+	// drops it, unless it is a break-glass; a stored fence that is not
+	// canonical (stamped before the policy refused such) can only be
+	// lowered that way.
+	exprStale = `variables.old == '' || variables.lower ||
+  (variables.new != '' && variables.newOK && variables.oldOK && uint(variables.new) >= uint(variables.old))`
+	msgStale = `'` + denial + `: ' + (variables.new != '' ? variables.new : 'none') +
+  (variables.oldOK ? ' is below the object\'s ' + variables.old :
+   ' cannot replace the object\'s fence ' + variables.old + ', which is not canonical (lower it by hand)')`
+	// exprMinted: a token stamped was minted on the key's Lease.
+	exprMinted = `variables.new == '' || !variables.newOK || uint(variables.new) <= variables.minted`
+	msgMinted  = `'` + notMinted + `: ' + variables.new + ' is above ' + string(variables.minted) +
+  ', the highest token Lease ' + params.metadata.namespace + '/' + params.metadata.name + ' has minted'`
+)
+
+// An Option configures the policy that Policy and Install make.
+type Option func(*config)
+
+type config struct {
+	mintNS, mintLease string
+}
+
+// WithMintCheck makes the policy refuse a token above the highest that the
+// kubebackend Lease of key in namespace has minted (its
+// fencing-go.github.io/token annotation), so that a forged token cannot
+// raise an object's fence beyond every real holder's reach. The binding
+// names the Lease (paramRef); the API server reads it from its own
+// informer cache, so the check costs no request, but a token minted a
+// moment ago may be refused as never minted until that cache has seen the
+// grant (a few milliseconds on one API server): a holder retries a
+// refusal wrapping guard.ErrNotMinted briefly. While the Lease does not
+// exist every stamped write is refused. One binding serves one key: the
+// objects the rules match are those that key fences.
+func WithMintCheck(namespace, key string) Option {
+	return func(c *config) { c.mintNS, c.mintLease = namespace, kubebackend.LeaseName(key) }
+}
 
 // Policy returns a ValidatingAdmissionPolicy named name that fences
-// updates of the resources rules match, and the binding that enforces it
-// (Deny). A nil namespaceSelector matches every namespace.
-func Policy(name string, rules []admissionv1.NamedRuleWithOperations, namespaces *metav1.LabelSelector) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+// creates and updates of the resources rules match, and the binding that
+// enforces it (Deny). A nil namespaceSelector matches every namespace.
+//
+// The policy refuses a token that is not a canonical number (decimal,
+// 1 to 2^64-1, no leading zeros, signs or spaces); an update whose token is
+// below the stored object's, or that drops it, unless it is a break-glass
+// (LowerAnnotation, Lower); and with WithMintCheck a token above what the
+// key's Lease minted.
+func Policy(name string, rules []admissionv1.NamedRuleWithOperations, namespaces *metav1.LabelSelector, opts ...Option) (*admissionv1.ValidatingAdmissionPolicy, *admissionv1.ValidatingAdmissionPolicyBinding) {
+	var c config
+	for _, o := range opts {
+		o(&c)
+	}
 	for i := range rules {
-		rules[i].Operations = []admissionv1.OperationType{admissionv1.Update}
+		rules[i].Operations = []admissionv1.OperationType{admissionv1.Create, admissionv1.Update}
 	}
 	fail := admissionv1.Fail
 	p := &admissionv1.ValidatingAdmissionPolicy{
@@ -97,10 +221,17 @@ func Policy(name string, rules []admissionv1.NamedRuleWithOperations, namespaces
 				ResourceRules:     rules,
 				NamespaceSelector: namespaces,
 			},
-			Validations: []admissionv1.Validation{{
-				Expression:        expression,
-				MessageExpression: messageExpression,
-			}},
+			Variables: []admissionv1.Variable{
+				{Name: "new", Expression: varNew},
+				{Name: "old", Expression: varOld},
+				{Name: "newOK", Expression: "variables.new" + fmt.Sprintf(canonical, "variables.new")},
+				{Name: "oldOK", Expression: "variables.old" + fmt.Sprintf(canonical, "variables.old")},
+				{Name: "lower", Expression: varLower},
+			},
+			Validations: []admissionv1.Validation{
+				{Expression: exprCanonical, MessageExpression: msgCanonical},
+				{Expression: exprStale, MessageExpression: msgStale},
+			},
 		},
 	}
 	b := &admissionv1.ValidatingAdmissionPolicyBinding{
@@ -110,6 +241,13 @@ func Policy(name string, rules []admissionv1.NamedRuleWithOperations, namespaces
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
 		},
 	}
+	if c.mintLease != "" {
+		p.Spec.ParamKind = &admissionv1.ParamKind{APIVersion: "coordination.k8s.io/v1", Kind: "Lease"}
+		p.Spec.Variables = append(p.Spec.Variables, admissionv1.Variable{Name: "minted", Expression: varMinted})
+		p.Spec.Validations = append(p.Spec.Validations, admissionv1.Validation{Expression: exprMinted, MessageExpression: msgMinted})
+		deny := admissionv1.DenyAction
+		b.Spec.ParamRef = &admissionv1.ParamRef{Name: c.mintLease, Namespace: c.mintNS, ParameterNotFoundAction: &deny}
+	}
 	return p, b
 }
 
@@ -117,8 +255,8 @@ func Policy(name string, rules []admissionv1.NamedRuleWithOperations, namespaces
 // The API server applies a new policy after a short delay (its policy
 // informer): a caller that needs it in force writes a probe object first
 // (the tests do).
-func Install(ctx context.Context, client kubernetes.Interface, name string, rules []admissionv1.NamedRuleWithOperations, namespaces *metav1.LabelSelector) error {
-	p, b := Policy(name, rules, namespaces)
+func Install(ctx context.Context, client kubernetes.Interface, name string, rules []admissionv1.NamedRuleWithOperations, namespaces *metav1.LabelSelector, opts ...Option) error {
+	p, b := Policy(name, rules, namespaces, opts...)
 	api := client.AdmissionregistrationV1()
 	if err := upsert(ctx, p, api.ValidatingAdmissionPolicies().Create, api.ValidatingAdmissionPolicies().Get, api.ValidatingAdmissionPolicies().Update); err != nil {
 		return fmt.Errorf("kubeguard: policy %s: %w", name, err)
