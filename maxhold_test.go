@@ -308,10 +308,19 @@ func TestMaxHoldMetricAndLog(t *testing.T) {
 	}
 	defer h.Release(context.Background())
 	waitDone(t, h, 10*time.Second)
-	waitFor(t, 10*time.Second, "the release at the maximum hold", func() bool {
-		_, live := env.token(t, "k")
-		return !live
+	// The release is logged after its answer, which comes back after the
+	// store has ended the lease: wait for the log, not for the store.
+	waitFor(t, 10*time.Second, "the release at the maximum hold, logged", func() bool {
+		for _, rec := range logs.All() {
+			if rec.Message == "fencing: release" {
+				return true
+			}
+		}
+		return false
 	})
+	if _, live := env.token(t, "k"); live {
+		t.Error("the lease is live after its release at the maximum hold")
+	}
 	for reason, want := range map[string]int64{"max_hold": 1, "rejected": 0, "deadline": 0} {
 		if got := m.value(fencing.MetricLeasesLost, mem+",fencing.reason="+reason); got != want {
 			t.Errorf("leases lost (%s) = %d, want %d; points %v", reason, got, want, m.collect(fencing.MetricLeasesLost))
