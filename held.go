@@ -292,8 +292,10 @@ func (h *Held) Warning() <-chan Lease { return h.warn }
 // Release stops the renewal and releases exactly this lease. It returns nil
 // when the lease was held until now; after a loss it still releases (to free
 // the key early, if the coordinator still counts the lease) and returns
-// Err(). Calling it again returns the same result. No goroutine of the Held
-// outlives Release.
+// Err(). A release that reaches the coordinator after the Deadline passed
+// (the lease expired while it was on its way) is such a loss too: its error
+// wraps ErrLeaseLost. Calling it again returns the same result. No goroutine
+// of the Held outlives Release.
 func (h *Held) Release(ctx context.Context) error {
 	h.released.Do(func() {
 		h.mu.Lock()
@@ -311,6 +313,22 @@ func (h *Held) Release(ctx context.Context) error {
 		// still reaches the store after the release is refused, and its
 		// answer is ignored (the lease has ended).
 		err := h.c.Release(ctx, h.key, lease.ID)
+		if lost == nil && (errors.Is(err, ErrLeaseNotFound) || errors.Is(err, ErrLeaseExpired)) {
+			// The store ends a lease no sooner than its Deadline and the
+			// margin: one that it no longer counts when the release
+			// reaches it was not held until now. The Deadline passed while
+			// the release was on its way (a process or a store stalled
+			// for longer than the lease had left): report the loss, as
+			// the expiry timer would have, not a bare refusal. (Before the
+			// Deadline such an answer is the store's fault, and is
+			// returned as it came.)
+			h.mu.Lock()
+			if h.until(lease.Deadline) <= 0 {
+				lost = fmt.Errorf("%w: %w before the release reached the store (%w)", ErrLeaseLost, errDeadlinePassed, err)
+				h.err = lost
+			}
+			h.mu.Unlock()
+		}
 		<-h.done
 		if h.line != nil {
 			h.line.leave(ctx) // after the release: the next waiter wakes to a free key

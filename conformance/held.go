@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -205,14 +206,23 @@ func (s suite) testLockAfterExpiry(t *testing.T) {
 
 // testLockManyWaiters: every waiter gets the key in turn, round after
 // round, never two at once, with tokens increasing in grant order.
+//
+// A machine busy enough can stall a holder (or its store) past its
+// lease's Deadline: its lease is then lost, and the key another's. Such a
+// round is no fault of the backend's, as long as the loss is reported
+// (Release's error wraps fencing.ErrLeaseLost) and the Deadline had
+// passed by then; two holders at once are a fault only while the one
+// inside before still holds its lease (its Err is nil: the Deadline has
+// not passed).
 func (s suite) testLockManyWaiters(t *testing.T) {
 	c, _ := s.coordinator(t)
 	ttl, margin := s.holdTTL(t)
 	const waiters, rounds = 6, 3
 	var (
-		inside  atomic.Int32
 		mu      sync.Mutex
+		inside  *fencing.Held // the holder between its Lock and its Release
 		order   []uint64
+		lost    []error
 		wg      sync.WaitGroup
 		errs    = make(chan error, 2*waiters*rounds)
 		ctx, cn = context.WithTimeout(context.Background(), 60*time.Second)
@@ -226,16 +236,33 @@ func (s suite) testLockManyWaiters(t *testing.T) {
 					errs <- err
 					return
 				}
-				if n := inside.Add(1); n != 1 {
-					errs <- fmt.Errorf("%d holders at once", n)
-				}
 				mu.Lock()
+				if inside != nil && inside.Err() == nil {
+					errs <- fmt.Errorf("token %d granted while token %d's lease is held", h.Token(), inside.Token())
+				}
+				inside = h
+				if n := len(order); n > 0 && h.Token() <= order[n-1] && (h.Token() == order[n-1] || h.Err() == nil) {
+					// Token order[n-1] was granted after h's, while h's
+					// lease is held (or the same token twice).
+					errs <- fmt.Errorf("token %d granted after token %d", order[n-1], h.Token())
+				}
 				order = append(order, h.Token())
 				mu.Unlock()
 				time.Sleep(5 * time.Millisecond)
-				inside.Add(-1)
-				if err := h.Release(ctx); err != nil {
-					errs <- err
+				mu.Lock()
+				if inside == h {
+					inside = nil
+				}
+				mu.Unlock()
+				err = h.Release(ctx)
+				switch deadline := h.Lease().Deadline; {
+				case err == nil:
+				case errors.Is(err, fencing.ErrLeaseLost) && time.Now().After(deadline):
+					mu.Lock()
+					lost = append(lost, fmt.Errorf("token %d: %w", h.Token(), err))
+					mu.Unlock()
+				default:
+					errs <- fmt.Errorf("token %d (Deadline in %v): %w", h.Token(), time.Until(deadline), err)
 				}
 			}
 		})
@@ -245,12 +272,18 @@ func (s suite) testLockManyWaiters(t *testing.T) {
 	for err := range errs {
 		t.Fatalf("waiter: %v", err)
 	}
+	for _, err := range lost {
+		t.Logf("a holder stalled past its Deadline on this busy machine: %v", err)
+	}
 	if len(order) != waiters*rounds {
 		t.Fatalf("%d of %d locks taken", len(order), waiters*rounds)
 	}
+	// A holder that lost its lease before it took its place above may
+	// come after one granted later; the tokens are still all different.
+	slices.Sort(order)
 	for i := 1; i < len(order); i++ {
 		if order[i] <= order[i-1] {
-			t.Fatalf("tokens in grant order %v: not increasing", order)
+			t.Fatalf("tokens %v: token %d granted twice", order, order[i])
 		}
 	}
 }
