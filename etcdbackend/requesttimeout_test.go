@@ -28,8 +28,9 @@ const callBound = 5*reqTimeout + 2*time.Second
 // TestBackgroundCallsReturnWhenEtcdStopsAnswering: with etcd stopped, as
 // if by SIGSTOP (a proxy that keeps the connections and carries nothing),
 // or killed (its port closed), Grant, Hold and Lock with
-// context.Background() return within the request timeout's bound and say
-// that etcd did not answer.
+// context.Background() return within the request timeout's bound (Lock,
+// which waits through it, when its WithWaitTimeout ends) and say that etcd
+// did not answer.
 func TestBackgroundCallsReturnWhenEtcdStopsAnswering(t *testing.T) {
 	cases := []struct {
 		name string
@@ -53,7 +54,13 @@ func TestBackgroundCallsReturnWhenEtcdStopsAnswering(t *testing.T) {
 			calls := map[string]func() error{
 				"Grant": func() error { _, err := c.Grant(ctx, "k", time.Minute); return err },
 				"Hold":  func() error { _, err := c.Hold(ctx, "k", time.Minute); return err },
-				"Lock":  func() error { _, err := c.Lock(ctx, "k", time.Minute); return err },
+				// Lock waits through a server that does not answer,
+				// until its wait ends: with context.Background(),
+				// WithWaitTimeout.
+				"Lock": func() error {
+					_, err := c.Lock(ctx, "k", time.Minute, fencing.WithWaitTimeout(2*reqTimeout))
+					return err
+				},
 			}
 			for _, name := range []string{"Grant", "Hold", "Lock"} {
 				start := time.Now()

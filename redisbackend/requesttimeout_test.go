@@ -18,7 +18,7 @@ import (
 // TestBackgroundCallsReturnWhenRedisStops: with the server frozen
 // (SIGSTOP: it keeps its connections and answers nothing), every call
 // with context.Background() returns within the request
-// timeout's bound, on a client with go-redis's defaults (which bound a
+// timeout's bound (Lock, which waits through it, when its wait ends), on a client with go-redis's defaults (which bound a
 // read by its 3s ReadTimeout only, not by the context), and say that
 // Redis did not answer.
 func TestBackgroundCallsReturnWhenRedisStops(t *testing.T) {
@@ -46,7 +46,12 @@ func TestBackgroundCallsReturnWhenRedisStops(t *testing.T) {
 	}{
 		{"Grant", func() error { _, err := c.Grant(ctx, "k", time.Minute); return err }},
 		{"Hold", func() error { _, err := c.Hold(ctx, "k", time.Minute); return err }},
-		{"Lock", func() error { _, err := c.Lock(ctx, "k", time.Minute); return err }},
+		// Lock waits through a server that does not answer, until its
+		// wait ends: with context.Background(), WithWaitTimeout.
+		{"Lock", func() error {
+			_, err := c.Lock(ctx, "k", time.Minute, fencing.WithWaitTimeout(2*reqTimeout))
+			return err
+		}},
 		{"Token", func() error { _, _, err := c.Token(ctx, "k"); return err }},
 		{"Inspect", func() error { _, err := c.Inspect(ctx, "k"); return err }},
 		{"ForceRelease", func() error { _, err := c.ForceRelease(ctx, "k"); return err }},
