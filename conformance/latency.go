@@ -86,7 +86,7 @@ func (s suite) keepsRenewedOn(t *testing.T, newBackend func(*testing.T) backend.
 		if loss == nil {
 			return
 		}
-		slowest := slowestRenewalCycle(rec.History())
+		slowest := slowestRenewalCycle(rec.History(), ttl)
 		if errors.Is(loss, fencing.ErrLeaseNotFound) || slowest < ttl/2 || run == 3 {
 			t.Fatalf("run %d, TTL %v: the held lease was lost: %v (slowest renewal cycle observed %v)", run, ttl, loss, slowest)
 		}
@@ -100,21 +100,27 @@ func (s suite) keepsRenewedOn(t *testing.T, newBackend func(*testing.T) backend.
 // slowestRenewalCycle returns the longest time in history from the send of
 // a successful grant (GrantMany's too) or renewal to the answer of the next call renewing
 // the same lease, or to the send of its release (a holder that let its lease
-// end unrenewed before it released it).
-func slowestRenewalCycle(history []Op) time.Duration {
+// end unrenewed before it released it). A lease of ttl whose last confirmed
+// request was followed by no call at all (its renewer never got to send a
+// renewal before its Deadline: a host too slow to run it, as the backend
+// was not asked) counts as a cycle of ttl.
+func slowestRenewalCycle(history []Op, ttl time.Duration) time.Duration {
 	slices.SortFunc(history, func(a, b Op) int { return a.Call.Compare(b.Call) })
 	sent := make(map[string]time.Time) // lease ID -> send of its last confirmed grant or renewal
+	unsent := make(map[string]bool)    // lease ID -> no call since its last confirmed one
 	var slowest time.Duration
 	for _, op := range history {
 		if op.Kind == OpGrantMany && op.Err == nil {
 			for _, r := range op.Requests {
 				sent[r.LeaseID] = op.Call
+				unsent[r.LeaseID] = true
 			}
 		}
 		if op.Kind == OpRelease {
 			if last, ok := sent[op.LeaseID]; ok {
 				slowest = max(slowest, op.Call.Sub(last))
 			}
+			delete(unsent, op.LeaseID)
 			continue
 		}
 		if op.Kind != OpGrant && op.Kind != OpRenew {
@@ -123,9 +129,14 @@ func slowestRenewalCycle(history []Op) time.Duration {
 		if last, ok := sent[op.LeaseID]; ok && op.Kind == OpRenew {
 			slowest = max(slowest, op.Return.Sub(last))
 		}
+		delete(unsent, op.LeaseID)
 		if op.Err == nil {
 			sent[op.LeaseID] = op.Call
+			unsent[op.LeaseID] = true
 		}
+	}
+	if len(unsent) > 0 {
+		slowest = max(slowest, ttl)
 	}
 	return slowest
 }
