@@ -16,7 +16,10 @@ type Harness interface {
 	// further cleanup with t.Cleanup.
 	NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error)
 	// Wait lets d pass on the coordinator's clock: a fake clock advances at
-	// once, a real server's harness sleeps.
+	// once, a real server's harness sleeps. It must be safe for concurrent
+	// use: a case whose waiters run on real time (LockManyOverlapping)
+	// calls it from a goroutine of its own, so that a fake clock follows
+	// real time while the waiters run.
 	Wait(ctx context.Context, d time.Duration) error
 	// Traits describes the backend's time and tokens to the suite.
 	Traits() Traits
