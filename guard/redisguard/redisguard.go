@@ -141,7 +141,8 @@ const dropOp = "DROP"
 // Once the fence is gone, any token is admitted on resource again, an old
 // holder's too: drop a fence only with a resource that no late write can
 // bring back ("Dropping a fence" in docs/guards.md). In a Write of another
-// resource it is refused with an error wrapping guard.ErrInvalidWrite.
+// resource it is refused with an error wrapping guard.ErrInvalidWrite. Run
+// has no Drop: delete a resource with Write.
 func (g *Guard) Drop(resource string) Op { return Op{name: dropOp, key: g.FenceKey(resource)} }
 
 // Admit raises resource's fence to token with no other write, or returns an
