@@ -125,7 +125,7 @@ failed or permission denied; hold passes on its command's own code.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(demoCommand(), getCommand(), listCommand(), grantCommand(), renewCommand(), releaseCommand(), holdCommand(), watchCommand(), topCommand())
+	root.AddCommand(demoCommand(), getCommand(), listCommand(), statsCommand(), grantCommand(), renewCommand(), releaseCommand(), holdCommand(), watchCommand(), topCommand())
 	root.AddCommand(electCommand(), leaderCommand(), semCommand())
 	root.AddCommand(fenceCommand())
 	root.SetFlagErrorFunc(func(cmd *cobra.Command, err error) error { return err })
