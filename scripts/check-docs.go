@@ -3,7 +3,7 @@
 // check-docs finds drift between the docs and the code. Run it from the
 // repository's root (scripts/check-docs.sh does, and .ci/run calls that):
 //
-//	go run scripts/check-docs.go
+//	go run scripts/check-docs.go scripts/check-snippets.go
 //
 // It checks that
 //
@@ -17,7 +17,9 @@
 //     in that package (a top-level func, type, const or var, or a method or
 //     struct field of the type), as go doc would show it;
 //   - no README.md or docs/ text carries project history ("issue 12",
-//     "not met"): the docs say what the code does.
+//     "not met"): the docs say what the code does;
+//   - every ```go block of README.md and docs/*.md compiles against the code
+//     (scripts/check-snippets.go says how fragments are wrapped).
 //
 // A name README.md shows before the code that declares it is merged (a
 // feature built on another branch) goes in scripts/check-docs-pending.txt,
@@ -64,6 +66,7 @@ func main() {
 	checkHistory(append([]string{"README.md"}, walk("docs")...))
 	checkGoDocRefs()
 	checkNames("README.md") // docs/ may name what does not exist (a design not chosen)
+	snippets, skipped := checkSnippets(pages)
 
 	if len(problems) > 0 {
 		for _, p := range problems {
@@ -72,7 +75,7 @@ func main() {
 		fmt.Printf("check-docs: %d problem(s)\n", len(problems))
 		os.Exit(1)
 	}
-	fmt.Printf("check-docs: links, anchors, docs/*.md named by Go files, names in README.md and history words in %d pages: ok\n", len(pages))
+	fmt.Printf("check-docs: links, anchors, docs/*.md named by Go files, names in README.md and history words in %d pages, %d Go snippets compiled (%d skipped with a reason): ok\n", len(pages), snippets, skipped)
 }
 
 // lines returns the lines of a file, and which of them are inside fenced

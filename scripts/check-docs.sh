@@ -7,7 +7,4 @@
 # .ci/run calls it before the tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-status=0
-go run scripts/check-docs.go "$@" || status=1
-go run scripts/check-snippets.go || status=1
-exit $status
+exec go run scripts/check-docs.go scripts/check-snippets.go "$@"

@@ -2,10 +2,10 @@
 
 // check-snippets type-checks every ```go block of README.md and docs/*.md
 // against the code, so that a signature change cannot leave a snippet
-// behind that no longer compiles. Run it from the repository's root
-// (scripts/check-docs.sh does, and .ci/run calls that):
+// behind that no longer compiles. It is part of check-docs
+// (scripts/check-docs.sh runs both files, and .ci/run calls that):
 //
-//	go run scripts/check-snippets.go
+//	go run scripts/check-docs.go scripts/check-snippets.go
 //
 // A block is one of:
 //
@@ -35,8 +35,7 @@
 // block is checked in the first of the library's modules (the root,
 // kubebackend, bench) whose dependencies include every package it imports.
 //
-// Each problem is one line, file:line: what is wrong; the exit status is 1
-// when there is any.
+// Each problem is reported as check-docs reports its own.
 package main
 
 import (
@@ -153,25 +152,18 @@ type block struct {
 	module string
 }
 
-var problems []string
-
-func report(file string, line int, format string, args ...any) {
-	problems = append(problems, fmt.Sprintf("%s:%d: %s", file, line, fmt.Sprintf(format, args...)))
-}
-
-func main() {
-	pages := []string{"README.md"}
-	docs, _ := filepath.Glob("docs/*.md")
-	pages = append(pages, docs...)
+// checkSnippets checks the Go blocks of pages and returns how many it
+// checked and how many are skipped with a reason.
+func checkSnippets(pages []string) (checked, skipped int) {
 	var blocks []*block
 	for _, p := range pages {
 		blocks = append(blocks, readBlocks(p)...)
 	}
-	checked := 0
 	all := map[string]bool{}
 	var ready []*block
 	for _, b := range blocks {
 		if strings.HasPrefix(b.note, "skip:") {
+			skipped++
 			if strings.TrimSpace(strings.TrimPrefix(b.note, "skip:")) == "" {
 				report(b.file, b.line, "a skipped snippet says why: <!-- snippet: skip: REASON -->")
 			}
@@ -195,8 +187,8 @@ func main() {
 	for _, m := range modules {
 		exp, err := exportData(m, paths)
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "check-snippets:", err)
-			os.Exit(1)
+			report(m+"/go.mod", 0, "%v", err)
+			return checked, skipped
 		}
 		exports[m] = exp
 	}
@@ -221,13 +213,7 @@ func main() {
 		typeCheck(b, exports[b.module])
 		checked++
 	}
-	if len(problems) > 0 {
-		for _, p := range problems {
-			fmt.Println(p)
-		}
-		os.Exit(1)
-	}
-	fmt.Printf("check-snippets: %d Go snippets of README.md and docs/*.md compile (%d skipped with a reason)\n", checked, len(blocks)-checked)
+	return checked, skipped
 }
 
 var notePattern = regexp.MustCompile(`^<!--\s*snippet:\s*(.*?)\s*-->$`)
