@@ -68,6 +68,10 @@ const DefaultRetention = 24 * time.Hour
 // token it had, as every token is (etcd's revision). d <= 0 keeps every
 // record for ever, and runs no sweep. See the package doc's "Retention".
 //
+// The retention belongs to the prefix, not to one backend: every backend on
+// a prefix sweeps all of its keys, so the shortest retention among them is
+// the prefix's. Give every backend on a prefix (the CLI's too) the same one.
+//
 // The default, 24 hours, is long enough that no realistic pause outlives
 // it (a stalled holder, a request resent after a partition: a resend after
 // the retention may get a new lease instead of its verdict), and short
