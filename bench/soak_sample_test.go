@@ -50,21 +50,17 @@ const soakCreepFactor = 1.5
 // the first keys written, at least one sample), floor its lowest in the
 // last quarter (at least one sample). A leak raises the floor, where a
 // fault's passing spike does not. The check fails when
-// floor > 1.5*peak + slack. It returns a cell per metric ("first→last")
-// and the failures.
+// floor > 1.5*peak + slack. It returns a cell per metric ("peak→floor
+// (highest)") and the failures.
 func creep(samples []soakSample, total time.Duration) (cells []string, failures []string) {
 	for _, m := range soakMetrics {
-		peak, floor := int64(-1), int64(-1)
-		first, last := int64(-1), int64(-1)
+		peak, floor, top := int64(-1), int64(-1), int64(-1)
 		for i, s := range samples {
 			v := m.get(s)
 			if v < 0 {
 				continue
 			}
-			if first < 0 {
-				first = v
-			}
-			last = v
+			top = max(top, v)
 			if s.at <= total/4 || i == 0 {
 				peak = max(peak, v)
 			}
@@ -74,7 +70,7 @@ func creep(samples []soakSample, total time.Duration) (cells []string, failures 
 				}
 			}
 		}
-		cells = append(cells, fmt.Sprintf("%d→%d", first/m.unit, last/m.unit))
+		cells = append(cells, fmt.Sprintf("%d→%d (%d)", peak/m.unit, floor/m.unit, top/m.unit))
 		if peak < 0 || floor < 0 {
 			continue
 		}
@@ -95,6 +91,13 @@ type soakSampler struct {
 	mu     sync.Mutex
 	faults []string // marked since the last sample
 	all    []soakSample
+	marks  []soakMark // every fault, for the plot
+}
+
+// soakMark is a fault's start.
+type soakMark struct {
+	at   time.Duration
+	kind string
 }
 
 // mark notes a fault, for the next sample.
@@ -102,6 +105,7 @@ func (s *soakSampler) mark(fault string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.faults = append(s.faults, fault)
+	s.marks = append(s.marks, soakMark{time.Since(s.start), fault})
 }
 
 // run samples every interval until ctx ends.

@@ -13,7 +13,8 @@ package bench
 // backend (default 8); SOAK_INTERVAL the sampling interval (default SOAK/30,
 // between 0.5 s and 10 s); SOAK_CSV a directory for each backend's samples
 // (time, goroutines, heap, RSS, FDs, connections, store records, ops/s,
-// faults). See docs/scale.md.
+// faults); SOAK_PLOTS a directory for soak-<backend>.png (those quantities
+// against time, faults marked). See docs/scale.md.
 
 import (
 	"context"
@@ -69,7 +70,8 @@ func TestSoak(t *testing.T) {
 	if cfg.smoke {
 		mode = "smoke (set SOAK=60s for a soak)"
 	}
-	t.Logf("TestSoak, %s: %v a backend, TTL %v, %d workers, sampled every %v; load %s\n\n%s\n%s",
+	t.Logf("TestSoak, %s: %v a backend, TTL %v, %d workers, sampled every %v; load %s; "+
+		"a quantity's cell is its peak in the first quarter → its floor in the last quarter (its highest sample)\n\n%s\n%s",
 		mode, cfg.dur, cfg.ttl, cfg.workers, cfg.interval, loadAvg(), soakHeader(), strings.Join(rows, "\n"))
 }
 
@@ -126,6 +128,12 @@ func soakRun(t *testing.T, cfg soakConfig, name string, st *soakStore) string {
 
 	if dir := os.Getenv("SOAK_CSV"); dir != "" {
 		if err := smp.csv(filepath.Join(dir, "soak-"+name+".csv")); err != nil {
+			t.Error(err)
+		}
+	}
+	if dir := os.Getenv("SOAK_PLOTS"); dir != "" {
+		title := fmt.Sprintf("soak: %s, %v, TTL %v, %d workers, load %s", name, total.Round(time.Second), cfg.ttl, cfg.workers, loadAvg())
+		if err := smp.plot(filepath.Join(dir, "soak-"+name+".png"), title); err != nil {
 			t.Error(err)
 		}
 	}
