@@ -15,11 +15,9 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 
 	"github.com/fencing-go/fencing"
 )
@@ -64,14 +62,8 @@ func TestDashboardPlot(t *testing.T) {
 		{"Lost leases by reason", fmt.Sprintf("leases per %v", window*step), rates("fencing_leases_lost_total", "fencing_reason", window, false)},
 	}
 	const w, h = 14 * vg.Inch, 7 * vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(100))
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	head := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 14), XAlign: draw.XCenter, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
-	dc.FillText(head, vg.Point{X: w / 2, Y: h - 8}, fmt.Sprintf("docs/grafana/fencing.json's panels, from a %v contention on the in-memory backend (%s)", run, time.Now().UTC().Format("2006-01-02 15:04 UTC")))
+	img, body := titledCanvas(w, h, 100, fmt.Sprintf("docs/grafana/fencing.json's panels, from a %v contention on the in-memory backend (%s)", run, time.Now().UTC().Format("2006-01-02 15:04 UTC")))
 	tiles := draw.Tiles{Rows: 2, Cols: 3, PadX: 24, PadY: 24}
-	body := draw.Crop(dc, 8, -8, 8, -34)
 	for i, p := range panels {
 		if !titles[p.title] {
 			t.Fatalf("the dashboard has no panel %q", p.title)

@@ -29,4 +29,14 @@
 // BENCH_PGEXPLAIN=1 adds the plans of our pair's statements):
 //
 //	cd bench && BENCH_PGCOUNTS=2000 go test -run '^TestPGPairCounts$' -v -count=1 .
+//
+// TestSoak runs every backend in turn (memory, SQLite, PostgreSQL, MariaDB,
+// Redis, etcd) under mixed traffic while a nemesis stalls the network,
+// freezes holders and kills the server, checks that no stale write lands
+// and that tokens only rise, and that goroutines, heap, FDs, connections and
+// store records do not creep; SOAK is the time per backend (without it, a
+// smoke of a few seconds each, as CI runs it). See soak_test.go and
+// docs/scale.md:
+//
+//	cd bench && SOAK=60s go test -run '^TestSoak$' -v .
 package bench

@@ -6,11 +6,9 @@ import (
 	"strconv"
 
 	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/font"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
 )
 
 // contentionRow is one row of the contention handoff's table
@@ -60,12 +58,7 @@ func contentionColor(name string) color.Color {
 // wakes, a line per contender.
 func plotContention(file string, rows []contentionRow, run string) error {
 	const w, h = 11 * vg.Inch, 5 * vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(110))
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-	title := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 14), XAlign: draw.XCenter, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
-	dc.FillText(title, vg.Point{X: w / 2, Y: h - 8}, fmt.Sprintf("contention: %s (%s)", storeTitles["contention"], run))
+	img, body := titledCanvas(w, h, 110, fmt.Sprintf("contention: %s (%s)", storeTitles["contention"], run))
 
 	var names []string
 	byName := map[string][]contentionRow{}
@@ -132,7 +125,6 @@ func plotContention(file string, rows []contentionRow, run string) error {
 			return err
 		}
 	}
-	body := draw.Crop(dc, 8, -8, 8, -34)
 	tiles := draw.Tiles{Rows: 1, Cols: 2, PadX: 24}
 	lat.Draw(tiles.At(body, 0, 0))
 	woken.Draw(tiles.At(body, 1, 0))

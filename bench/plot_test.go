@@ -355,15 +355,7 @@ var storeTitles = map[string]string{
 // handoff on top, throughput against goroutines per operation below.
 func plotStore(file, name string, s *storeResults, run string) error {
 	const w, h = 11 * vg.Inch, 8.5 * vg.Inch
-	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(110))
-	dc := draw.New(img)
-	dc.SetColor(color.White)
-	dc.Fill(dc.Rectangle.Path())
-
-	title := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 14), XAlign: draw.XCenter, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
-	dc.FillText(title, vg.Point{X: w / 2, Y: h - 8}, fmt.Sprintf("%s: %s (%s)", name, storeTitles[name], run))
-
-	body := draw.Crop(dc, 8, -8, 8, -34)
+	img, body := titledCanvas(w, h, 110, fmt.Sprintf("%s: %s (%s)", name, storeTitles[name], run))
 	half := (body.Max.Y - body.Min.Y) / 2
 	top := draw.Crop(body, 0, 0, half+6, 0)
 	bottom := draw.Crop(body, 0, 0, 0, -half-6)
@@ -388,6 +380,18 @@ func plotStore(file, name string, s *storeResults, run string) error {
 	}
 
 	return writePNG(file, img)
+}
+
+// titledCanvas returns a white w x h image at dpi with title at its top
+// centre, and the canvas under the title, inset by 8 points.
+func titledCanvas(w, h vg.Length, dpi int, title string) (*vgimg.Canvas, draw.Canvas) {
+	img := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(dpi))
+	dc := draw.New(img)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	style := draw.TextStyle{Color: color.Black, Font: font.From(plot.DefaultFont, 14), XAlign: draw.XCenter, YAlign: draw.YTop, Handler: plot.DefaultTextHandler}
+	dc.FillText(style, vg.Point{X: w / 2, Y: h - 8}, title)
+	return img, draw.Crop(dc, 8, -8, 8, -34)
 }
 
 // writePNG writes img to file as a PNG.

@@ -181,6 +181,13 @@ func sqlCoordinator(t *testing.T, db *sql.DB, d sqlbackend.Dialect) *fencing.Coo
 // prefix in db, created if need be.
 func sqlCoordinatorPrefix(t *testing.T, db *sql.DB, d sqlbackend.Dialect, prefix string) *fencing.Coordinator {
 	t.Helper()
+	return fencing.New(sqlBackendPrefix(t, db, d, prefix))
+}
+
+// sqlBackendPrefix returns a backend over the tables named with prefix in
+// db, created if need be, closed when t ends.
+func sqlBackendPrefix(t *testing.T, db *sql.DB, d sqlbackend.Dialect, prefix string) *sqlbackend.Backend {
+	t.Helper()
 	b, err := newSQLBackend(db, d, prefix)
 	if err != nil {
 		t.Fatal(err)
@@ -189,7 +196,7 @@ func sqlCoordinatorPrefix(t *testing.T, db *sql.DB, d sqlbackend.Dialect, prefix
 	if err := b.CreateTables(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	return fencing.New(b)
+	return b
 }
 
 // newSQLBackend is the benchmarks' backend on db: the tables named with

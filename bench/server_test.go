@@ -26,10 +26,14 @@ var serverAddr string
 var serverErr error
 
 // TestMain starts the package's redis-server. With sqliteHandoffEnv set,
-// the binary is the waiter process of sqliteHandoff instead.
+// the binary is the waiter process of sqliteHandoff instead, with
+// soakChildEnv the holder process of TestSoak.
 func TestMain(m *testing.M) {
 	if dir := os.Getenv(sqliteHandoffEnv); dir != "" {
 		os.Exit(sqliteHandoffChild(dir))
+	}
+	if os.Getenv(soakChildEnv) != "" {
+		os.Exit(soakChildMain())
 	}
 	os.Exit(runMain(m))
 }
