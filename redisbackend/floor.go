@@ -118,11 +118,19 @@ func keySlot(name string) uint16 {
 	return crc16([]byte(name)) % slotCount
 }
 
-// crc16 is CRC-16/XMODEM, Redis Cluster's key hash.
+// crc16 is CRC-16/XMODEM, Redis Cluster's key hash, a byte at a time.
 func crc16(b []byte) uint16 {
 	var crc uint16
 	for _, c := range b {
-		crc ^= uint16(c) << 8
+		crc = crc<<8 ^ crcTable[byte(crc>>8)^c]
+	}
+	return crc
+}
+
+// crcTable[i] is the CRC of the byte i.
+var crcTable = func() (t [256]uint16) {
+	for i := range t {
+		crc := uint16(i) << 8
 		for range 8 {
 			if crc&0x8000 != 0 {
 				crc = crc<<1 ^ 0x1021
@@ -130,6 +138,7 @@ func crc16(b []byte) uint16 {
 				crc <<= 1
 			}
 		}
+		t[i] = crc
 	}
-	return crc
-}
+	return t
+}()
