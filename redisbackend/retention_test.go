@@ -41,16 +41,7 @@ func TestRestartDuringReclamation(t *testing.T) {
 // key's next token is still above its last one: the replica received each
 // reclaim script's delete and raise together (one MULTI/EXEC), or neither.
 func TestSentinelFailoverDuringReclamation(t *testing.T) {
-	rs := redistest.StartReplicated(t, persistent)
-	sentinel := redistest.StartSentinel(t, "fencing-primary", rs.Primary)
-	client := redis.NewFailoverClient(&redis.FailoverOptions{
-		MasterName:    "fencing-primary",
-		SentinelAddrs: []string{sentinel.Addr()},
-		MaxRetries:    -1,
-		DialTimeout:   500 * time.Millisecond,
-		ReadTimeout:   3 * time.Second,
-	})
-	defer client.Close()
+	rs, client := startSentinel(t)
 	b := newBackend(t, client, redisbackend.WithPrefix("rf:"), redisbackend.WithRetention(time.Second))
 	old := idleRecords(t, client, b)
 	if n, err := client.Wait(context.Background(), 1, 10*time.Second).Result(); err != nil || n != 1 {
