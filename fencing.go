@@ -103,6 +103,7 @@ func New(b backend.Backend, opts ...Option) *Coordinator {
 		c.reqTimeout = 0
 	}
 	c.obs.init(b, &c.config)
+	releaseWhenCollected(c, c.obs.observeSize(b, c.reqTimeout))
 	return c
 }
 

@@ -181,7 +181,8 @@ type observer struct {
 	tracer      trace.Tracer       // nil: no spans (trace.go)
 	backendAttr attribute.KeyValue // the backend, for spans
 
-	on bool // instruments were created
+	on    bool         // instruments were created
+	meter metric.Meter // what they were made with, when on (storesize.go)
 	// global is the provider the instruments were made on when it is the
 	// global package's delegating default, else nil. Such a provider
 	// records nothing until otel.SetMeterProvider installs another, and
@@ -296,7 +297,7 @@ func (o *observer) init(b backend.Backend, cfg *config) {
 		o.heldAttrs[i] = metric.WithAttributeSet(attribute.NewSet(be, AttrReason.String(r)))
 	}
 	o.waitingOn, o.releasedAt = map[string]int{}, map[string]time.Time{}
-	o.on = true
+	o.meter, o.on = m, true
 }
 
 // globalPkg is the package of the delegating MeterProvider that

@@ -69,6 +69,10 @@ func (m *meter) collect(name string) []point {
 				for _, dp := range d.DataPoints {
 					out = append(out, point{attrString(dp.Attributes), int64(dp.Count)})
 				}
+			case metricdata.Gauge[int64]:
+				for _, dp := range d.DataPoints {
+					out = append(out, point{attrString(dp.Attributes), dp.Value})
+				}
 			default:
 				m.t.Fatalf("%s: unexpected data %T", name, md.Data)
 			}

@@ -95,8 +95,10 @@
 // (waiting for a key to come free), Inspector (a key's state), ForceReleaser
 // (ending a lease without its ID), Lister (enumerating keys, whose bad
 // cursor is ErrInvalidCursor), Queuer (a
-// first-come, first-served line of waiters per key), Sizer (the records a
-// store holds and the keys it reclaimed) and InProcess (a marker
+// first-come, first-served line of waiters per key), LineReader (counting
+// a key's line without joining it), MultiGranter (leases on several keys in
+// one atomic step: GrantMany), Sizer (the records a store holds and the
+// keys it reclaimed) and InProcess (a marker
 // for a store whose requests never leave the process, sent without the
 // Coordinator's request timeout). A backend whose store has no clock
 // implements ObservedExpiry, which states the one rule it keeps

@@ -41,6 +41,22 @@ type GuardStore interface {
 	Read(ctx context.Context, resource string) (string, error)
 }
 
+// GuardDropper is a GuardStore that deletes a resource together with its
+// fence, in one atomic step (see "Dropping a fence" in docs/guards.md).
+// RunGuard runs its case on stores that implement it; every store guard's
+// harness should.
+type GuardDropper interface {
+	// Drop deletes resource's value and its fence in the same atomic step as
+	// admitting token: a stale token gets an error wrapping
+	// guard.ErrStaleToken and deletes nothing.
+	Drop(ctx context.Context, resource string, token uint64) error
+	// FailedDrop is a Drop that fails after the token was checked, so the
+	// store undoes the whole step: the value and the fence stay. It returns
+	// the failure, or an error wrapping guard.ErrStaleToken when the token
+	// was stale; it never returns nil.
+	FailedDrop(ctx context.Context, resource string, token uint64) error
+}
+
 // RunGuard runs the guard suite against the stores h makes. It checks that
 //
 //   - a token at least the fence is admitted (the same token again too),
@@ -56,7 +72,11 @@ type GuardStore interface {
 //     every admitted token is at least every token admitted before it, every
 //     refusal is explained by a higher token admitted before it, readers only
 //     ever see admitted writes, in token order, and each resource ends with
-//     the value written with its highest admitted token.
+//     the value written with its highest admitted token;
+//   - on a store that drops a fence with its resource (GuardDropper), the
+//     drop is admitted like a write (a stale one deletes nothing), takes the
+//     value and the fence together, fails as a whole, and leaves other
+//     resources' fences alone.
 func RunGuard(t *testing.T, h GuardHarness) {
 	cases := []struct {
 		name string
@@ -69,6 +89,7 @@ func RunGuard(t *testing.T, h GuardHarness) {
 		{"BadInputChangesNothing", testGuardBadInput},
 		{"OddResourcesAreDistinct", testOddResources},
 		{"RacingWriters", testRacingWriters},
+		{"DropGoesWithResource", testDrop},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -181,17 +202,7 @@ func testGuardBadInput(t *testing.T, s GuardStore) {
 	g, ctx := gs{t, s}, context.Background()
 	g.write("r", 5, "v")
 	long := strings.Repeat("k", backend.MaxKeyLength+1)
-	for _, c := range []struct {
-		name     string
-		resource string
-		token    uint64
-		want     error
-	}{
-		{"token 0", "r", 0, guard.ErrInvalidToken},
-		{"token 0 on a fresh resource", "fresh", 0, guard.ErrInvalidToken},
-		{"empty resource", "", 9, backend.ErrInvalidKey},
-		{"resource too long", long, 9, backend.ErrInvalidKey},
-	} {
+	for _, c := range badGuardInputs() {
 		if err := s.Admit(ctx, c.resource, c.token); !errors.Is(err, c.want) {
 			t.Errorf("Admit with %s: got %v, want %v", c.name, err, c.want)
 		}
@@ -215,6 +226,24 @@ func testGuardBadInput(t *testing.T, s GuardStore) {
 	g.value(long[:backend.MaxKeyLength], "longest")
 }
 
+// badGuardInput is a resource and token that a guard refuses with want,
+// changing nothing.
+type badGuardInput struct {
+	name     string
+	resource string
+	token    uint64
+	want     error
+}
+
+func badGuardInputs() []badGuardInput {
+	return []badGuardInput{
+		{"token 0", "r", 0, guard.ErrInvalidToken},
+		{"token 0 on a fresh resource", "fresh", 0, guard.ErrInvalidToken},
+		{"empty resource", "", 9, backend.ErrInvalidKey},
+		{"resource too long", strings.Repeat("k", backend.MaxKeyLength+1), 9, backend.ErrInvalidKey},
+	}
+}
+
 func testOddResources(t *testing.T, s GuardStore) {
 	g := gs{t, s}
 	// No name starts with '}': on a Redis Cluster such a name has no hash
@@ -227,4 +256,55 @@ func testOddResources(t *testing.T, s GuardStore) {
 		g.value(r, "value of "+r)
 		g.stale("Write "+r+" below its own fence", s.Write(context.Background(), r, uint64(99-i), "stale"))
 	}
+}
+
+func testDrop(t *testing.T, s GuardStore) {
+	d, ok := s.(GuardDropper)
+	if !ok {
+		t.Skip("harness capability: the store does not drop a fence with its resource (conformance.GuardDropper)")
+	}
+	g, ctx := gs{t, s}, context.Background()
+	g.write("r", 5, "v")
+	g.write("other", 5, "w")
+	g.stale("Drop with 3 under fence 5", d.Drop(ctx, "r", 3))
+	g.value("r", "v")
+	if err := d.FailedDrop(ctx, "r", 6); err == nil || errors.Is(err, guard.ErrStaleToken) {
+		t.Fatalf("FailedDrop with 6 over fence 5: got %v, want the drop's own failure", err)
+	}
+	g.value("r", "v")
+	g.stale("Write 4 after a failed drop", s.Write(ctx, "r", 4, "stale")) // the fence stayed
+	for _, c := range badGuardInputs() {
+		if err := d.Drop(ctx, c.resource, c.token); !errors.Is(err, c.want) {
+			t.Errorf("Drop with %s: got %v, want %v", c.name, err, c.want)
+		}
+	}
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := d.Drop(done, "r", 9); !errors.Is(err, context.Canceled) {
+		t.Errorf("Drop with a done context: got %v, want context.Canceled", err)
+	}
+	g.value("r", "v")
+
+	if err := d.Drop(ctx, "r", 5); err != nil { // the holder of the fence's own token
+		t.Fatalf("Drop(r, 5): %v", err)
+	}
+	g.value("r", "")
+	// The fence went with the value: a token below the dropped fence is
+	// admitted again, which is why a name that may be used again keeps its
+	// fence (docs/guards.md).
+	g.write("r", 2, "after the drop")
+	g.value("r", "after the drop")
+	g.write("r", 7, "re-created") // a fresh lease's token, above the old fence
+	g.stale("Write 6 after 7", s.Write(ctx, "r", 6, "stale"))
+	g.value("r", "re-created")
+	// Other resources keep their fences and values.
+	g.stale("Write 4 on the other resource", s.Write(ctx, "other", 4, "stale"))
+	g.value("other", "w")
+	// Dropping what holds nothing is a no-op, and so is dropping twice.
+	for range 2 {
+		if err := d.Drop(ctx, "never written", 1); err != nil {
+			t.Fatalf("Drop of a resource never written: %v", err)
+		}
+	}
+	g.value("never written", "")
 }

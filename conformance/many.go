@@ -383,48 +383,55 @@ func (s suite) testHoldMany(t *testing.T) {
 }
 
 // testLockManyWaits: LockMany waits while one of its keys is held, takes
-// none of them meanwhile, and gets them all once that key is released.
+// none of them meanwhile, and gets them all once that key is released. The
+// leases it takes are renewed with a TTL from holdTTL: on a host too slow to
+// renew them, keepsRenewedOn runs the case again with a longer TTL.
 func (s suite) testLockManyWaits(t *testing.T) {
 	b := s.manyBackend(t)
 	capability[backend.MultiGranter](t, b, "backend.MultiGranter")
-	c := fencing.New(b)
 	ctx := context.Background()
-	ttl, margin := s.holdTTL(t)
-	holder := s.grant(t, c, "lm/b", long, time.Second)
-	type result struct {
-		m   *fencing.HeldMany
-		err error
-	}
-	got := make(chan result, 1)
-	go func() {
-		m, err := c.LockMany(ctx, []string{"lm/c", "lm/b", "lm/a"}, ttl, fencing.WithMargin(margin))
-		got <- result{m, err}
-	}()
-	// While lm/b is held, the waiter takes neither of the others: a grant
-	// of each succeeds (and is released at once).
-	for _, k := range []string{"lm/a", "lm/c"} {
-		l := s.grant(t, c, k, long, time.Second)
-		if err := c.Release(ctx, k, l.ID); err != nil {
+	s.keepsRenewedOn(t, s.manyBackend, "lm", func(c *fencing.Coordinator, key string, ttl, margin time.Duration) error {
+		ka, kb, kc := key+"/a", key+"/b", key+"/c"
+		holder := s.grant(t, c, kb, long, time.Second)
+		type result struct {
+			m   *fencing.HeldMany
+			err error
+		}
+		got := make(chan result, 1)
+		go func() {
+			m, err := c.LockMany(ctx, []string{kc, kb, ka}, ttl, fencing.WithMargin(margin))
+			got <- result{m, err}
+		}()
+		// While kb is held, the waiter takes neither of the others: a grant
+		// of each succeeds (and is released at once).
+		for _, k := range []string{ka, kc} {
+			l := s.grant(t, c, k, long, time.Second)
+			if err := c.Release(ctx, k, l.ID); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+		select {
+		case r := <-got:
+			t.Fatalf("LockMany returned while %s was held: %v", kb, r.err)
+		default:
+		}
+		if err := c.Release(ctx, kb, holder.ID); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
-	}
-	select {
-	case r := <-got:
-		t.Fatalf("LockMany returned while lm/b was held: %v", r.err)
-	default:
-	}
-	if err := c.Release(ctx, "lm/b", holder.ID); err != nil {
-		t.Fatalf("Release: %v", err)
-	}
-	r := <-got
-	if r.err != nil {
-		t.Fatalf("LockMany: %v", r.err)
-	}
-	defer r.m.Release(ctx)
-	for _, l := range r.m.Leases() {
-		wantLive(t, c, l.Key, l.Token)
-	}
-	s.wantNext(t, "lm/b after its holder", holder.Token, r.m.Leases()[1].Token)
+		r := <-got
+		if r.err != nil {
+			t.Fatalf("LockMany: %v", r.err)
+		}
+		defer r.m.Release(ctx)
+		for _, l := range r.m.Leases() {
+			// The loss of any one frees all: the earliest Deadline is theirs.
+			if err := wantLiveHeld(t, c, l.Key, l.Token, func() time.Time { return earliestDeadline(r.m.Leases()) }); err != nil {
+				return err
+			}
+		}
+		s.wantNext(t, kb+" after its holder", holder.Token, r.m.Leases()[1].Token)
+		return nil
+	})
 }
 
 // testLockManyOverlapping: waiters that lock overlapping sets of keys in

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -35,6 +36,9 @@ type Backend struct {
 	check   backend.CheckMode
 	logger  *slog.Logger
 
+	retention time.Duration // 0: records are kept for ever
+	sweep     sweeper       // reclaims idle keys, see retention.go
+
 	// Subscriptions: their goroutines run under ctx, which Close cancels.
 	mu     sync.Mutex // guards closed against new subscriptions
 	ctx    context.Context
@@ -49,6 +53,7 @@ var (
 	_ backend.ForceReleaser = (*Backend)(nil)
 	_ backend.Lister        = (*Backend)(nil)
 	_ backend.Queuer        = (*Backend)(nil)
+	_ backend.Sizer         = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -96,7 +101,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Backend, e
 	if cli == nil {
 		return nil, fmt.Errorf("etcdbackend: %w: nil client", backend.ErrInvalidConfig)
 	}
-	b := &Backend{cli: cli, prefix: DefaultPrefix}
+	b := &Backend{cli: cli, prefix: DefaultPrefix, retention: DefaultRetention}
 	for _, o := range opts {
 		o(b)
 	}
@@ -119,6 +124,7 @@ func New(ctx context.Context, cli *clientv3.Client, opts ...Option) (*Backend, e
 	b.watcher = clientv3.NewWatcher(cli)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.keeper = keeper{leases: b.leases, ctx: clientv3.WithRequireLeader(b.ctx)}
+	b.startSweep()
 	return b, nil
 }
 
@@ -169,7 +175,8 @@ func (b *Backend) revoke(ctx context.Context, id clientv3.LeaseID) {
 
 // Close implements backend.Backend. Later calls return backend.ErrClosed.
 // It ends every Subscription (closing its channel) and waits for their
-// goroutines, and revokes the etcd leases it kept for reuse (waiting at most
+// goroutines, ends the reclaiming sweep (WithRetention) and waits for it,
+// and revokes the etcd leases it kept for reuse (waiting at most
 // two seconds); it does not close the etcd client.
 func (b *Backend) Close() error {
 	b.mu.Lock()
@@ -177,6 +184,9 @@ func (b *Backend) Close() error {
 	b.mu.Unlock()
 	b.cancel()
 	b.subs.Wait()
+	if b.sweep.done != nil {
+		<-b.sweep.done
+	}
 	b.keeper.close()
 	b.drainPool()
 	err := b.watcher.Close()

@@ -2,6 +2,7 @@ package etcdbackend_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,33 @@ func (h *harness) Wait(ctx context.Context, d time.Duration) error {
 // (every 500ms) deletes it, hence the slack.
 func (h *harness) Traits() conformance.Traits {
 	return conformance.Traits{MinTTL: etcdtest.MinTTL, Slack: 1500 * time.Millisecond, DenseTokens: false}
+}
+
+// NewBackendWithRetention implements conformance.Retainer.
+func (h *harness) NewBackendWithRetention(_ context.Context, _ testing.TB, d time.Duration) (backend.Backend, error) {
+	prefix := newPrefix("retention")
+	return etcdbackend.New(context.Background(), h.cli, etcdbackend.WithPrefix(prefix), etcdbackend.WithRetention(d))
+}
+
+// Records implements conformance.Retainer: the user keys that have an etcd
+// key under b's prefix, from a read of every etcd key there (Size counts
+// etcd keys: two to five per user key).
+func (h *harness) Records(ctx context.Context, b backend.Backend) (int, error) {
+	return userKeys(ctx, h.cli, etcdbackend.Prefix(b.(*etcdbackend.Backend)))
+}
+
+// userKeys counts the user keys that have an etcd key under prefix.
+func userKeys(ctx context.Context, cli *clientv3.Client, prefix string) (int, error) {
+	resp, err := cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, err
+	}
+	seen := make(map[string]bool)
+	for _, kv := range resp.Kvs {
+		enc, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		seen[enc] = true
+	}
+	return len(seen), nil
 }
 
 func TestConformance(t *testing.T) {

@@ -23,14 +23,54 @@
 //	<prefix><base64url(k)>/l   the lease key: exists while a lease is live,
 //	                           attached to an etcd lease no other key uses
 //	<prefix><base64url(k)>/r   the ID of the most recent released lease
+//	<prefix><base64url(k)>/s   the idle mark: when a sweep first saw the
+//	                           key idle (see Retention)
 //	<prefix><base64url(k)>/w/<base64url(waiter ID)>
 //	                           a waiter's entry in the line, on an etcd lease
 //	                           of its own
 //
 // The two lease-less records let the backend tell the holder of the most
 // recent lease "expired" from "released" from "never held". They stay after
-// the lease ends, like the memory backend's per-key record: about 2 × (key
-// length + 60) bytes per key ever leased.
+// the lease ends, about 2 × (key length + 60) bytes per key, until the
+// key's retention has passed.
+//
+// # Retention
+//
+// Once a key has had no lease key, no delay record and no line entry for
+// the retention (WithRetention; 24 hours by default, 0 keeps every record),
+// a sweep deletes its records, and the key reads as one never leased: Token
+// reports none, Inspect the zero KeyState, List leaves it out, a Renew or
+// Release with one of its old lease IDs gets ErrLeaseNotFound, and a grant
+// resent with one gets a new lease. Tokens need nothing more: each is the
+// CreateRevision of a lease key, the cluster's revision, which no delete,
+// compaction, restart or change of leader takes back, so a reclaimed key's
+// next token is above every token it had.
+//
+// etcd keeps no time with a key and writes nothing when an etcd lease runs
+// out, so the sweep marks when it first reads a key idle: it puts the key's
+// idle mark (/s), the wall-clock time just after that read. A later pass
+// that reads the key still idle, its mark newer than its ID and released
+// records (every grant writes the one, every release the other, making an
+// older mark stale), and the mark at least the retention old, deletes every
+// etcd key of the key. Each write is a nested Txn, many keys to a Txn,
+// guarded by one comparison over the key's whole range: no ModRevision in
+// it above the revision of the pass's read, so a grant, release or enqueue
+// since the read wins and that key's write does not happen. The mark is a
+// wall-clock time so that a backend in any process, after any restart,
+// can judge it; a clock off by s reclaims s early or late, which costs a
+// resent request its same answer at most, never a rule about leases or
+// tokens. A line entry that comes and goes without a grant between two
+// passes writes neither record and does not postpone the reclaim.
+//
+// One goroutine per backend runs the passes, from New until Close: the
+// first at a random time within the pass interval (at most a minute) of
+// New, then retention/16 (at least 50ms) after the last one ended. Each
+// pass reads the whole prefix, 1,024 etcd keys a page, and writes at most
+// two Txns a page. So a key is reclaimed, without any call on it, between
+// the retention and the retention + 2 × retention/16 + two passes after it
+// became idle; backends of several processes on one prefix share the marks,
+// and each deletion happens once. Size (backend.Sizer) counts the etcd keys
+// under the prefix and the keys this backend reclaimed.
 //
 // # Lock delay
 //

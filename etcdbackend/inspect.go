@@ -119,8 +119,9 @@ const DefaultListLimit = 100
 // Keys are listed in the order of their encodings; the cursor is the
 // encoding of the next key. Each page is one linearizable range read, plus
 // one round of LeaseTimeToLive requests, run at once, for the page's live
-// leases and lock delays (their times as for Inspect). Listing does not see
-// keys whose only record is gone (never: the ID record is kept).
+// leases and lock delays (their times as for Inspect). A key is listed
+// while it has an ID record: a reclaimed key (see Retention in the package
+// doc) is not.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
 	if err := b.ready(ctx); err != nil {
 		return nil, "", err
@@ -142,7 +143,7 @@ func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([
 	}
 	var page []backend.KeyInfo
 	var timed []int64           // etcd leases whose time left fills page's states, by index in page
-	fetch := 4*int64(limit) + 4 // records: a key has two to four (and its line's entries)
+	fetch := 5*int64(limit) + 5 // records: a key has two to five (and its line's entries)
 	for {
 		resp, err := b.kv.Get(ctx, start, clientv3.WithRange(end), clientv3.WithLimit(fetch))
 		if err != nil {

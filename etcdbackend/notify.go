@@ -71,7 +71,7 @@ func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscript
 type subscription struct {
 	b      *Backend
 	from   string // the watched range of etcd keys: [from, end), the delay record
-	end    string // to the lease record (the ID record between them is only put)
+	end    string // to the lease record (the ID record between them is deleted only by a reclaim, which wakes a waiter for nothing)
 	freed  chan struct{}
 	cancel context.CancelFunc
 	done   chan struct{} // closed when run returns

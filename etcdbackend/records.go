@@ -23,12 +23,13 @@ const (
 	idRecord       = "i" // ID of the most recent lease
 	leaseRecord    = "l" // exists while a lease is live; attached to its etcd lease
 	releasedRecord = "r" // ID of the most recent released lease
+	sinceRecord    = "s" // the idle mark: when a sweep first saw the key idle (see retention.go)
 	lineRecord     = "w" // the line of waiters (see queue.go): one etcd key per entry under "<base>w/"
 )
 
-// The record names sort as d < i < l < r < w: a key's four lease records are
-// the only etcd keys from its delay record to its released record, and its
-// line's entries all come after them.
+// The record names sort as d < i < l < r < s < w: a key's four lease records
+// are the only etcd keys from its delay record to its released record, and
+// its idle mark and its line's entries come after them.
 
 // encoding names user keys in etcd keys. base64url contains no '/', so the
 // records of two user keys can never share an etcd key or interleave.

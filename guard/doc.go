@@ -74,6 +74,16 @@
 // the caller's transaction as well, since the fence must move in it, and
 // its Takeover the *sql.DB, for the fence at takeover.
 //
+// # Dropping a fence
+//
+// A fence is the resource's own state: it lives as long as the resource and
+// is never reclaimed by time, since a stalled holder can wake after any
+// pause. Each store guard deletes a fence with its resource, in the same
+// atomic step (Memory.Drop, sqlguard's Drop in the caller's transaction,
+// redisguard's and etcdguard's Drop among a Write's operations); once it is
+// gone, any token is admitted on that name again. docs/guards.md ("Dropping
+// a fence") says when to drop a fence and when to keep it.
+//
 // # Across services
 //
 // When the holder calls another service that does the write, the token

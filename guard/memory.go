@@ -12,8 +12,8 @@ import (
 // that lives in the same process (a map, a file the process alone writes),
 // for tests, and as the reference the store guards are held to.
 //
-// It keeps one small record per resource ever admitted, for as long as the
-// Memory lives. Fences are lost when the process exits: a resource that
+// It keeps one small record per resource admitted, until the resource is
+// dropped with it (Drop). Fences are lost when the process exits: a resource that
 // outlives the process needs a store guard, whose fence is kept with the
 // data.
 type Memory struct {
@@ -45,6 +45,8 @@ func WithMintCheck(mc *MintCheck) MemoryOption {
 type fence struct {
 	mu    sync.Mutex
 	token uint64
+	// dropped: Drop took it out of the map; who locks it then looks again.
+	dropped bool
 }
 
 // NewMemory returns a Memory with no fences.
@@ -78,6 +80,12 @@ func (m *Memory) Admit(ctx context.Context, resource string, token uint64) error
 // and on error it must leave the resource as it found it: the guard can keep
 // the fence from moving, not undo what write did. A nil write is an Admit.
 func (m *Memory) Write(ctx context.Context, resource string, token uint64, write func() error) error {
+	return m.step(ctx, resource, token, write, false)
+}
+
+// step is Write, and Drop when drop: it admits token and runs fn under the
+// resource's lock, then raises the fence (or forgets it) if fn returns nil.
+func (m *Memory) step(ctx context.Context, resource string, token uint64, fn func() error, drop bool) error {
 	if err := CheckAdmit(resource, token); err != nil {
 		return err
 	}
@@ -87,18 +95,24 @@ func (m *Memory) Write(ctx context.Context, resource string, token uint64, write
 	if err := m.mint.Check(ctx, resource, token); err != nil {
 		return err
 	}
-	f := m.fence(resource)
-	f.mu.Lock()
+	f := m.lock(resource)
 	defer f.mu.Unlock()
 	if token < f.token {
 		return m.metrics.Observe(ctx, StaleError(resource, token, f.token))
 	}
-	if write != nil {
-		if err := write(); err != nil {
+	if fn != nil {
+		if err := fn(); err != nil {
 			return err
 		}
 	}
-	f.token = token
+	if !drop {
+		f.token = token
+		return nil
+	}
+	f.token, f.dropped = 0, true
+	m.mu.Lock()
+	delete(m.resources, resource)
+	m.mu.Unlock()
 	return nil
 }
 
@@ -128,14 +142,40 @@ func (m *Memory) LowerFence(ctx context.Context, resource string, from, to uint6
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	f := m.fence(resource)
-	f.mu.Lock()
+	f := m.lock(resource)
 	defer f.mu.Unlock()
 	if f.token != from {
 		return &FenceChangedError{Resource: resource, From: from, Fence: f.token}
 	}
 	f.token = to
 	return nil
+}
+
+// Drop deletes resource with its fence, as one step with admitting token:
+// it holds the resource's lock, refuses a token below the fence with an
+// error wrapping ErrStaleToken (drop is not called), calls drop, which
+// deletes the resource, and forgets the fence only if drop returns nil. An
+// error from drop is returned as it is, and the fence stays.
+//
+// Once the fence is gone, any token is admitted on resource again, an old
+// holder's too: drop a fence only with a resource that no late write can
+// bring back ("Dropping a fence" in docs/guards.md). drop has Write's
+// rules; a nil drop only forgets the fence.
+func (m *Memory) Drop(ctx context.Context, resource string, token uint64, drop func() error) error {
+	return m.step(ctx, resource, token, drop, true)
+}
+
+// lock returns resource's fence, locked: one in the map, never one that a
+// Drop has taken out while the caller waited for its lock.
+func (m *Memory) lock(resource string) *fence {
+	for {
+		f := m.fence(resource)
+		f.mu.Lock()
+		if !f.dropped {
+			return f
+		}
+		f.mu.Unlock()
+	}
 }
 
 func (m *Memory) fence(resource string) *fence {

@@ -3,7 +3,7 @@
 // check-docs finds drift between the docs and the code. Run it from the
 // repository's root (scripts/check-docs.sh does, and .ci/run calls that):
 //
-//	go run scripts/check-docs.go
+//	go run scripts/check-docs.go scripts/check-snippets.go
 //
 // It checks that
 //
@@ -17,7 +17,12 @@
 //     in that package (a top-level func, type, const or var, or a method or
 //     struct field of the type), as go doc would show it;
 //   - no README.md or docs/ text carries project history ("issue 12",
-//     "not met"): the docs say what the code does.
+//     "not met"): the docs say what the code does;
+//   - the package doc (doc.go) names every store, backend/doc.go's
+//     "Optional capabilities" every optional capability (an interface of
+//     package backend), docs/guards.md's sqlguard paragraph every dialect;
+//   - every ```go block of README.md and docs/*.md compiles against the code
+//     (scripts/check-snippets.go says how fragments are wrapped).
 //
 // A name README.md shows before the code that declares it is merged (a
 // feature built on another branch) goes in scripts/check-docs-pending.txt,
@@ -64,6 +69,8 @@ func main() {
 	checkHistory(append([]string{"README.md"}, walk("docs")...))
 	checkGoDocRefs()
 	checkNames("README.md") // docs/ may name what does not exist (a design not chosen)
+	checkLists()
+	snippets, skipped := checkSnippets(pages)
 
 	if len(problems) > 0 {
 		for _, p := range problems {
@@ -72,7 +79,7 @@ func main() {
 		fmt.Printf("check-docs: %d problem(s)\n", len(problems))
 		os.Exit(1)
 	}
-	fmt.Printf("check-docs: links, anchors, docs/*.md named by Go files, names in README.md and history words in %d pages: ok\n", len(pages))
+	fmt.Printf("check-docs: links, anchors, docs/*.md named by Go files, names in README.md, history words and the lists of stores, capabilities and dialects in %d pages, %d Go snippets compiled (%d skipped with a reason): ok\n", len(pages), snippets, skipped)
 }
 
 // lines returns the lines of a file, and which of them are inside fenced
@@ -396,4 +403,138 @@ func declared(cands []*pkgDecls, name, member string) bool {
 		}
 	}
 	return false
+}
+
+// storeNames are the names the docs give each backend's store, by package;
+// dialectNames those of the SQL dialects (sqlbackend's and sqlguard's
+// Dialect variables), by variable.
+var (
+	storeNames   = map[string]string{"memorybackend": "memory", "etcdbackend": "etcd", "redisbackend": "Redis", "kubebackend": "Kubernetes"}
+	dialectNames = map[string]string{"Postgres": "PostgreSQL", "MySQL": "MySQL", "SQLite": "SQLite"}
+)
+
+// checkLists checks the lists the docs keep of what the code has: the
+// package doc (doc.go) names every store, backend/doc.go every optional
+// capability, docs/guards.md every dialect of sqlguard.
+func checkLists() {
+	var stores []string
+	dirs, _ := filepath.Glob("?*backend")
+	for _, d := range dirs {
+		if d == "sqlbackend" {
+			continue
+		}
+		if name, ok := storeNames[d]; ok {
+			stores = append(stores, name)
+		} else {
+			report("scripts/check-docs.go", 0, "storeNames has no name for package %s", d)
+		}
+	}
+	for _, v := range dialects("sqlbackend") {
+		stores = append(stores, dialectNames[v])
+	}
+	doc := packageDoc(".")
+	for _, s := range stores {
+		if !strings.Contains(doc, s) {
+			report("doc.go", 1, "the package doc does not name the store %s", s)
+		}
+	}
+
+	// Every exported interface of package backend but Backend and
+	// Subscription (what Notifier returns) is an optional capability.
+	_, para, _ := strings.Cut(packageDoc("backend"), "Optional capabilities")
+	para, _, _ = strings.Cut(para, "\n\n")
+	for _, name := range interfaces("backend") {
+		if name != "Backend" && name != "Subscription" && !regexp.MustCompile(`\b`+name+`\b`).MatchString(para) {
+			report("backend/doc.go", 1, "the paragraph \"Optional capabilities\" does not name %s", name)
+		}
+	}
+
+	text, _ := lines("docs/guards.md")
+	for i, l := range text {
+		if strings.Contains(l, "(`guard/sqlguard`") {
+			for _, v := range dialects("guard/sqlguard") {
+				if !strings.Contains(l, dialectNames[v]) {
+					report("docs/guards.md", i+1, "sqlguard's paragraph does not name the dialect %s", dialectNames[v])
+				}
+			}
+		}
+	}
+}
+
+// parseDir parses the non-test Go files of dir, with comments.
+func parseDir(dir string) []*ast.File {
+	files, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+	var out []*ast.File
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		af, err := parser.ParseFile(token.NewFileSet(), f, nil, parser.ParseComments)
+		if err != nil {
+			report(f, 0, "%v", err)
+			continue
+		}
+		out = append(out, af)
+	}
+	return out
+}
+
+// packageDoc returns the package comment of the package in dir.
+func packageDoc(dir string) string {
+	for _, f := range parseDir(dir) {
+		if f.Doc != nil {
+			return f.Doc.Text()
+		}
+	}
+	return ""
+}
+
+// interfaces returns the exported interface types of the package in dir.
+func interfaces(dir string) []string {
+	var out []string
+	for _, f := range parseDir(dir) {
+		for _, d := range f.Decls {
+			if g, ok := d.(*ast.GenDecl); ok {
+				for _, s := range g.Specs {
+					if ts, ok := s.(*ast.TypeSpec); ok && ts.Name.IsExported() {
+						if _, ok := ts.Type.(*ast.InterfaceType); ok {
+							out = append(out, ts.Name.Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
+}
+
+// dialects returns the exported variables of the package in dir set to a
+// Dialect literal.
+func dialects(dir string) []string {
+	var out []string
+	for _, f := range parseDir(dir) {
+		for _, d := range f.Decls {
+			g, ok := d.(*ast.GenDecl)
+			if !ok {
+				continue
+			}
+			for _, s := range g.Specs {
+				vs, ok := s.(*ast.ValueSpec)
+				if !ok {
+					continue
+				}
+				for i, v := range vs.Values {
+					if cl, ok := v.(*ast.CompositeLit); ok && i < len(vs.Names) && vs.Names[i].IsExported() {
+						if id, ok := cl.Type.(*ast.Ident); ok && id.Name == "Dialect" {
+							if _, known := dialectNames[vs.Names[i].Name]; !known {
+								report("scripts/check-docs.go", 0, "dialectNames has no name for %s.%s", dir, vs.Names[i].Name)
+							}
+							out = append(out, vs.Names[i].Name)
+						}
+					}
+				}
+			}
+		}
+	}
+	return out
 }

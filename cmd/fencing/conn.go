@@ -33,6 +33,13 @@ const envPrefix = "FENCING_"
 // envAnnotation marks the flags that an environment variable can set.
 const envAnnotation = "fencing_env"
 
+// otherKeySpaces says how the backends without --key-prefix keep key
+// spaces apart.
+const otherKeySpaces = "the SQL backends keep keys in their tables (sqlbackend.WithTablePrefix), kube in the namespace (--kube-namespace), memory in the process"
+
+// backendKinds are the values of --backend.
+var backendKinds = []string{"sqlite", "postgres", "mysql", "memory", "etcd", "redis", "kube"}
+
 // connFlags are the flags that choose and reach a backend.
 type connFlags struct {
 	backend        string
@@ -87,7 +94,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 		}
 	}
 	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, mysql, memory, etcd, redis or kube (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, mysql if --mysql-dsn is, else sqlite)")
-	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis)", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
+	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis); an error with another backend", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
 
@@ -242,6 +249,9 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 			kind = "sqlite"
 		}
 	}
+	if f.prefix != "" && kind != "etcd" && kind != "redis" {
+		return nil, fmt.Errorf("%w: --key-prefix (or FENCING_KEY_PREFIX) applies to etcd and Redis only, not to --backend %s: %s", errUsage, kind, otherKeySpaces)
+	}
 	s := &session{name: kind, timeout: f.requestTimeout}
 	var err error
 	switch kind {
@@ -261,7 +271,7 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 	case "kube":
 		err = f.openKube(ctx, s)
 	default:
-		return nil, fmt.Errorf("%w: --backend %q: want sqlite, postgres, mysql, memory, etcd, redis or kube", errUsage, kind)
+		return nil, fmt.Errorf("%w: --backend %q: want one of %s", errUsage, kind, strings.Join(backendKinds, ", "))
 	}
 	if err != nil {
 		return nil, err

@@ -19,8 +19,10 @@
 // Each resource's fence is one etcd key, the prefix (default DefaultPrefix,
 // apart from the lease records of etcdbackend under "fencing/") followed by
 // the resource name's bytes, whose value is the token as 20 decimal digits,
-// zero-padded ("00000000000000000042"). Fence keys have no etcd lease and
-// are never deleted by the guard.
+// zero-padded ("00000000000000000042"). Fence keys have no etcd lease: a
+// fence lives as long as its resource, and goes with it when the Txn that
+// deletes the resource's keys holds the Guard's Drop (see "Dropping a
+// fence" in docs/guards.md), never by time.
 //
 // The value is fixed-width so that etcd's Compare on a value, a byte
 // comparison, orders fences as numbers: 20 digits hold every uint64, so
@@ -40,7 +42,8 @@
 //	         Else(Put(f, t), ops...)))
 //
 // (A Compare on the value of a missing key is false in etcd, hence the outer
-// test.) The caller's operations may be puts, deletes, gets and nested
+// test.) When ops hold Drop(resource), a delete of f, it takes the place of
+// Put(f, t): etcd refuses a Txn that writes one key twice. The caller's operations may be puts, deletes, gets and nested
 // Txns; they run only when the token is admitted, and if any of them fails
 // (a put WithIgnoreValue on a missing key, an unknown lease), etcd applies
 // nothing of the Txn, so the fence does not move either. Operations that

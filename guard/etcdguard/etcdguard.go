@@ -73,10 +73,12 @@ func (g *Guard) Admit(ctx context.Context, resource string, token uint64) error 
 	return err
 }
 
-// Write applies ops in one Txn with raising resource's fence to token. When
-// token is below the fence it returns an error wrapping guard.ErrStaleToken
-// and applies nothing. When ops write under the fence prefix it returns an
-// error wrapping guard.ErrInvalidWrite and sends nothing.
+// Write applies ops in one Txn with raising resource's fence to token (or
+// deleting it, when ops hold g.Drop(resource)). When token is below the
+// fence it returns an error wrapping guard.ErrStaleToken and applies
+// nothing. When ops write under the fence prefix (but for resource's own
+// Drop, among ops themselves) it returns an error wrapping
+// guard.ErrInvalidWrite and sends nothing.
 //
 // The response has the Txn's header and, in Responses, the responses to ops
 // alone, in order, as if ops had been the whole Txn.
@@ -84,7 +86,12 @@ func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ..
 	if err := guard.CheckAdmit(resource, token); err != nil {
 		return nil, err
 	}
-	if err := g.checkOps(ops); err != nil {
+	key, val := g.FenceKey(resource), encode(token)
+	drop := false
+	for _, op := range ops {
+		drop = drop || g.isDrop(op, key)
+	}
+	if err := g.checkOps(ops, key); err != nil {
 		return nil, err
 	}
 	if err := ctx.Err(); err != nil {
@@ -93,8 +100,10 @@ func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ..
 	if err := g.mint.Check(ctx, resource, token); err != nil {
 		return nil, err
 	}
-	key, val := g.FenceKey(resource), encode(token)
 	admit := append([]clientv3.Op{clientv3.OpPut(key, val)}, ops...)
+	if drop {
+		admit = ops // the Drop among them deletes the fence instead
+	}
 	resp, err := g.cli.Txn(ctx).
 		If(clientv3.Compare(clientv3.Version(key), "=", 0)).
 		Then(admit...).
@@ -115,7 +124,31 @@ func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ..
 		}
 		responses = inner.Responses
 	}
-	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: true, Responses: responses[1:]}, nil
+	if !drop {
+		responses = responses[1:]
+	}
+	return &clientv3.TxnResponse{Header: resp.Header, Succeeded: true, Responses: responses}, nil
+}
+
+// Drop returns the operation that deletes resource's fence, to put in the
+// Txn that deletes the resource's keys, so the fence goes with the resource
+// or not at all. In a Write of resource it replaces the fence's raise: the
+// token is admitted, then the resource and its fence are deleted.
+//
+//	_, err := g.Write(ctx, "orders/42", lease.Token,
+//		clientv3.OpDelete("orders/42/", clientv3.WithPrefix()), g.Drop("orders/42"))
+//
+// In a Txn of your own it deletes the fence with no token check. Once the
+// fence is gone, any token is admitted on resource again, an old holder's
+// too: drop a fence only with a resource that no late write can bring back
+// ("Dropping a fence" in docs/guards.md). A Write of another resource
+// refuses it with an error wrapping guard.ErrInvalidWrite, as it refuses
+// any write under the fence prefix.
+func (g *Guard) Drop(resource string) clientv3.Op { return clientv3.OpDelete(g.FenceKey(resource)) }
+
+// isDrop reports whether op is the Drop of the fence key fence.
+func (g *Guard) isDrop(op clientv3.Op, fence string) bool {
+	return op.IsDelete() && string(op.KeyBytes()) == fence && len(op.RangeBytes()) == 0
 }
 
 // stale returns the error for token refused, reading the fence from the Get
@@ -191,16 +224,18 @@ func encode(token uint64) string { return fmt.Sprintf("%020d", token) }
 var errFenceWrite = errors.New("an operation writes under the fence prefix")
 
 // checkOps refuses puts and deletes (at any depth of nested Txns) whose keys
-// meet the fence prefix.
-func (g *Guard) checkOps(ops []clientv3.Op) error {
+// meet the fence prefix, but for the Drop of the fence key drop at the top
+// level ("" for none).
+func (g *Guard) checkOps(ops []clientv3.Op, drop string) error {
 	for _, op := range ops {
 		switch {
+		case drop != "" && g.isDrop(op, drop):
 		case op.IsTxn():
 			_, then, els := op.Txn()
-			if err := g.checkOps(then); err != nil {
+			if err := g.checkOps(then, ""); err != nil {
 				return err
 			}
-			if err := g.checkOps(els); err != nil {
+			if err := g.checkOps(els, ""); err != nil {
 				return err
 			}
 		case op.IsPut() || op.IsDelete():

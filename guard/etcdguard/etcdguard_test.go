@@ -56,6 +56,23 @@ func (s *store) FailedWrite(ctx context.Context, resource string, token uint64, 
 	return err
 }
 
+// Drop deletes the value and the fence in the guard's Txn.
+func (s *store) Drop(ctx context.Context, resource string, token uint64) error {
+	_, err := s.Guard.Write(ctx, resource, token, clientv3.OpDelete(s.values+resource), s.Guard.Drop(resource))
+	return err
+}
+
+// FailedDrop adds a put that etcd refuses, as FailedWrite does.
+func (s *store) FailedDrop(ctx context.Context, resource string, token uint64) error {
+	_, err := s.Guard.Write(ctx, resource, token,
+		clientv3.OpDelete(s.values+resource), s.Guard.Drop(resource),
+		clientv3.OpPut(s.values+"missing/"+resource, "", clientv3.WithIgnoreValue()))
+	if err == nil {
+		return errors.New("the Txn with a failing put succeeded")
+	}
+	return err
+}
+
 func (s *store) Read(ctx context.Context, resource string) (string, error) {
 	resp, err := s.cli.Get(ctx, s.values+resource)
 	if err != nil || len(resp.Kvs) == 0 {
@@ -116,6 +133,16 @@ func TestWriteReturnsOpResponses(t *testing.T) {
 			t.Errorf("the Put's response: %v", resp.Responses[1])
 		}
 	}
+	// With a Drop, the fence is deleted instead of raised: the responses
+	// are still the ops' own, the Drop's among them.
+	resp, err := g.Write(ctx, "r", 1, clientv3.OpDelete("b"), g.Drop("r"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(resp.Responses) != 2 || resp.Responses[0].GetResponseDeleteRange().GetDeleted() != 1 ||
+		resp.Responses[1].GetResponseDeleteRange().GetDeleted() != 1 {
+		t.Errorf("a Write with a Drop: responses %v, want the two deletes, one key each", resp.Responses)
+	}
 }
 
 func TestRefusesWritesToFences(t *testing.T) {
@@ -124,7 +151,10 @@ func TestRefusesWritesToFences(t *testing.T) {
 	g := etcdguard.New(cli)
 	for name, op := range map[string]clientv3.Op{
 		"put a fence":                clientv3.OpPut("fencing-fence/r", "99999999999999999999"),
-		"delete a fence":             clientv3.OpDelete("fencing-fence/r"),
+		"delete another fence":       clientv3.OpDelete("fencing-fence/other"),
+		"another resource's Drop":    g.Drop("other"),
+		"its Drop in a nested txn":   clientv3.OpTxn(nil, []clientv3.Op{g.Drop("r")}, nil),
+		"its fence as a prefix":      clientv3.OpDelete("fencing-fence/r", clientv3.WithPrefix()),
 		"delete the fence prefix":    clientv3.OpDelete("fencing-fence/", clientv3.WithPrefix()),
 		"delete a range over it":     clientv3.OpDelete("a", clientv3.WithRange("g")),
 		"delete everything from key": clientv3.OpDelete("a", clientv3.WithFromKey()),

@@ -28,8 +28,10 @@
 //
 // A resource's fence is one string key, the prefix (default DefaultPrefix,
 // apart from redisbackend's "fencing:" keys) followed by Tag(resource), the
-// resource in braces, holding the token in decimal. It has no TTL and is
-// never deleted by the guard; keep it out of reach of eviction policies
+// resource in braces, holding the token in decimal. It has no TTL: a fence
+// lives as long as its resource, and goes with it when a Write that deletes
+// the resource's keys carries the Guard's Drop (see "Dropping a fence" in
+// docs/guards.md), never by time. Keep it out of reach of eviction policies
 // that evict keys without a TTL (allkeys-*), as with redisbackend's keys.
 //
 // Tokens are compared in the script as decimal strings (by length, then

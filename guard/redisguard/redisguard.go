@@ -108,7 +108,7 @@ func Tag(resource string) string { return "{" + resource + "}" }
 // followed by Tag(resource).
 func (g *Guard) FenceKey(resource string) string { return g.prefix + Tag(resource) }
 
-// Op is one write of Write: Set, HSet or Del.
+// Op is one write of Write: Set, HSet, Del or a Guard's Drop.
 type Op struct {
 	name string
 	key  string
@@ -126,6 +126,25 @@ func HSet(key string, fieldValues ...any) Op {
 // Del is DEL key.
 func Del(key string) Op { return Op{name: "DEL", key: key} }
 
+// dropOp names the Op of Drop.
+const dropOp = "DROP"
+
+// Drop is the Op that deletes resource's fence, for a Write of resource
+// that deletes the resource's keys: the script admits the token, runs every
+// Op, then deletes the fence instead of raising it, so the fence goes with
+// the resource or not at all.
+//
+//	tag := redisguard.Tag("orders/42")
+//	err := g.Write(ctx, "orders/42", lease.Token,
+//		redisguard.Del(tag+":total"), redisguard.Del(tag+":meta"), g.Drop("orders/42"))
+//
+// Once the fence is gone, any token is admitted on resource again, an old
+// holder's too: drop a fence only with a resource that no late write can
+// bring back ("Dropping a fence" in docs/guards.md). In a Write of another
+// resource it is refused with an error wrapping guard.ErrInvalidWrite. Run
+// has no Drop: delete a resource with Write.
+func (g *Guard) Drop(resource string) Op { return Op{name: dropOp, key: g.FenceKey(resource)} }
+
 // Admit raises resource's fence to token with no other write, or returns an
 // error wrapping guard.ErrStaleToken.
 func (g *Guard) Admit(ctx context.Context, resource string, token uint64) error {
@@ -133,27 +152,35 @@ func (g *Guard) Admit(ctx context.Context, resource string, token uint64) error 
 }
 
 // Write applies ops, in order, in one script with raising resource's fence
-// to token. A token below the fence gets an error wrapping
-// guard.ErrStaleToken and nothing is written. The script checks every
-// operation before it applies the first (an HSET on a key that holds
-// another type fails with WRONGTYPE), so a failed Write writes nothing and
-// leaves the fence where it was.
+// to token (or deleting it, when ops hold g.Drop(resource)). A token below
+// the fence gets an error wrapping guard.ErrStaleToken and nothing is
+// written. The script checks every operation before it applies the first
+// (an HSET on a key that holds another type fails with WRONGTYPE), so a
+// failed Write writes nothing and leaves the fence where it was.
 //
-// Keys under the fence prefix, an HSET without field-value pairs and, on a
-// Cluster, keys outside the fence's hash slot (*CrossSlotError) are refused
-// with an error wrapping guard.ErrInvalidWrite, and nothing is sent.
+// Keys under the fence prefix (but for resource's own Drop), an HSET
+// without field-value pairs and, on a Cluster, keys outside the fence's
+// hash slot (*CrossSlotError) are refused with an error wrapping
+// guard.ErrInvalidWrite, and nothing is sent.
 func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ...Op) error {
+	fence := g.FenceKey(resource)
 	keys := make([]string, 0, 1+len(ops))
+	written := make([]string, 0, len(ops)) // the keys to check: all but the fence's
 	args := []any{strconv.FormatUint(token, 10)}
-	keys = append(keys, g.FenceKey(resource))
+	keys = append(keys, fence)
 	for _, op := range ops {
-		if op.name == "HSET" && (len(op.args) == 0 || len(op.args)%2 != 0) {
+		switch {
+		case op.name == "HSET" && (len(op.args) == 0 || len(op.args)%2 != 0):
 			return fmt.Errorf("%w: HSET needs field-value pairs, got %d arguments", guard.ErrInvalidWrite, len(op.args))
+		case op.name == dropOp && op.key != fence:
+			return fmt.Errorf("%w: a Drop of fence %s in a Write of resource %s", guard.ErrInvalidWrite, backend.QuoteKey(op.key), backend.QuoteKey(resource))
+		case op.name != dropOp:
+			written = append(written, op.key)
 		}
 		keys = append(keys, op.key)
 		args = append(append(args, op.name, len(op.args)), op.args...)
 	}
-	if err := g.check(ctx, resource, token, keys[1:]); err != nil {
+	if err := g.check(ctx, resource, token, written); err != nil {
 		return err
 	}
 	_, err := g.run(ctx, writeScript, resource, token, keys, args)

@@ -56,6 +56,22 @@ func (s *store) FailedWrite(ctx context.Context, resource string, token uint64, 
 	return err
 }
 
+// Drop deletes the value's key and the fence in one script.
+func (s *store) Drop(ctx context.Context, resource string, token uint64) error {
+	return s.Guard.Write(ctx, resource, token, redisguard.Del(s.key(resource)), s.Guard.Drop(resource))
+}
+
+// FailedDrop is a Drop whose script refuses before it writes anything: a
+// SET then an HSET of one key.
+func (s *store) FailedDrop(ctx context.Context, resource string, token uint64) error {
+	k := s.key(resource)
+	err := s.Guard.Write(ctx, resource, token, redisguard.Del(k), redisguard.Set(k, "x"), redisguard.HSet(k, "f", "v"), s.Guard.Drop(resource))
+	if err == nil {
+		return errors.New("a SET then HSET of one key succeeded")
+	}
+	return err
+}
+
 func (s *store) Read(ctx context.Context, resource string) (string, error) {
 	v, err := s.client.Get(ctx, s.key(resource)).Result()
 	if errors.Is(err, redis.Nil) {
@@ -119,6 +135,8 @@ func TestOps(t *testing.T) {
 		"HSET without pairs":   redisguard.HSet("h"),
 		"HSET with a lone arg": redisguard.HSet("h", "a"),
 		"a fence key":          redisguard.Set("fencing-fence:{other}", "99"),
+		"another's Drop":       g.Drop("other"),
+		"another guard's Drop": redisguard.New(c, redisguard.WithPrefix("elsewhere:")).Drop("r"),
 	} {
 		if err := g.Write(ctx, "r", 3, op); !errors.Is(err, guard.ErrInvalidWrite) {
 			t.Errorf("%s: got %v, want ErrInvalidWrite", name, err)

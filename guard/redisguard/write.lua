@@ -4,10 +4,11 @@
 --   SET  1 value
 --   HSET 2n field value ...
 --   DEL  0
+--   DROP 0      (its key is KEYS[1], the fence: delete it at the end)
 -- Every operation is checked before the first one is applied (HSET needs a
 -- hash or no key, as the keys will be when its turn comes), so the script
 -- either fails having written nothing or applies them all and then raises
--- the fence.
+-- the fence, or deletes it when a DROP was among them.
 local types = {}
 local i, k = 2, 2
 while i <= #ARGV do
@@ -20,7 +21,7 @@ while i <= #ARGV do
 			return redis.error_reply('WRONGTYPE HSET on a key holding a ' .. t .. ': nothing was written')
 		end
 		t = 'hash'
-	elseif op == 'DEL' then
+	elseif op == 'DEL' or op == 'DROP' then
 		t = 'none'
 	else
 		return redis.error_reply('ERR unknown guarded operation ' .. op)
@@ -28,11 +29,20 @@ while i <= #ARGV do
 	types[key] = t
 	i, k = i + 2 + n, k + 1
 end
+local drop = false
 i, k = 2, 2
 while i <= #ARGV do
 	local op, n = ARGV[i], tonumber(ARGV[i + 1])
-	redis.call(op, KEYS[k], unpack(ARGV, i + 2, i + 1 + n))
+	if op == 'DROP' then
+		drop = true
+	else
+		redis.call(op, KEYS[k], unpack(ARGV, i + 2, i + 1 + n))
+	end
 	i, k = i + 2 + n, k + 1
 end
-redis.call('SET', KEYS[1], token)
+if drop then
+	redis.call('DEL', KEYS[1])
+else
+	redis.call('SET', KEYS[1], token)
+end
 return 1

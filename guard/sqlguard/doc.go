@@ -34,6 +34,13 @@
 //		return err // a later holder has already fenced this one out
 //	}
 //
+// # Dropping a fence
+//
+// The fence row lives as long as the resource: nothing deletes it by time.
+// Drop deletes it in the transaction that deletes the resource, after Admit
+// in that transaction; keep it instead when the resource's name may be used
+// again (see "Dropping a fence" in docs/guards.md).
+//
 // # How it works
 //
 // Admit runs one statement, an upsert on the fences table whose update only

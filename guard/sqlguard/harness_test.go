@@ -46,12 +46,14 @@ func (h *sqlHarness) NewGuardStore(ctx context.Context, t testing.TB) (conforman
 	}
 	s.upsert = fmt.Sprintf("INSERT INTO %s (resource, value) VALUES (?, ?) ON CONFLICT (resource) DO UPDATE SET value = excluded.value", s.table)
 	s.read = fmt.Sprintf("SELECT value FROM %s WHERE resource = ?", s.table)
+	s.delete = fmt.Sprintf("DELETE FROM %s WHERE resource = ?", s.table)
 	if h.dialect == sqlguard.MySQL {
 		s.upsert = fmt.Sprintf("INSERT INTO %s (resource, value) VALUES (?, ?) ON DUPLICATE KEY UPDATE value = VALUES(value)", s.table)
 	}
 	if h.dialect == sqlguard.Postgres {
 		s.upsert = numbered(s.upsert)
 		s.read = numbered(s.read)
+		s.delete = numbered(s.delete)
 	}
 	return s, nil
 }
@@ -74,9 +76,9 @@ func numbered(q string) string {
 // sqlStore keeps one value per resource in a table, written in the same
 // transaction that admits the token.
 type sqlStore struct {
-	db                  *sql.DB
-	g                   *sqlguard.Guard
-	table, upsert, read string
+	db                          *sql.DB
+	g                           *sqlguard.Guard
+	table, upsert, read, delete string
 }
 
 var errWriteFailed = errors.New("the write failed")
@@ -95,10 +97,39 @@ func (s *sqlStore) Write(ctx context.Context, resource string, token uint64, val
 // FailedWrite is the caller's own transaction: Admit, the write, and a
 // rollback instead of a commit.
 func (s *sqlStore) FailedWrite(ctx context.Context, resource string, token uint64, value string) error {
+	return s.inTx(ctx, resource, token, false, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, s.upsert, []byte(resource), []byte(value))
+		return err
+	})
+}
+
+// Drop deletes the value's row and drops the fence in one transaction,
+// after admitting token in it.
+func (s *sqlStore) Drop(ctx context.Context, resource string, token uint64) error {
+	return s.inTx(ctx, resource, token, true, s.drop(ctx, resource))
+}
+
+// FailedDrop is Drop rolled back instead of committed.
+func (s *sqlStore) FailedDrop(ctx context.Context, resource string, token uint64) error {
+	return s.inTx(ctx, resource, token, false, s.drop(ctx, resource))
+}
+
+func (s *sqlStore) drop(ctx context.Context, resource string) func(*sql.Tx) error {
+	return func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, s.delete, []byte(resource)); err != nil {
+			return err
+		}
+		return s.g.Drop(ctx, tx, resource)
+	}
+}
+
+// inTx is the caller's own transaction: Admit, then body, then a commit,
+// or, unless commit, a rollback that returns errWriteFailed. MySQL may pick
+// the transaction as a deadlock's victim (the first writes of a resource):
+// its caller runs it again.
+func (s *sqlStore) inTx(ctx context.Context, resource string, token uint64, commit bool, body func(*sql.Tx) error) error {
 	for {
-		err := s.failedWrite(ctx, resource, token, value)
-		// MySQL may pick the transaction as a deadlock's victim (the
-		// first writes of a resource): its caller runs it again.
+		err := s.inTxOnce(ctx, resource, token, commit, body)
 		var me *mysql.MySQLError
 		if !errors.As(err, &me) || me.Number != 1213 {
 			return err
@@ -106,7 +137,7 @@ func (s *sqlStore) FailedWrite(ctx context.Context, resource string, token uint6
 	}
 }
 
-func (s *sqlStore) failedWrite(ctx context.Context, resource string, token uint64, value string) error {
+func (s *sqlStore) inTxOnce(ctx context.Context, resource string, token uint64, commit bool, body func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -115,10 +146,13 @@ func (s *sqlStore) failedWrite(ctx context.Context, resource string, token uint6
 	if err := s.g.Admit(ctx, tx, resource, token); err != nil {
 		return err
 	}
-	if _, err := tx.ExecContext(ctx, s.upsert, []byte(resource), []byte(value)); err != nil {
+	if err := body(tx); err != nil {
 		return err
 	}
-	return errWriteFailed // and roll back
+	if !commit {
+		return errWriteFailed // and roll back
+	}
+	return tx.Commit()
 }
 
 func (s *sqlStore) Read(ctx context.Context, resource string) (string, error) {

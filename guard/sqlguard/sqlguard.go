@@ -26,6 +26,7 @@ type Dialect struct {
 	fence  string // SELECT the token: arg resource
 	lower  string // UPDATE the token: args to, resource, from
 	clear  string // DELETE the fence: args resource, from
+	drop   string // DELETE the fence whatever it is: arg resource
 	// equal, when set, reads the fence with a lock after an admit that
 	// changed no row: MySQL counts a row set to the value it had as
 	// unchanged, so an admit of the fence's own token affects no row.
@@ -44,6 +45,7 @@ var (
 		fence: `SELECT token FROM %[1]s WHERE resource = $1`,
 		lower: `UPDATE %[1]s SET token = $1 WHERE resource = $2 AND token = $3`,
 		clear: `DELETE FROM %[1]s WHERE resource = $1 AND token = $2`,
+		drop:  `DELETE FROM %[1]s WHERE resource = $1`,
 	}
 	// SQLite is SQLite 3.24 or later (upsert), with any driver
 	// (modernc.org/sqlite, mattn/go-sqlite3).
@@ -55,6 +57,7 @@ var (
 		fence: `SELECT token FROM %[1]s WHERE resource = ?`,
 		lower: `UPDATE %[1]s SET token = ? WHERE resource = ? AND token = ?`,
 		clear: `DELETE FROM %[1]s WHERE resource = ? AND token = ?`,
+		drop:  `DELETE FROM %[1]s WHERE resource = ?`,
 	}
 	// MySQL is MySQL 8.0 or later, or MariaDB 10.6 or later, on an InnoDB
 	// table, with github.com/go-sql-driver/mysql.
@@ -66,6 +69,7 @@ var (
 		fence: `SELECT token FROM %[1]s WHERE resource = ?`,
 		lower: `UPDATE %[1]s SET token = ? WHERE resource = ? AND token = ?`,
 		clear: `DELETE FROM %[1]s WHERE resource = ? AND token = ?`,
+		drop:  `DELETE FROM %[1]s WHERE resource = ?`,
 		equal: `SELECT token FROM %[1]s WHERE resource = ? FOR UPDATE`,
 	}
 )
@@ -101,7 +105,7 @@ type Guard struct {
 	dialect                                    Dialect
 	table                                      string
 	create, admitQL, fenceQL, lowerQL, clearQL string
-	equalQL                                    string
+	dropQL, equalQL                            string
 	metrics                                    *guard.Metrics
 	mint                                       *guard.MintCheck
 }
@@ -146,6 +150,7 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 	g.fenceQL = fmt.Sprintf(d.fence, g.table)
 	g.lowerQL = fmt.Sprintf(d.lower, g.table)
 	g.clearQL = fmt.Sprintf(d.clear, g.table)
+	g.dropQL = fmt.Sprintf(d.drop, g.table)
 	if d.equal != "" {
 		g.equalQL = fmt.Sprintf(d.equal, g.table)
 	}
@@ -315,6 +320,35 @@ func (g *Guard) write(ctx context.Context, db *sql.DB, opts *sql.TxOptions, reso
 	}
 	if err := tx.Commit(); err != nil {
 		return fmt.Errorf("sqlguard: commit: %w", err)
+	}
+	return nil
+}
+
+// Drop deletes resource's fence in tx: the fence goes with the resource,
+// in the transaction that deletes the resource's rows, and only if tx
+// commits. Admit the deleter's token in tx first, as for any write, so
+// that a holder fenced out cannot delete the resource:
+//
+//	g.Admit(ctx, tx, "orders/42", lease.Token) // ErrStaleToken: roll back
+//	tx.ExecContext(ctx, `DELETE FROM orders WHERE id = 42`)
+//	g.Drop(ctx, tx, "orders/42")
+//	tx.Commit()
+//
+// Once the fence is gone, any token is admitted on resource again, an old
+// holder's too: drop a fence only with a resource that no late write can
+// bring back, and keep it when the name may be used again ("Dropping a
+// fence" in docs/guards.md). Dropping a resource with no fence does
+// nothing. A bad resource name gets the error of backend.CheckKey and
+// nothing is sent.
+func (g *Guard) Drop(ctx context.Context, tx *sql.Tx, resource string) error {
+	if err := backend.CheckKey(resource); err != nil {
+		return err
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if _, err := tx.ExecContext(ctx, g.dropQL, []byte(resource)); err != nil {
+		return fmt.Errorf("sqlguard: drop the fence of resource %s: %w", backend.QuoteKey(resource), err)
 	}
 	return nil
 }

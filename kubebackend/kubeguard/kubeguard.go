@@ -24,6 +24,13 @@
 // writers without the annotation (an update that drops it is refused once
 // the object has one; an object that never had one is not fenced). See
 // docs/kubernetes.md.
+//
+// The fence is the object's own annotation, so it goes with the object:
+// deleting the object drops its fence, and there is nothing else to delete.
+// A name used again has no fence until its new object is stamped; an old
+// holder's create in between is not fenced. Keep the object (emptied, or
+// marked deleted) instead when its name may be used again: see "Dropping a
+// fence" in docs/guards.md.
 package kubeguard
 
 import (
