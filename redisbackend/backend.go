@@ -31,6 +31,7 @@ var (
 	_ backend.ForceReleaser = (*Backend)(nil)
 	_ backend.Lister        = (*Backend)(nil)
 	_ backend.Queuer        = (*Backend)(nil)
+	_ backend.Sizer         = (*Backend)(nil)
 )
 
 // Backend is a fencing backend on Redis. It is safe for concurrent use.
@@ -46,9 +47,12 @@ type Backend struct {
 	publish     any // "spublish" on a Cluster, else "publish"
 	closed      atomic.Bool
 	notifier    notifier
-	batch       *batcher // sends Grant, Renew, Release and Token
-	direct      int64    // requests in flight sent before batching starts
-	pipeToken   bool     // Token as HMGET and TIME, not a script (see Token)
+	batch       *batcher      // sends Grant, Renew, Release and Token
+	direct      int64         // requests in flight sent before batching starts
+	pipeToken   bool          // Token as HMGET and TIME, not a script (see Token)
+	retention   time.Duration // 0: records are kept for ever (sweep.go)
+	floors      *floors       // a Cluster's floor per slot (floor.go); nil: one floor
+	sweep       sweeper
 }
 
 // Option configures a Backend.
@@ -83,12 +87,17 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Ba
 		maxToken:  strconv.FormatInt(MaxToken, 10),
 		publish:   "publish",
 		direct:    directInFlight,
+		retention: DefaultRetention,
 	}
-	if _, ok := client.(*redis.ClusterClient); ok {
+	_, cluster := client.(*redis.ClusterClient)
+	if cluster {
 		b.publish = "spublish" // stays on the key's shard
 	}
 	for _, o := range opts {
 		o(b)
+	}
+	if cluster {
+		b.floors = newFloors(b.prefix)
 	}
 	if err := checkPrefix(b.prefix); err != nil {
 		return nil, err
@@ -109,6 +118,7 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Ba
 	// One server per client: a Cluster or a Ring would send the keyless
 	// TIME to any of their servers.
 	_, b.pipeToken = client.(*redis.Client)
+	b.sweep.init(b.retention)
 	return b, nil
 }
 
@@ -160,31 +170,21 @@ func (b *Backend) ready(ctx context.Context) error {
 // queued for a shared round trip fail with backend.ErrClosed, unsent; the
 // callers of a batch in flight get ErrOutcomeUnknown at once, and Close
 // returns when that batch's replies came or its deadline passed (see
-// docs/redis.md, "Concurrent requests share round trips"). Close does not
-// close the client, which belongs to the caller.
+// docs/redis.md, "Concurrent requests share round trips"). A reclaiming
+// pass in progress (WithRetention) stops, and Close waits for its last
+// round trip. Close does not close the client, which belongs to the
+// caller.
 func (b *Backend) Close() error {
 	b.closed.Store(true)
+	b.sweep.stop()
 	b.batch.close()
 	b.notifier.close()
 	return nil
 }
 
-// run runs script s on key's record for op and returns its reply, waiting
-// for minReplicas replicas when it is positive. Errors are classified by
-// sendError.
-func (b *Backend) run(ctx context.Context, op string, s *script, key string, minReplicas int, args ...any) ([]any, error) {
-	rk := b.RedisKey(key)
-	if minReplicas <= 0 {
-		reply, err := s.run(ctx, b.batch, rk, args...).Slice()
-		if err != nil {
-			return nil, sendError(ctx, op, err)
-		}
-		return reply, nil
-	}
-	return b.runReplicated(ctx, op, s, []string{rk}, args)
-}
-
-// runKeys is run on several Redis keys, all in one hash slot.
+// runKeys runs script s on the Redis keys rks, all in one hash slot, for
+// op and returns its reply, waiting for minReplicas replicas when it is
+// positive. Errors are classified by sendError.
 func (b *Backend) runKeys(ctx context.Context, op string, s *script, rks []string, minReplicas int, args ...any) ([]any, error) {
 	if minReplicas <= 0 {
 		reply, err := s.runKeys(ctx, b.batch, rks, args...).Slice()

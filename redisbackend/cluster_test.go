@@ -55,6 +55,29 @@ func TestCluster(t *testing.T) {
 	t.Run("ListEveryMaster", func(t *testing.T) { testClusterListEveryMaster(t, c) })
 	t.Run("LineOnKeyShard", func(t *testing.T) { testClusterLineOnKeyShard(t, c) })
 	t.Run("ManyCrossSlot", func(t *testing.T) { testClusterManyCrossSlot(t, c) })
+	t.Run("FloorInRecordSlot", func(t *testing.T) { testClusterFloorInRecordSlot(t, c) })
+}
+
+// testClusterFloorInRecordSlot: the floor a key's grant reads and its
+// reclaim raises is in the slot of the key's record, as Redis computes it,
+// whatever the prefix: without braces, with a hash tag (one slot), with a
+// '{' it does not close.
+func testClusterFloorInRecordSlot(t *testing.T, c *redistest.Cluster) {
+	client := c.Client(t)
+	ctx := context.Background()
+	for _, prefix := range []string{"floor:", "{pinned}:", "open{x:"} {
+		b := newClusterBackend(ctx, t, client, prefix)
+		for i := range 50 {
+			k := fmt.Sprintf("key-%d", i)
+			want, err := client.ClusterKeySlot(ctx, b.RedisKey(k)).Result()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := client.ClusterKeySlot(ctx, b.FloorKey(k)).Result(); err != nil || got != want {
+				t.Fatalf("prefix %q: the floor %q of %q is in slot %d (%v), its record in %d", prefix, b.FloorKey(k), k, got, err, want)
+			}
+		}
+	}
 }
 
 // testClusterLineOnKeyShard: on every master, a key's line keys share the

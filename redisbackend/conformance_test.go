@@ -71,6 +71,23 @@ func (h *harness) Traits() conformance.Traits {
 	}
 }
 
+// NewBackendWithRetention implements conformance.Retainer.
+func (h *harness) NewBackendWithRetention(ctx context.Context, t testing.TB, d time.Duration) (backend.Backend, error) {
+	opts := append([]redisbackend.Option{
+		redisbackend.WithPrefix(fmt.Sprintf("%s%d:", h.name, h.n.Add(1))),
+		redisbackend.WithLogger(quietLogger()),
+		redisbackend.WithRetention(d),
+	}, h.opts...)
+	return redisbackend.New(ctx, h.client, opts...)
+}
+
+// Records implements conformance.Retainer: the backend's records, counted
+// by its Size (a SCAN of its prefix).
+func (h *harness) Records(ctx context.Context, b backend.Backend) (int, error) {
+	st, err := b.(backend.Sizer).Size(ctx)
+	return int(st.Records), err
+}
+
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
 
 func TestConformance(t *testing.T) {

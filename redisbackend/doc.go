@@ -19,18 +19,46 @@
 //
 // that holds the key's highest token, the most recent lease's ID, its expiry
 // (server microseconds, or a mark that it was released) (records.go has the
-// layout, lua/ the scripts). The hash has no TTL and
-// is never deleted: the highest token must outlive every lease, or a later
-// grant could reissue it. That costs about 200 bytes plus the key per key
-// ever leased. The base64url encoding lets any byte string be a key, keeps
+// layout, lua/ the scripts). The hash has no TTL: it stays while the key is
+// in use, about 200 bytes plus the key, and goes once the key has been idle
+// for the retention (see Retention). The base64url encoding lets any byte string be a key, keeps
 // braces and separators in the key from making two keys collide, and makes
 // the hash tag non-empty, so on a Cluster everything about one key lives in
 // one slot. A prefix that itself contains braces moves the hash tag into the
 // prefix and pins all keys to one slot; avoid that unless you want it.
 //
+// # Retention
+//
+// A key idle (no live lease, no lock delay) for the retention on the
+// server's clock is reclaimed: its record is deleted (WithRetention; 24
+// hours by default, 0 keeps every record). Its line's keys expire by
+// themselves when their last entry does. Its highest token must still
+// outlive it, or a later grant could reissue it, so the script that
+// deletes a record raises a floor in the same step: the highest token of
+// any key reclaimed, one string key per prefix on a standalone server or a
+// Sentinel's primary, one per hash slot on a Cluster (a script reaches
+// one slot). A grant on a key with no record, never leased or reclaimed,
+// reads the floor in its script and starts above it; no grant writes it.
+// So tokens are dense on a key while its record is kept, and its first
+// token after a reclaim is above the floor, which may be far above its own
+// last one.
+//
+// Calls do the reclaiming: a Grant, Renew or Release that finds a pass due
+// (retention/8 after the last one ended) starts one on a goroutine of its
+// own, which SCANs the prefix's records and runs the reclaim script on
+// each page, then ends; Close stops it. So a key is reclaimed within about
+// retention/8 and one pass after its retention ends, by calls on any keys,
+// and a backend that nobody calls keeps what it holds. A reclaimed key
+// reads as never leased; a Renew or Release with one of its old lease IDs
+// gets backend.ErrLeaseNotFound, and a grant resent with it a new lease.
+// Size (backend.Sizer) counts the records by SCAN and the keys reclaimed.
+// Every client of a prefix must read the floor: see docs/redis.md
+// ("Retention") before upgrading from a version without it.
+//
 // # Tokens
 //
-// Tokens are dense per key (1, 2, 3...; a failed grant uses none up) and are
+// Tokens are dense per key while its record is kept (1, 2, 3...; a failed
+// grant uses none up; see Retention) and are
 // Redis integers, signed 64-bit: the largest is MaxToken (math.MaxInt64).
 // Grant past it fails with backend.ErrTokenSpaceExhausted; tokens never
 // wrap. A token passes through a Lua number (a double) only in the grant
@@ -50,8 +78,8 @@
 // postpone its AOF writes. Without
 // an append-only file (RDB snapshots only, or no persistence) a restart
 // loses tokens and they go back. An allkeys-* eviction policy can evict a
-// key's record at any time; volatile-* policies and noeviction never touch
-// it, since it has no TTL. New checks this configuration (WithSafetyCheck).
+// key's record or a floor at any time; volatile-* policies and noeviction
+// never touch them, since they have no TTL. New checks this configuration (WithSafetyCheck).
 //
 // Replication is asynchronous: a failover can lose grants the old primary
 // acknowledged. WithMinReplicas makes the primary wait for replicas after

@@ -27,3 +27,6 @@ func InFlight(b *Backend) int64 { return b.batch.inFlight.Load() }
 
 // TurnChannel is turnChannel, for the tests of the line's wake-ups.
 func (b *Backend) TurnChannel(key, waiterID string) string { return b.turnChannel(key, waiterID) }
+
+// FloorKey returns the name of the floor that key's grants read.
+func (b *Backend) FloorKey(key string) string { return b.floorKey(b.RedisKey(key)) }

@@ -28,7 +28,12 @@ func (b *Backend) grantOrRenew(ctx context.Context, op string, s *script, req ba
 	ttl := ceil(req.Timeout, time.Millisecond)
 	total := ceil(ttl+req.Margin, time.Microsecond)
 	delay := ceil(req.LockDelay, time.Microsecond)
-	reply, err := b.run(ctx, op, s, req.Key, b.minReplicas,
+	b.drive()
+	rks := []string{b.RedisKey(req.Key)}
+	if s == grantScript {
+		rks = append(rks, b.floorKey(rks[0]))
+	}
+	reply, err := b.runKeys(ctx, op, s, rks, b.minReplicas,
 		req.LeaseID, ttl.Milliseconds(), int64(req.Margin), total.Microseconds(), b.maxToken, req.Owner, delay.Microseconds())
 	if err != nil {
 		return backend.Lease{}, err

@@ -51,6 +51,8 @@ func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]back
 		args = append(args, r.LeaseID, ttl.Milliseconds(), int64(r.Margin),
 			ceil(ttl+r.Margin, time.Microsecond).Microseconds(), r.Owner, ceil(r.LockDelay, time.Microsecond).Microseconds())
 	}
+	b.drive()
+	rks = append(rks, b.floorKey(rks[0]))
 	reply, err := b.runKeys(ctx, "grant", grantManyScript, rks, b.minReplicas, args...)
 	if err != nil {
 		if rerr := redis.Error(nil); errors.As(err, &rerr) && redis.HasErrorPrefix(rerr, "CROSSSLOT") {

@@ -11,7 +11,8 @@ import (
 	"github.com/fencing-go/fencing/backend"
 )
 
-// Storage layout. Each key is one Redis hash without a TTL,
+// Storage layout. Each key is one Redis hash without a TTL, deleted once
+// the key has been idle for the retention (sweep.go),
 //
 //	<prefix>{<base64url(key)>}:token
 //
@@ -20,7 +21,9 @@ import (
 //	token   highest token ever minted on the key (a decimal int64)
 //	id      the most recent lease's ID
 //	exp     when that lease ends: server TIME in microseconds since the epoch,
-//	        or "r" once it was released (by its holder or by force)
+//	        or "r" and the release's time (server microseconds) once it was
+//	        released (by its holder or by force), from which a reclaim counts
+//	        the key idle (sweep.go)
 //	ttl     its granted timeout in milliseconds (as sent)
 //	margin  its margin in nanoseconds (as sent)
 //	owner   its owner, the holder's public label ("" for none); it stays
@@ -33,10 +36,11 @@ import (
 // compute; after a forced release of a lease with a delay, exp is "f"
 // followed by the delay's end (server microseconds), so that the grant
 // script, which reads token, id and exp, sees the delay without a fourth
-// field. A forced release without a delay writes "r", as a release by the
-// holder does, and a release by the holder never leaves a delay. Any exp
+// field. A forced release without a delay writes "r" and the time, as a
+// release by the holder does, and a release by the holder never leaves a delay. Any exp
 // that is not a number marks the lease released. The record has no TTL,
-// so nothing expires it before its delay ends.
+// so nothing expires it before its delay ends; a reclaim counts its idle
+// time from the delay's end. The floor (floor.go) outlives the records.
 //
 // Released is a value of exp rather than a field of its own so that every
 // script but a resent grant and Inspect reads at most three fields (the

@@ -15,7 +15,8 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	if err := backend.CheckRelease(key, leaseID); err != nil {
 		return err
 	}
-	reply, err := b.run(ctx, "release", releaseScript, key, 0, leaseID, b.channel(key), b.publish)
+	b.drive()
+	reply, err := b.runKeys(ctx, "release", releaseScript, []string{b.RedisKey(key)}, 0, leaseID, b.channel(key), b.publish)
 	if err != nil {
 		return err
 	}

@@ -14,11 +14,11 @@ import (
 	"github.com/fencing-go/fencing/redisbackend"
 )
 
-// TestSentinelFailover runs the backend over go-redis's Sentinel failover
-// client. Grants acknowledged by the replica (WithMinReplicas) survive a
-// kill -9 of the primary: after Sentinel promotes the replica, the next
-// token is larger than every token granted before.
-func TestSentinelFailover(t *testing.T) {
+// startSentinel starts a primary with a replica (both with appendfsync
+// always) and a Sentinel watching them, and returns them and a failover
+// client on them, closed when t ends.
+func startSentinel(t *testing.T) (*redistest.Replicated, *redis.Client) {
+	t.Helper()
 	rs := redistest.StartReplicated(t, persistent)
 	sentinel := redistest.StartSentinel(t, "fencing-primary", rs.Primary)
 	client := redis.NewFailoverClient(&redis.FailoverOptions{
@@ -28,7 +28,16 @@ func TestSentinelFailover(t *testing.T) {
 		DialTimeout:   500 * time.Millisecond,
 		ReadTimeout:   3 * time.Second,
 	})
-	defer client.Close()
+	t.Cleanup(func() { client.Close() })
+	return rs, client
+}
+
+// TestSentinelFailover runs the backend over go-redis's Sentinel failover
+// client. Grants acknowledged by the replica (WithMinReplicas) survive a
+// kill -9 of the primary: after Sentinel promotes the replica, the next
+// token is larger than every token granted before.
+func TestSentinelFailover(t *testing.T) {
+	rs, client := startSentinel(t)
 	b := newBackend(t, client, redisbackend.WithMinReplicas(1, 2*time.Second))
 	ctx := context.Background()
 

@@ -69,7 +69,7 @@ func readToken(h, t []any) (tok uint64, live, sure bool, err error) {
 		return 0, false, true, fmt.Errorf("redisbackend: token: %w: %d fields, %d clock values", errBadReply, len(h), len(t))
 	}
 	exp, _ := h[1].(string)
-	if exp == "" || exp == "r" || exp[0] == 'f' {
+	if exp == "" || exp[0] == 'r' || exp[0] == 'f' {
 		return 0, false, true, nil // never leased, or released (by force: 'f')
 	}
 	e, err := strconv.ParseInt(exp, 10, 64)

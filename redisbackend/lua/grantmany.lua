@@ -1,11 +1,14 @@
--- grantmany: KEYS = the records, in key order; ARGV = max token, then six
+-- grantmany: KEYS = the records, in key order, then their floor (one
+-- slot, one floor: floor.go); ARGV = max token, then six
 -- per key: lease ID, ttl ms, margin ns, ttl+margin µs, owner, lock delay µs.
 -- Checks every key as grant.lua does, in order, and writes only once none
 -- refused. Replies {'ok', token, exp, ttl, margin, ...} (four per key,
 -- for a resend the lease already granted) or {status, i, µs left} for the
 -- first key i (from 1) that refused.
-local toks, resent = {}, {}
-for i = 1, #KEYS do
+local toks, resent, fresh = {}, {}, {}
+local nk = #KEYS - 1
+local floor
+for i = 1, nk do
   local a, k = (i - 1) * 6 + 1, KEYS[i]
   local h = redis.call('HMGET', k, 'token', 'id', 'exp')
   local tok, id, exp = h[1], h[2], h[3]
@@ -24,12 +27,16 @@ for i = 1, #KEYS do
       closed = tonumber(string.sub(exp, 2))
     end
     if closed and now < closed then return {'delayed', i, closed - now} end
+    if not tok then -- no record: above the floor, as grant.lua
+      floor = floor or redis.call('GET', KEYS[#KEYS]) or '0'
+      tok, fresh[i] = floor, floor
+    end
     if tok == ARGV[1] then return {'exhausted', i} end
-    toks[i] = tonumber(tok or '0')
+    toks[i] = tonumber(tok)
   end
 end
 local reply = {'ok'}
-for i = 1, #KEYS do
+for i = 1, nk do
   local a, k = (i - 1) * 6 + 1, KEYS[i]
   if resent[i] then
     local h = redis.call('HMGET', k, 'token', 'exp', 'ttl', 'margin')
@@ -41,6 +48,7 @@ for i = 1, #KEYS do
       n = n + 1
       redis.call('HSET', k, 'token', n)
     else
+      if fresh[i] then redis.call('HSET', k, 'token', fresh[i]) end
       redis.call('HINCRBY', k, 'token', 1)
       n = redis.call('HGET', k, 'token')
     end
