@@ -86,18 +86,23 @@ func (s suite) testRetentionChurn(t *testing.T) {
 		return n
 	}
 	kept := grant("retain/kept", "kept-lease", time.Hour) // live throughout
+	// The churned keys are held until they are counted: on a real server
+	// the churn takes longer than the retention, and a key released early
+	// could be reclaimed before the count.
+	old := make([]backend.Lease, n)
+	for i := range old {
+		old[i] = grant(fmt.Sprintf("retain/churn/%05d", i), fmt.Sprintf("churn-%d", i), time.Hour)
+	}
 	var reused backend.Lease
 	for i := range 3 {
 		reused = grant("retain/reused", fmt.Sprintf("reused-%d", i), long)
 		release(reused)
 	}
-	old := make([]backend.Lease, n)
-	for i := range old {
-		old[i] = grant(fmt.Sprintf("retain/churn/%05d", i), fmt.Sprintf("churn-%d", i), long)
-		release(old[i])
-	}
 	if got := records(); got < n+2 {
 		t.Fatalf("the store holds %d records after %d keys were leased; want at least %d: Records counts too few", got, n+2, n+2)
+	}
+	for i := range old {
+		release(old[len(old)-1-i]) // old[0] last, for the resend below
 	}
 	if err := b.Release(ctx, old[0].Key, old[0].LeaseID); err != nil {
 		t.Fatalf("a release resent within the retention: %v, want nil", err)
