@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,6 +26,11 @@ type Backend struct {
 	check     backend.CheckMode
 	logger    *slog.Logger
 	log       ObservationLog
+	retention time.Duration
+
+	reclaimed atomic.Uint64      // Leases deleted by the sweep since New
+	stopSweep context.CancelFunc // nil when the retention is off
+	sweepDone chan struct{}      // closed when the sweep's goroutine has ended
 
 	mu     sync.Mutex
 	closed bool
@@ -38,6 +44,7 @@ var (
 	_ backend.Inspector      = (*Backend)(nil)
 	_ backend.ForceReleaser  = (*Backend)(nil)
 	_ backend.Lister         = (*Backend)(nil)
+	_ backend.Sizer          = (*Backend)(nil)
 )
 
 // Option configures a Backend.
@@ -58,8 +65,9 @@ func WithSafetyCheck(mode backend.CheckMode) Option {
 	return func(b *Backend) { b.check = mode }
 }
 
-// WithLogger sets where New logs a failed check under backend.CheckWarn
-// (default slog.Default()).
+// WithLogger sets where New logs a failed check under backend.CheckWarn,
+// and where the reclaiming goroutine (WithRetention) logs that its passes
+// fail and that they work again (default slog.Default()).
 func WithLogger(l *slog.Logger) Option {
 	return func(b *Backend) { b.logger = l }
 }
@@ -68,7 +76,8 @@ func WithLogger(l *slog.Logger) Option {
 // namespace, through client, in the shape every backend shares (see
 // backend's "Constructors and the safety check"). It never closes client.
 // The namespace must exist; the client's identity needs get, list, watch,
-// create and update on leases there (see docs/kubernetes.md for the Role).
+// create, update and (for WithRetention, on by default) delete on leases
+// there (see docs/kubernetes.md for the Role).
 //
 // New first lists one Lease of the namespace, bounded by ctx: an API
 // server that does not answer fails New with an error wrapping
@@ -86,6 +95,7 @@ func New(ctx context.Context, client kubernetes.Interface, namespace string, opt
 		leases:    client.CoordinationV1().Leases(namespace),
 		namespace: namespace,
 		now:       time.Now,
+		retention: DefaultRetention,
 		seen:      make(map[string]observation),
 	}
 	for _, o := range opts {
@@ -108,6 +118,7 @@ func New(ctx context.Context, client kubernetes.Interface, namespace string, opt
 			b.logger.Warn("kubebackend: safety check failed; going on (CheckWarn)", "error", err)
 		}
 	}
+	b.startSweep()
 	return b, nil
 }
 
@@ -134,12 +145,17 @@ func (b *Backend) probe(ctx context.Context) error {
 func (b *Backend) ObservedExpiry() {}
 
 // Close marks the backend closed; later calls return backend.ErrClosed. It
-// does not close the client, and ends no Subscription (each has its own
-// Close).
+// ends the reclaiming goroutine (WithRetention), interrupting a pass, and
+// returns once it has ended. It does not close the client, and ends no
+// Subscription (each has its own Close).
 func (b *Backend) Close() error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
 	b.closed = true
+	b.mu.Unlock()
+	if b.stopSweep != nil {
+		b.stopSweep()
+		<-b.sweepDone
+	}
 	return nil
 }
 

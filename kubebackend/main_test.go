@@ -40,8 +40,24 @@ func newHarness(t testing.TB) *harness {
 }
 
 func (h *harness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
+	return h.newBackend(t)
+}
+
+// NewBackendWithRetention implements conformance.Retainer.
+func (h *harness) NewBackendWithRetention(_ context.Context, t testing.TB, d time.Duration) (backend.Backend, error) {
+	return h.newBackend(t, kubebackend.WithRetention(d))
+}
+
+// Records implements conformance.Retainer: the Leases of b's namespace
+// that carry the backend's label.
+func (h *harness) Records(ctx context.Context, b backend.Backend) (int, error) {
+	st, err := b.(backend.Sizer).Size(ctx)
+	return int(st.Records), err
+}
+
+func (h *harness) newBackend(t testing.TB, opts ...kubebackend.Option) (backend.Backend, error) {
 	ns, client := h.srv.Namespace(t)
-	b, err := kubebackend.New(context.Background(), client, ns)
+	b, err := kubebackend.New(context.Background(), client, ns, opts...)
 	if err == nil {
 		h.mu.Lock()
 		h.spaces[b] = space{ns, client}

@@ -1,6 +1,9 @@
 package kubebackend
 
-import "time"
+import (
+	"strconv"
+	"time"
+)
 
 // Expiry by observation.
 //
@@ -13,10 +16,23 @@ import "time"
 // restarts, or another process, has seen nothing yet: it waits a whole
 // ttl + margin from its first read before it takes an abandoned lease.
 
-// observation is when the backend first saw one state of a Lease.
+// observation is when the backend first saw the latest state of a Lease it
+// has seen, and the state before it: a read that was served before a write
+// and returns after the write was observed (a read racing a release, a
+// reclaiming pass's List racing a grant) finds its state's first sighting
+// still there, instead of timing it afresh.
 type observation struct {
-	rv   string
-	seen time.Time
+	rv       string
+	seen     time.Time
+	prevRV   string
+	prevSeen time.Time
+}
+
+// older reports whether resourceVersion a is below b (both integers).
+func older(a, b string) bool {
+	x, errA := strconv.ParseUint(a, 10, 64)
+	y, errB := strconv.ParseUint(b, 10, 64)
+	return errA == nil && errB == nil && x < y
 }
 
 // An ObservationLog keeps the backend's observations of Leases beyond one
@@ -55,8 +71,17 @@ func WithObservationLog(log ObservationLog) Option {
 func (b *Backend) observe(name, rv string, at time.Time) time.Time {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if o, ok := b.seen[name]; ok && o.rv == rv {
+	o, ok := b.seen[name]
+	switch {
+	case ok && o.rv == rv:
 		return o.seen
+	case ok && o.prevRV == rv:
+		return o.prevSeen
+	case ok && older(rv, o.rv):
+		// A state older than the two last seen: when it was first seen is
+		// lost; timing it from now only makes the backend wait longer
+		// (and a write carrying it fails with a conflict).
+		return at
 	}
 	seen := at
 	if b.log != nil {
@@ -66,7 +91,7 @@ func (b *Backend) observe(name, rv string, at time.Time) time.Time {
 			b.log.Saw(name, rv, 0)
 		}
 	}
-	b.seen[name] = observation{rv: rv, seen: seen}
+	b.seen[name] = observation{rv: rv, seen: seen, prevRV: o.rv, prevSeen: o.seen}
 	return seen
 }
 
@@ -103,10 +128,23 @@ func judge(r record, seen, now time.Time) status {
 func (b *Backend) observeWrite(name, rv string, sent time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if o, ok := b.seen[name]; ok && o.rv == rv && o.seen.Before(sent) {
+	o, ok := b.seen[name]
+	switch {
+	case ok && o.rv == rv:
+		if o.seen.Before(sent) {
+			return
+		}
+		o.seen = sent
+	case ok && older(rv, o.rv): // a later state was seen first
+		if o.prevRV != rv || sent.Before(o.prevSeen) {
+			o.prevRV, o.prevSeen = rv, sent
+		}
+		b.seen[name] = o
 		return
+	default:
+		o = observation{rv: rv, seen: sent, prevRV: o.rv, prevSeen: o.seen}
 	}
-	b.seen[name] = observation{rv: rv, seen: sent}
+	b.seen[name] = o
 	if b.log != nil {
 		b.log.Saw(name, rv, max(b.now().Sub(sent), 0))
 	}

@@ -59,7 +59,9 @@ func (keepOpen) Close() error { return nil }
 //     ends and change nothing; once it runs again, the holder renews with
 //     its token and the key is still held against others;
 //   - TwoAPIServers: a client alternating between two API servers on one
-//     etcd sees tokens increase and one winner of racing grants.
+//     etcd sees tokens increase and one winner of racing grants;
+//   - ReclaimAcrossRestart: keys reclaimed (WithRetention) around kill -9
+//     of kube-apiserver and its restart get tokens above all their old ones.
 func TestServerFaults(t *testing.T) {
 	srv := kubetest.Start(t)
 	ns, client := srv.Namespace(t)
@@ -181,4 +183,73 @@ func TestServerFaults(t *testing.T) {
 			t.Fatalf("%d racing grants won across two API servers, want 1", wins.Load())
 		}
 	})
+	t.Run("ReclaimAcrossRestart", func(t *testing.T) {
+		reclaimAcrossRestart(t, srv)
+	})
+}
+
+// reclaimAcrossRestart leases keys, kills kube-apiserver while they idle
+// past a retention of 1s (the passes of that time fail), starts it again,
+// waits for the keys to be reclaimed, restarts it once more and leases each
+// key again: every new token is above every old one (the new Leases'
+// resourceVersions come from etcd's revision, which no restart of the API
+// server or reclaim sets back).
+func reclaimAcrossRestart(t *testing.T, srv *kubetest.Server) {
+	ctx := context.Background()
+	const retention = time.Second
+	ns, client := srv.Namespace(t)
+	b, err := kubebackend.New(ctx, client, ns, kubebackend.WithRetention(retention))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	restart := func() {
+		t.Helper()
+		srv.API.Kill()
+		time.Sleep(2 * retention) // the keys idle past the retention meanwhile
+		if err := srv.API.Start(t); err != nil {
+			t.Fatalf("restart kube-apiserver: %v", err)
+		}
+	}
+	const n = 10
+	var highest uint64
+	key := func(i int) string { return fmt.Sprint("reclaim-restart-", i) }
+	for i := range n {
+		l, err := b.Grant(ctx, backend.Request{Key: key(i), LeaseID: fmt.Sprint("old-", i), Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, l.Key, l.LeaseID); err != nil {
+			t.Fatal(err)
+		}
+		highest = max(highest, l.Token)
+	}
+	restart()
+	start := time.Now()
+	for {
+		st, err := b.Size(ctx)
+		if err == nil && st.Records == 0 {
+			t.Logf("all %d keys reclaimed %v after the restart (%d by this backend)", n, time.Since(start).Round(time.Millisecond), st.Reclaimed)
+			break
+		}
+		if time.Since(start) > 10*retention+30*time.Second { // conformance's RetentionChurn's bound
+			t.Fatalf("%v after the restart: Size = %+v, %v; want no records", time.Since(start), st, err)
+		}
+		time.Sleep(retention / 8)
+	}
+	restart()
+	for i := range n {
+		var l backend.Lease
+		for end := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+			if l, err = b.Grant(ctx, backend.Request{Key: key(i), LeaseID: fmt.Sprint("new-", i), Timeout: time.Minute}); err == nil || time.Now().After(end) {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("Grant(%q) after the restart: %v", key(i), err)
+		}
+		if l.Token <= highest {
+			t.Fatalf("Grant(%q) after its reclaim and two restarts: token %d, not above %d, the highest before: a token reissued", key(i), l.Token, highest)
+		}
+	}
 }

@@ -16,6 +16,7 @@ func (b *Backend) read(ctx context.Context, key string) (*coordinationv1.Lease, 
 	name := LeaseName(key)
 	l, err := b.leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
+		b.forget(name)
 		return nil, status{}, nil
 	}
 	if err != nil {

@@ -65,6 +65,11 @@ const (
 	notMinted   = "fencing token never minted"
 	notCanon    = "fencing token not canonical"
 	breakGlassG = "fencing-go.github.io"
+	// noLease is how the API server words a refusal by a binding whose
+	// paramRef names no object (WithMintCheck's Lease is not there: never
+	// created, deleted, or reclaimed by kubebackend's retention). The
+	// policy's rules never ran, so its message is the API server's.
+	noLease = "no params found for policy binding"
 )
 
 // Stamp puts token on obj, as the token of the write about to be sent, and
@@ -132,7 +137,7 @@ func Stale(err error) error {
 	switch {
 	case strings.Contains(msg, denial):
 		return fmt.Errorf("%w: %w", guard.ErrStaleToken, err)
-	case strings.Contains(msg, notMinted):
+	case strings.Contains(msg, notMinted), strings.Contains(msg, noLease):
 		return fmt.Errorf("%w: %w", guard.ErrNotMinted, err)
 	case strings.Contains(msg, notCanon):
 		return fmt.Errorf("%w: %w", guard.ErrInvalidToken, err)
@@ -196,7 +201,9 @@ type config struct {
 // moment ago may be refused as never minted until that cache has seen the
 // grant (a few milliseconds on one API server): a holder retries a
 // refusal wrapping guard.ErrNotMinted briefly. While the Lease does not
-// exist every stamped write is refused. One binding serves one key: the
+// exist (the key never leased, or its Lease reclaimed by kubebackend's
+// WithRetention) every write the rules match is refused, one without a
+// token too, wrapping guard.ErrNotMinted. One binding serves one key: the
 // objects the rules match are those that key fences.
 func WithMintCheck(namespace, key string) Option {
 	return func(c *config) { c.mintNS, c.mintLease = namespace, kubebackend.LeaseName(key) }

@@ -11,6 +11,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -100,54 +101,18 @@ func TestNonCanonicalTokenRefused(t *testing.T) {
 // has seen its grant), and the next holder's too.
 func TestMintCheckRefusesForgedToken(t *testing.T) {
 	srv := kubetest.Shared(t)
-	ns, user := labelled(t, srv, "fenced-mint")
 	ctx := context.Background()
 	const key = "orders-1"
-	b, err := kubebackend.New(ctx, user, ns)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	c := fencing.New(b)
-	l, err := c.Grant(ctx, key, time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"fenced-mint": "true"}}
-	if err := kubeguard.Install(ctx, srv.Admin, "fencing-mint-test", configMapRules(), sel, kubeguard.WithMintCheck(ns, key)); err != nil {
-		t.Fatalf("Install: %v", err)
-	}
+	ns, _, c, l := mintChecked(t, srv, "fenced-mint", "fencing-mint-test", key)
 	cms := srv.Admin.CoreV1().ConfigMaps(ns)
-	// In force once a create with a forged token is refused.
-	start := time.Now()
-	for i := 0; ; i++ {
-		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("probe-", i), Annotations: map[string]string{kubeguard.Annotation: poison}}}
-		_, err := cms.Create(ctx, cm, metav1.CreateOptions{})
-		// The binding of this namespace's Lease, not one left by an
-		// earlier run of the test under the same name.
-		if errors.Is(kubeguard.Stale(err), guard.ErrNotMinted) && strings.Contains(err.Error(), " Lease "+ns+"/") {
-			t.Logf("in force after %v: %v", time.Since(start), err)
-			break
-		}
-		if time.Since(start) > time.Minute {
-			t.Fatalf("the mint check was not in force a minute after it was installed: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 	// The holder's first write: refused as never minted until the API
 	// server's cache of the Lease has seen the grant.
-	for refusals := 0; ; refusals++ {
+	refusals := passesOnceMinted(t, fmt.Sprint("create with the holder's token ", l.Token), func() error {
 		_, err := cms.Create(ctx, configMap("target", l.Token, "holder-1"), metav1.CreateOptions{})
-		if err == nil {
-			t.Logf("the holder's token passed after %d refusals as never minted", refusals)
-			break
-		}
-		if !errors.Is(kubeguard.Stale(err), guard.ErrNotMinted) || time.Since(start) > time.Minute {
-			t.Fatalf("create with the holder's token %d: %v", l.Token, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	err = fenceAnnotation(ctx, srv.Admin, ns, "target", poison)
+		return err
+	})
+	t.Logf("the holder's token passed after %d refusals as never minted", refusals)
+	err := fenceAnnotation(ctx, srv.Admin, ns, "target", poison)
 	if !errors.Is(kubeguard.Stale(err), guard.ErrNotMinted) {
 		t.Fatalf("the forged token's merge patch: %v, want a refusal wrapping guard.ErrNotMinted", err)
 	}
@@ -168,19 +133,70 @@ func TestMintCheckRefusesForgedToken(t *testing.T) {
 		t.Fatal(err)
 	}
 	granted := time.Now()
-	var refusals int
-	for {
-		err := fenceAnnotation(ctx, srv.Admin, ns, "target", fmt.Sprint(next.Token))
-		if err == nil {
+	refusals = passesOnceMinted(t, fmt.Sprint("the next holder's token ", next.Token), func() error {
+		return fenceAnnotation(ctx, srv.Admin, ns, "target", fmt.Sprint(next.Token))
+	})
+	t.Logf("the next holder's token passed %v after its grant, after %d refusals as never minted", time.Since(granted), refusals)
+}
+
+// mintChecked makes a fresh namespace labelled label, a backend there (with
+// opts) and a lease on key, and installs policy with a mint check on key's
+// Lease, for the namespaces labelled label.
+func mintChecked(t *testing.T, srv *kubetest.Server, label, policy, key string, opts ...kubebackend.Option) (string, kubernetes.Interface, *fencing.Coordinator, fencing.Lease) {
+	t.Helper()
+	ns, user := labelled(t, srv, label)
+	ctx := context.Background()
+	b, err := kubebackend.New(ctx, user, ns, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	c := fencing.New(b)
+	l, err := c.Grant(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{label: "true"}}
+	if err := kubeguard.Install(ctx, srv.Admin, policy, configMapRules(), sel, kubeguard.WithMintCheck(ns, key)); err != nil {
+		t.Fatalf("Install: %v", err)
+	}
+	// In force once a create with a forged token is refused.
+	cms := srv.Admin.CoreV1().ConfigMaps(ns)
+	start := time.Now()
+	for i := 0; ; i++ {
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprint("probe-", i), Annotations: map[string]string{kubeguard.Annotation: poison}}}
+		_, err := cms.Create(ctx, cm, metav1.CreateOptions{})
+		// The binding of this namespace's Lease, not one left by an
+		// earlier run of the test under the same name.
+		if errors.Is(kubeguard.Stale(err), guard.ErrNotMinted) && strings.Contains(err.Error(), " Lease "+ns+"/") {
+			t.Logf("in force after %v: %v", time.Since(start), err)
 			break
 		}
-		if !errors.Is(kubeguard.Stale(err), guard.ErrNotMinted) || time.Since(granted) > time.Minute {
-			t.Fatalf("the next holder's token %d: %v", next.Token, err)
+		if time.Since(start) > time.Minute {
+			t.Fatalf("the mint check was not in force a minute after it was installed: %v", err)
 		}
-		refusals++
+		time.Sleep(100 * time.Millisecond)
+	}
+	return ns, user, c, l
+}
+
+// passesOnceMinted calls write until it succeeds, while it is refused as
+// never minted (the API server's cache of the Lease lags a grant; and a
+// policy just installed may not be in force yet), and returns how many
+// refusals came first. Another error, or refusals for a minute, fail t.
+func passesOnceMinted(t *testing.T, what string, write func() error) int {
+	t.Helper()
+	start := time.Now()
+	for refusals := 0; ; refusals++ {
+		err := write()
+		if err == nil {
+			return refusals
+		}
+		if !errors.Is(kubeguard.Stale(err), guard.ErrNotMinted) || time.Since(start) > time.Minute {
+			t.Fatalf("%s: %v", what, err)
+		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	t.Logf("the next holder's token passed %v after its grant, after %d refusals as never minted", time.Since(granted), refusals)
 }
 
 // TestBreakGlassLowersFence: a fence raised too high is lowered without
@@ -272,4 +288,74 @@ func grant(t *testing.T, srv *kubetest.Server, ns, name string, rule rbacv1.Poli
 	if _, err := srv.Admin.RbacV1().RoleBindings(ns).Create(ctx, rb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestMintCheckAfterReclaim: once kubebackend has reclaimed the key's
+// Lease (WithRetention), the mint check has no Lease to read and refuses
+// every write it matches, a forged token's included (and one without a
+// token), and changes nothing; the
+// key's next holder gets a token above the object's fence (the Lease is
+// created again with a newer resourceVersion), which passes once the API
+// server's cache has seen the grant.
+func TestMintCheckAfterReclaim(t *testing.T) {
+	srv := kubetest.Shared(t)
+	ctx := context.Background()
+	const key = "orders-reclaimed"
+	const retention = time.Second
+	ns, user, c, l := mintChecked(t, srv, "fenced-reclaim", "fencing-mint-reclaim-test", key, kubebackend.WithRetention(retention))
+	cms := srv.Admin.CoreV1().ConfigMaps(ns)
+	// The holder's first write passes once the policy is in force with
+	// this namespace's Lease and its cache has seen the grant.
+	passesOnceMinted(t, fmt.Sprint("create with the holder's token ", l.Token), func() error {
+		_, err := cms.Create(ctx, configMap("target", l.Token, "holder-1"), metav1.CreateOptions{})
+		return err
+	})
+	if err := c.Release(ctx, key, l.ID); err != nil {
+		t.Fatal(err)
+	}
+	released := time.Now()
+	for {
+		_, err := user.CoordinationV1().Leases(ns).Get(ctx, kubebackend.LeaseName(key), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The backend's bound is retention + retention/4 and a pass; a
+		// minute is only where the test gives up.
+		if time.Since(released) > time.Minute {
+			t.Fatalf("the Lease is still there %v after its release, with a retention of %v", time.Since(released), retention)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Logf("the Lease was reclaimed %v after the release", time.Since(released).Round(time.Millisecond))
+	// Every stamped write is refused now, however long the API server's
+	// cache takes to see the delete: until then it holds the old Lease,
+	// whose token the forged ones are above.
+	for _, v := range []string{fmt.Sprint(l.Token + 1), poison} {
+		err := fenceAnnotation(ctx, srv.Admin, ns, "target", v)
+		if !errors.Is(kubeguard.Stale(err), guard.ErrNotMinted) {
+			t.Fatalf("forged token %s after the key was reclaimed: %v, want a refusal wrapping guard.ErrNotMinted", v, err)
+		}
+		t.Logf("forged token %s refused: %v", v, err)
+		if got := fenceOf(t, srv.Admin, ns, "target"); got != fmt.Sprint(l.Token) {
+			t.Fatalf("after the forged patch the fence is %q, want %d", got, l.Token)
+		}
+	}
+	// A write without a token too: the binding has no Lease to read.
+	plain := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "unfenced"}}
+	if _, err := cms.Create(ctx, plain, metav1.CreateOptions{}); !errors.Is(kubeguard.Stale(err), guard.ErrNotMinted) {
+		t.Fatalf("a create without a token while the key is reclaimed: %v, want a refusal wrapping guard.ErrNotMinted", err)
+	}
+	next, err := c.Grant(ctx, key, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token <= l.Token {
+		t.Fatalf("the next holder's token %d is not above %d, the key's before the reclaim", next.Token, l.Token)
+	}
+	passesOnceMinted(t, fmt.Sprint("the next holder's token ", next.Token), func() error {
+		return fenceAnnotation(ctx, srv.Admin, ns, "target", fmt.Sprint(next.Token))
+	})
 }
