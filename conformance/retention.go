@@ -86,6 +86,7 @@ func (s suite) testRetentionChurn(t *testing.T) {
 		return n
 	}
 	kept := grant("retain/kept", "kept-lease", time.Hour) // live throughout
+	began := time.Now()                                   // before any key below can idle
 	var reused backend.Lease
 	for i := range 3 {
 		reused = grant("retain/reused", fmt.Sprintf("reused-%d", i), long)
@@ -96,11 +97,20 @@ func (s suite) testRetentionChurn(t *testing.T) {
 		old[i] = grant(fmt.Sprintf("retain/churn/%05d", i), fmt.Sprintf("churn-%d", i), long)
 		release(old[i])
 	}
-	if got := records(); got < n+2 {
-		t.Fatalf("the store holds %d records after %d keys were leased; want at least %d: Records counts too few", got, n+2, n+2)
-	}
-	if err := b.Release(ctx, old[0].Key, old[0].LeaseID); err != nil {
-		t.Fatalf("a release resent within the retention: %v, want nil", err)
+	got := records()
+	resent := b.Release(ctx, old[0].Key, old[0].LeaseID)
+	// On a real clock a slow machine may take longer than the retention to
+	// get here, and the backend may have reclaimed the first keys already:
+	// the two checks hold only within the retention.
+	if within := s.traits.Now != nil || time.Since(began) < retention; !within {
+		t.Logf("the churn took %v, longer than the retention: the count of records and the resent release are not checked", time.Since(began).Round(time.Millisecond))
+	} else {
+		if got < n+2 {
+			t.Fatalf("the store holds %d records after %d keys were leased; want at least %d: Records counts too few", got, n+2, n+2)
+		}
+		if resent != nil {
+			t.Fatalf("a release resent within the retention: %v, want nil", resent)
+		}
 	}
 
 	// Past the retention, calls on another key drive the reclaiming.
@@ -174,8 +184,23 @@ func (s suite) testRetentionRace(t *testing.T) {
 	ttl := retention / 4
 	if s.traits.Now == nil {
 		ops = 1 << 30 // bounded by the deadline: the gaps take real time
-		deadline = time.Now().Add(6*retention + 2*time.Second)
+		deadline = time.Now().Add(7*retention + 2*time.Second)
 		ttl = max(ttl, s.traits.MinTTL)
+	}
+	// On a real clock the workers' own idle gaps seldom line up on a key
+	// (the others keep it busy): in every round of 3*retention they all stop
+	// calling after the first retention (a lease granted just before lives
+	// its TTL, then its key idles for the retention), and come back one
+	// after the other, retention/8 apart, so that the first calls of the
+	// next round drive the backend's reclaiming and race it on the keys
+	// they call, and the keys nobody called yet are reclaimed.
+	start := time.Now()
+	quiet := func(w int) {
+		const round = 3 * retention
+		in := time.Since(start) % round
+		if s.traits.Now == nil && in >= retention && time.Now().Add(round-in).Before(deadline) {
+			time.Sleep(round - in + time.Duration(w)*retention/8)
+		}
 	}
 	var wg sync.WaitGroup
 	for w := range workers {
@@ -186,6 +211,7 @@ func (s suite) testRetentionRace(t *testing.T) {
 			held := make(map[string]string) // key -> the lease ID this worker holds
 			var old []backend.Request
 			for op := 0; op < ops && time.Now().Before(deadline); op++ {
+				quiet(w)
 				key := keys[rng.IntN(len(keys))]
 				id, holding := held[key]
 				req := backend.Request{Key: key, LeaseID: id, Timeout: ttl}
