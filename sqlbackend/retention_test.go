@@ -171,3 +171,49 @@ func waitForLockWait(t *testing.T, h *harness) {
 	}
 	waitServerShows(t, h, query, "the grant was never seen waiting for the reclaiming transaction's lock")
 }
+
+// TestRetentionDropsDeadEntries: a line's entry that expired the retention
+// ago is deleted by a pass that calls on another key drive, with no call on
+// its own key; a live entry stays in its line.
+func TestRetentionDropsDeadEntries(t *testing.T) {
+	ctx := context.Background()
+	clock := newFakeClock()
+	h := &harness{db: openSQLite(t), dialect: sqlbackend.SQLite, clock: clock}
+	be, err := h.NewBackendWithRetention(ctx, t, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := be.(*sqlbackend.Backend)
+	defer b.Close()
+	if _, err := b.Enqueue(ctx, "line/dead", "w1", 100*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Enqueue(ctx, "line/live", "w2", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	entries := func() int {
+		t.Helper()
+		var n int
+		if err := h.db.QueryRow(`SELECT count(*) FROM ` + strings.TrimSuffix(b.Table(), "leases") + `waiters`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	clock.Advance(2 * time.Second)
+	for i := 0; entries() != 1; i++ {
+		if i == 1000 {
+			t.Fatalf("%d entries after 1000 grants on another key past the retention; want the live one", entries())
+		}
+		l, err := b.Grant(ctx, backend.Request{Key: "driver", LeaseID: fmt.Sprint("d", i), Timeout: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.Release(ctx, l.Key, l.LeaseID); err != nil {
+			t.Fatal(err)
+		}
+		clock.Advance(time.Second / 8)
+	}
+	if n, err := b.LineLength(ctx, "line/live"); err != nil || n != 1 {
+		t.Fatalf("LineLength of the live line = %d, %v; want 1", n, err)
+	}
+}
