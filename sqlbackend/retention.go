@@ -42,10 +42,10 @@ import (
 //
 // No goroutine runs while no pass is due: a Grant, GrantMany, Renew or
 // Release that finds one due starts one, which runs batches until one finds
-// fewer than a batch of idle rows, and the next pass is due retention/8
-// after it ended. Close cancels a running pass and waits for it. A pass's
-// errors end it (the next is due as after any pass) and are logged at the
-// warning level.
+// fewer than a batch of idle rows (or deletes none: their keys busy), and
+// the next pass is due retention/8 after it ended. Close cancels a running
+// pass and waits for it. A pass's errors end it (the next is due as after
+// any pass) and are logged at the warning level.
 
 // DefaultRetention is the retention of a backend made without
 // WithRetention.
@@ -159,7 +159,7 @@ func (b *Backend) sweepPass() {
 			}
 			break
 		}
-		if !more {
+		if !more || n == 0 { // a batch that deleted no key (all busy) ends the pass too
 			break
 		}
 	}
