@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/fencing-go/fencing/backend"
 )
@@ -25,6 +26,7 @@ var (
 	_ backend.ForceReleaser = (*Backend)(nil)
 	_ backend.Lister        = (*Backend)(nil)
 	_ backend.Queuer        = (*Backend)(nil)
+	_ backend.Sizer         = (*Backend)(nil)
 )
 
 // Dialect is the SQL spoken by one kind of database.
@@ -79,6 +81,8 @@ type Backend struct {
 	notPgx    atomic.Bool // the pool's driver is not pgx's stdlib (pgQueryRow)
 	hub       hub
 	writer    chan struct{} // SQLite: held by the transaction that runs (rowTx)
+	retention time.Duration // 0: rows are kept for ever
+	sweep     sweeper
 }
 
 // Option configures a Backend.
@@ -132,7 +136,7 @@ func WithListener(connString string) Option { return func(b *Backend) { b.listen
 // be reached or refused the role. It does not create the tables: call
 // CreateTables, from every replica if you like, or run DDL in a migration.
 func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
-	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, writer: make(chan struct{}, 1)}
+	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, writer: make(chan struct{}, 1), retention: DefaultRetention}
 	b.hub.b = b
 	for _, o := range opts {
 		o(b)
@@ -174,6 +178,7 @@ func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Bac
 			return nil, err
 		}
 	}
+	b.startSweep()
 	return b, nil
 }
 
@@ -250,6 +255,7 @@ func (b *Backend) Close() error {
 		return nil
 	}
 	b.hub.close()
+	b.stopSweep()
 	return nil
 }
 

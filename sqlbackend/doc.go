@@ -19,11 +19,12 @@
 // # Storage and tokens
 //
 // One table, <prefix>leases (DefaultPrefix "fencing_", WithTablePrefix for
-// another), holds a row per key ever leased, keyed by the key's bytes (any
-// bytes, up to backend.MaxKeyLength). The row is never deleted: its token
-// column is the key's counter, raised by the statement that grants, so a
-// token is never reissued, also after a crash (as far as the database keeps
-// its commits: see the safety checks). On SQLite tokens are dense (1, 2,
+// another), holds a row per key leased within the retention (see
+// Retention), keyed by the key's bytes (any bytes, up to
+// backend.MaxKeyLength). Its token column is the key's counter, raised by
+// the statement that grants, and a key with no row starts above the floor
+// row, so a token is never reissued, also after a crash (as far as the
+// database keeps its commits: see the safety checks). On SQLite tokens are dense (1, 2,
 // 3...; a refused grant uses none) and end at MaxToken (math.MaxInt64,
 // SQL's largest integer) with backend.ErrTokenSpaceExhausted. On
 // PostgreSQL a token is epoch<<EpochShift | counter, the epoch being the
@@ -134,7 +135,46 @@
 // directly ahead of it, and wakes it when that entry changed (a Dequeue or,
 // since the poll judges expiry by the coordinator's clock, an expiry).
 //
+// # Retention
+//
+// A key that has had no live lease and no lock delay for the retention
+// (WithRetention; DefaultRetention, 24 hours, unless set; 0 keeps every
+// row) loses its row, and a line's entries that expired the retention ago
+// go too. Passes delete idle rows a batch of 1000 per transaction; a
+// Grant, GrantMany, Renew or Release that finds a pass due (retention/8
+// after the last one ended) starts one in a goroutine of its own, which
+// ends with the pass or at Close. So a key idle for the retention is gone
+// within about an eighth of the retention more and a pass, as long as
+// the backend is called; a backend nobody calls deletes nothing. The
+// transaction that deletes rows raises the floor row (the row of the
+// empty key, which no request can name) to their highest token; a grant
+// on a key with no row mints the floor's next token, read after the grant
+// holds the key's lock (PostgreSQL: the key's advisory lock, the floor
+// read in a snapshot of its own; MySQL: the row's lock, the floor read
+// with a locking read; SQLite: BEGIN IMMEDIATE), so a grant that races a
+// reclamation of its key either finds the row, which the reclamation then
+// keeps, or reads the floor the reclamation raised. The floor is one row
+// per table, read and never written by a grant; on PostgreSQL it carries
+// the epoch, so a promoted standby's grants outrank it as they outrank
+// every row. A reclaimed key answers as one never leased: Token none,
+// Inspect the zero KeyState (MaxToken 0), List leaves it out, an old lease
+// ID's Renew or Release gets backend.ErrLeaseNotFound, a resent grant a
+// new lease above the old tokens. Tokens are dense on a key only while it
+// keeps its row. Size (backend.Sizer) counts the key rows and the keys this
+// Backend reclaimed.
+//
 // # Upgrading
+//
+// The floor needs no new table: CreateTables inserts its row, and the
+// first reclamation does on tables where it is missing. On PostgreSQL
+// CreateTables also installs the reclaim function and the next_token that
+// reads the floor; until it runs, grants work as before and passes fail
+// (logged as a warning), deleting nothing. Processes of earlier releases
+// do not read the floor: on SQLite and MySQL one of them granting a
+// reclaimed key would start its tokens again from 1, so upgrade them all
+// (or give the new ones WithRetention(0)) before any key can have been
+// idle for the retention. On PostgreSQL their grants call next_token,
+// which CreateTables replaces, and read the floor like this release's.
 //
 // The tables of the release before lock delay and the line lack two
 // columns and the waiters table. CreateTables adds them: on PostgreSQL

@@ -88,11 +88,24 @@ $fn$`
 // pgNextToken is the token a grant mints after prev in epoch e: the next
 // counter in the later of e and prev's epoch (so tokens only go up, also
 // for a table whose tokens came from a higher epoch), NULL when the
-// counter would overflow.
+// counter would overflow. A prev of 0 (a key with no row) is the floor
+// (records.go), read in a snapshot of its own: the function is VOLATILE,
+// so a grant that waited for a reclamation's lock on the key sees the floor
+// that reclamation raised, not the one of its statement's snapshot. The
+// floor carries its epoch, so a key's first token after a reclamation is in
+// the later of the two epochs too, and a promoted standby's (a later
+// timeline, a higher e) outranks it.
 const pgNextToken = `CREATE OR REPLACE FUNCTION {p}next_token(prev BIGINT, e BIGINT) RETURNS BIGINT
-LANGUAGE sql IMMUTABLE AS $fn$
-	SELECT CASE WHEN prev & 17592186044415 = 17592186044415 THEN NULL
-		ELSE (greatest(prev >> 44, e) << 44) | ((prev & 17592186044415) + 1) END
+LANGUAGE plpgsql VOLATILE AS $fn$
+BEGIN
+	IF prev = 0 THEN
+		SELECT coalesce(max(l.token), 0) INTO prev FROM {t} AS l WHERE l.key = ''::bytea;
+	END IF;
+	IF prev & 17592186044415 = 17592186044415 THEN
+		RETURN NULL;
+	END IF;
+	RETURN (greatest(prev >> 44, e) << 44) | ((prev & 17592186044415) + 1);
+END
 $fn$`
 
 // refusal returns the error of a SQLSTATE that pgEpoch raises, or nil for

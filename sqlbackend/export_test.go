@@ -40,3 +40,8 @@ func (b *Backend) SlowClockRead(d time.Duration) {
 	}
 	b.sql.read = strings.Replace(b.sql.read, mysqlNow, fmt.Sprintf("IF(SLEEP(%g) = 0, %s, 0)", d.Seconds(), mysqlNow), 1)
 }
+
+// HoldReclaim makes the reclaiming batches of b (SQLite, MySQL) call f
+// inside their transaction, once they have deleted rows and raised the
+// floor, before they commit.
+func (b *Backend) HoldReclaim(f func()) { b.sweep.hook = f }

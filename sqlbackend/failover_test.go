@@ -85,7 +85,10 @@ func asyncFailover(t *testing.T) {
 	primary := pgtest.StartConfig(t, pgtest.Config{Durable: true})
 	p := faultproxy.Start(t, fmt.Sprintf("127.0.0.1:%d", primary.Port()), faultproxy.Hooks{})
 	replica := pgtest.StartReplica(t, primary, p.Addr())
-	b, err := sqlbackend.New(context.Background(), primary.DB(t), sqlbackend.Postgres)
+	// A retention of a second: keys reclaimed before the replica is cut
+	// off (the floor replicated with the deletes) and while the workers run
+	// (deletes and floor lost with the primary).
+	b, err := sqlbackend.New(context.Background(), primary.DB(t), sqlbackend.Postgres, sqlbackend.WithRetention(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,6 +97,7 @@ func asyncFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	keys := []string{"k0", "k1", "k2"}
+	gone := []string{"gone-0", "gone-1", "gone-2", "gone-3"}
 	var log grantLog
 	grantOn := func(b *sqlbackend.Backend, key, id, where string) error {
 		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -105,6 +109,30 @@ func asyncFailover(t *testing.T) {
 		}
 		log.add(grantRecord{key: key, token: l.Token, start: start, ended: time.Now(), where: where})
 		return b.Release(cctx, key, id)
+	}
+	for _, k := range gone {
+		for i := range 3 {
+			if err := grantOn(b, k, fmt.Sprintf("%s-%d", k, i), "primary"); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	time.Sleep(time.Second + time.Second/4)
+	for i := 0; ; i++ {
+		if err := grantOn(b, "driver", fmt.Sprint("driver-", i), "primary"); err != nil {
+			t.Fatal(err)
+		}
+		st, err := b.Size(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Reclaimed >= uint64(len(gone)) {
+			break
+		}
+		if i > 1000 {
+			t.Fatal("the idle keys were not reclaimed")
+		}
+		time.Sleep(time.Second / 8)
 	}
 	for _, k := range keys {
 		if err := grantOn(b, k, k+"-first", "primary"); err != nil {
@@ -198,6 +226,17 @@ func asyncFailover(t *testing.T) {
 		}
 		if err := grantOn(promoted, k, k+"-after", "promoted replica"); err != nil {
 			t.Fatalf("Grant on the promoted replica: %v", err)
+		}
+	}
+	// The keys reclaimed before the cut-off are gone on the promoted
+	// replica too, and start above the floor it received; "driver", idle
+	// through the workers' run, may have been reclaimed on the primary only.
+	for _, k := range append(gone, "driver") {
+		if st, err := promoted.Inspect(ctx, k); err != nil || (k != "driver" && st != (backend.KeyState{})) {
+			t.Fatalf("Inspect(%q) on the promoted replica = %+v, %v; want the zero KeyState of a reclaimed key", k, st, err)
+		}
+		if err := grantOn(promoted, k, k+"-after", "promoted replica"); err != nil {
+			t.Fatalf("Grant(%q) on the promoted replica: %v", k, err)
 		}
 	}
 	if epoch, _ := sqlbackend.TokenEpoch(log.ops[len(log.ops)-1].token); epoch != 2 {

@@ -20,6 +20,7 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 	if err := backend.CheckRequest(req); err != nil {
 		return backend.Lease{}, err
 	}
+	defer b.driveSweep()
 	if b.dialect == Postgres {
 		return b.grantPG(ctx, req)
 	}
@@ -108,6 +109,11 @@ func (b *Backend) grantInTx(ctx context.Context, c querier, req backend.Request)
 	}
 	if found && r.delayed(now) {
 		return backend.Lease{}, &backend.HeldError{Remaining: r.delayRemaining(now), Delayed: true}
+	}
+	if !found { // a key never leased, or reclaimed: it starts from the floor
+		if r.token, err = b.readFloor(ctx, c); err != nil {
+			return backend.Lease{}, err
+		}
 	}
 	if r.token >= MaxToken {
 		return backend.Lease{}, backend.ErrTokenSpaceExhausted

@@ -116,7 +116,22 @@ type harness struct {
 }
 
 func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
-	opts := append([]sqlbackend.Option{sqlbackend.WithTablePrefix(fmt.Sprintf("t%d_", h.n.Add(1)))}, h.opts...)
+	return h.newBackend(ctx, h.opts...)
+}
+
+// NewBackendWithRetention implements conformance.Retainer.
+func (h *harness) NewBackendWithRetention(ctx context.Context, _ testing.TB, d time.Duration) (backend.Backend, error) {
+	return h.newBackend(ctx, append(h.opts[:len(h.opts):len(h.opts)], sqlbackend.WithRetention(d))...)
+}
+
+// Records implements conformance.Retainer.
+func (h *harness) Records(ctx context.Context, b backend.Backend) (int, error) {
+	st, err := b.(backend.Sizer).Size(ctx)
+	return int(st.Records), err
+}
+
+func (h *harness) newBackend(ctx context.Context, extra ...sqlbackend.Option) (backend.Backend, error) {
+	opts := append([]sqlbackend.Option{sqlbackend.WithTablePrefix(fmt.Sprintf("t%d_", h.n.Add(1)))}, extra...)
 	if h.clock != nil {
 		opts = append(opts, sqlbackend.WithHostClock(h.clock))
 	}

@@ -23,6 +23,7 @@ func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]back
 	if err := backend.CheckMany(reqs); err != nil {
 		return nil, err
 	}
+	defer b.driveSweep()
 	leases := make([]backend.Lease, len(reqs))
 	if b.dialect != Postgres {
 		err := b.rowTx(ctx, "grant", func(c querier, _ hostNow) error {

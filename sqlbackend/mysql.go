@@ -83,7 +83,9 @@ func mysqlStatements(s *statements, r *strings.Replacer) {
 		s.order[q] = order
 		return q
 	}
-	s.ddl = []string{r.Replace(mysqlTable), r.Replace(mysqlWaiters)}
+	s.ddl = []string{r.Replace(mysqlTable), r.Replace(mysqlWaiters),
+		r.Replace("INSERT INTO {t} (`key`, token, lease_id, released, expires_at, ttl_ns, margin_ns) VALUES ('', 0, '', 1, 0, 0, 0) " +
+			"ON DUPLICATE KEY UPDATE token = token")}
 	// The row of the key (NULLs when there is none), whether there is
 	// one, and the clock after it.
 	const cols = `coalesce(l.token, 0), coalesce(l.lease_id, ''), coalesce(l.released, 0), '', coalesce(l.expires_at, 0), ` +
@@ -99,7 +101,7 @@ func mysqlStatements(s *statements, r *strings.Replacer) {
 	s.update = num(`UPDATE {t} SET token = ?1, lease_id = ?2, released = ?3, expires_at = ?5, ttl_ns = ?6, margin_ns = ?7, owner = ?8, ` +
 		`lock_delay_ns = ?9, delay_until = ?10 WHERE key = ?11`)
 	s.list = num(`SELECT key, token, lease_id, released, '', expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until FROM {t} ` +
-		`WHERE (?1 = 0 OR key > ?2) AND (?3 = 0 OR SUBSTRING(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
+		`WHERE key <> '' AND (?1 = 0 OR key > ?2) AND (?3 = 0 OR SUBSTRING(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
 	s.now = `SELECT ` + mysqlNow
 	// The line: its entries locked (and, with none, the gap where they
 	// would go), the clock after them.
@@ -121,6 +123,21 @@ func mysqlStatements(s *statements, r *strings.Replacer) {
 	// (?2 and ?3, the host's, are not used).
 	s.turn = num(`SELECT waiter_id, seq FROM {w} WHERE key = ?1 AND expires_at > ` + mysqlNow + ` ORDER BY seq`)
 	s.lineLength = r.Replace("SELECT count(*) FROM {w} WHERE `key` = ? AND expires_at > " + mysqlNow)
+	// Retention (retention.go), with SQLite's arguments: ?2 the moment
+	// rows must have been idle since, ?4 how many (?1 and ?3, of boots,
+	// are not used). The floor is read with a locking read, which sees the
+	// latest commit: a plain read would see the transaction's snapshot, from
+	// before a reclamation the grant waited for. Idle rows are locked by
+	// primary key in key order.
+	s.records = r.Replace("SELECT count(*) FROM {t} WHERE `key` <> ''")
+	s.floor = r.Replace("SELECT token FROM {t} WHERE `key` = '' LOCK IN SHARE MODE")
+	s.raiseFloor = r.Replace("INSERT INTO {t} (`key`, token, lease_id, released, expires_at, ttl_ns, margin_ns) VALUES ('', ?, '', 1, 0, 0, 0) " +
+		"ON DUPLICATE KEY UPDATE token = GREATEST(token, VALUES(token))")
+	s.idleKeys = num(`SELECT key FROM {t} WHERE key <> '' AND GREATEST(expires_at, delay_until) <= ?2 ORDER BY key LIMIT ?4`)
+	s.lockKeys = [2]string{r.Replace("SELECT `key`, token, lease_id, released, '', expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until " +
+		"FROM {t} WHERE `key` IN ("), ") ORDER BY `key` FOR UPDATE"}
+	s.deleteKeys = [2]string{r.Replace("DELETE FROM {t} WHERE `key` IN ("), ")"}
+	s.dropDead = num(`DELETE FROM {w} WHERE expires_at <= ?2 LIMIT ?4`)
 }
 
 var numberedParam = regexp.MustCompile(`\?([0-9]+)`)

@@ -43,7 +43,8 @@ func pgRowStatements(r *strings.Replacer) (grant, release string) {
 	// As the functions: the epoch (which refuses a standby, an unlogged
 	// table, another cluster's tables) and the key's advisory lock, before
 	// the row; the token from next_token. excluded.token is next_token(0,
-	// epoch), whose epoch bits are the epoch.
+	// epoch): the floor's next token, read after the key's lock (epoch.go),
+	// whose epoch bits are the later of the epoch and the floor's.
 	grant = r.Replace(`INSERT INTO {t} AS l (key, token, lease_id, released, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until)
 	SELECT $1, {p}next_token(0, c.ep), $2, false, c.n + c.d, $3, $4, $5, $6, c.n + c.d + c.dd
 	FROM (SELECT e.ep, k.locked, clock_timestamp() AS n,
@@ -60,7 +61,7 @@ func pgRowStatements(r *strings.Replacer) (grant, release string) {
 		AND l.delay_until <= clock_timestamp()
 		AND {p}next_token(l.token, excluded.token >> 44) IS NOT NULL
 	RETURNING l.token, l.expires_at`)
-	release = r.Replace(`UPDATE {t} AS l SET released = true, delay_until = '-infinity'
+	release = r.Replace(`UPDATE {t} AS l SET released = true, delay_until = '-infinity', expires_at = clock_timestamp()
 	FROM (SELECT pg_advisory_xact_lock(hashtextextended('{t}:' || encode($1::bytea, 'hex'), 0)) IS NULL AS locked OFFSET 0) AS k
 	WHERE l.key = $1 AND l.lease_id = $2 AND NOT l.released AND l.expires_at > clock_timestamp()
 	RETURNING CASE WHEN {nobody_listens} THEN false ELSE (SELECT true FROM pg_notify('{ch}', encode(l.key, 'hex'))) END`)

@@ -124,7 +124,15 @@ func waitUserSleep(t *testing.T, h *harness) {
 	if h.dialect == sqlbackend.Postgres {
 		query = "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'PgSleep'"
 	}
-	for start := time.Now(); ; {
+	waitServerShows(t, h, query, "the read never reached its sleep")
+}
+
+// waitServerShows waits until query, a count of what the server shows,
+// counts something, for at most a minute, after which it fails t with
+// never.
+func waitServerShows(t *testing.T, h *harness, query, never string) {
+	t.Helper()
+	for start := time.Now(); ; time.Sleep(time.Millisecond) {
 		var n int
 		if err := h.db.QueryRow(query).Scan(&n); err != nil {
 			t.Fatal(err)
@@ -133,8 +141,7 @@ func waitUserSleep(t *testing.T, h *harness) {
 			return
 		}
 		if time.Since(start) > time.Minute {
-			t.Fatal("the read never reached its sleep")
+			t.Fatal(never)
 		}
-		time.Sleep(time.Millisecond)
 	}
 }

@@ -5,9 +5,9 @@ import (
 	"strings"
 )
 
-// Storage layout. Two tables. <prefix>leases holds one row per key that
-// was ever leased; the row is never deleted, because its token column is the
-// key's token counter and must outlive every lease:
+// Storage layout. Two tables. <prefix>leases holds one row per key leased
+// within the retention (WithRetention; every key ever leased when it is
+// off), and the floor row:
 //
 //	key           the key's bytes (BYTEA / BLOB), the primary key
 //	token         the highest token ever minted on the key (BIGINT / INTEGER);
@@ -29,7 +29,20 @@ import (
 //
 // A lease is live when it is not released and expires_at is later than the
 // coordinator's clock; a key with no live lease is in a lock delay while
-// delay_until is later than that clock.
+// delay_until is later than that clock. A release (by the holder or forced)
+// sets expires_at to its moment, so that a key is idle from the later of
+// expires_at and delay_until (on SQLite: or from the start of the boot,
+// for a row of an earlier boot), and reclaimed once that is the retention
+// ago (retention.go).
+//
+// The floor row is the row of the empty key, which no request can name
+// (keys are at least one byte long): its token is the highest token of
+// every row a reclamation deleted, raised in the transaction that deletes
+// them, and a key with no row starts from it (on PostgreSQL next_token(0,
+// epoch) reads it). Its other columns say a lease released long ago; no
+// read of keys (List, Size) counts it, and no reclamation deletes it.
+// CreateTables inserts it; the first reclamation does on tables made
+// before it existed.
 //
 // <prefix>waiters holds the lines of Queuer, one row per live (or expired,
 // not yet dropped) entry:
@@ -92,6 +105,16 @@ type statements struct {
 	lockRead, now, lockLine string
 	order                   map[string][]int
 
+	// Retention (retention.go). records counts the key rows (Sizer). The
+	// row dialects: floor reads the floor (a locking read on MySQL),
+	// raiseFloor raises it; idleKeys lists rows idle since a moment;
+	// lockKeys and deleteKeys are a head and a tail to put a list of
+	// placeholders between (lockKeys locks the rows on MySQL); dropDead
+	// deletes the waiters' entries dead since that moment. PostgreSQL:
+	// reclaim calls the reclaim function.
+	records, floor, raiseFloor, idleKeys, dropDead, reclaim string
+	lockKeys, deleteKeys                                    [2]string
+
 	// PostgreSQL: the cluster (cluster.go).
 	adopt, clusterIDs string
 
@@ -110,7 +133,7 @@ func newStatements(d Dialect, prefix string) statements {
 		"{nobody_listens}", pgNobodyListens(channelName(prefix, "free")))
 	if d == Postgres {
 		s.notifyChannel, s.turnChannel = channelName(prefix, "free"), channelName(prefix, "turn")
-		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgStorage, pgCluster, pgClusterRow, pgEpoch, pgNextToken, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue, pgAdmit, pgAdopt} {
+		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgStorage, pgCluster, pgClusterRow, pgEpoch, pgNextToken, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue, pgAdmit, pgAdopt, pgFloorRow, pgReclaim} {
 			s.ddl = append(s.ddl, r.Replace(stmt))
 		}
 		s.grantRow, s.releaseRow = pgRowStatements(r)
@@ -130,7 +153,7 @@ func newStatements(d Dialect, prefix string) statements {
 		s.inspect = r.Replace(`SELECT ` + cols +
 			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = $1) AS l`)
 		s.list = r.Replace(`SELECT ` + cols +
-			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE ($1 = 0 OR key > $2) AND ($3 = 0 OR substring(key FROM 1 FOR $3) = $4) ORDER BY key LIMIT $5) AS l ORDER BY key`)
+			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key <> ''::bytea AND ($1 = 0 OR key > $2) AND ($3 = 0 OR substring(key FROM 1 FOR $3) = $4) ORDER BY key LIMIT $5) AS l ORDER BY key`)
 		// Keys that are not free: a live lease, or a lock delay running.
 		s.liveTokens = r.Replace(`SELECT key, token FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = ANY($1)) AS l ` +
 			`WHERE NOT released AND expires_at > n OR delay_until > n`)
@@ -143,6 +166,8 @@ func newStatements(d Dialect, prefix string) statements {
 			`FROM (SELECT clock_timestamp() AS n) AS c CROSS JOIN unnest($1::bytea[], $2::text[]) AS s(k, id) ` +
 			`JOIN {w} AS e ON e.key = s.k AND e.waiter_id = s.id AND e.expires_at > c.n`)
 		s.lineLength = r.Replace(`SELECT count(*) FROM {w} WHERE key = $1 AND expires_at > clock_timestamp()`)
+		s.records = r.Replace(`SELECT count(*) FROM {t} WHERE key <> ''::bytea`)
+		s.reclaim = r.Replace(`SELECT reclaimed, more FROM {p}reclaim($1, $2)`)
 		return s
 	}
 	if d == MySQL {
@@ -151,7 +176,8 @@ func newStatements(d Dialect, prefix string) statements {
 	}
 	bare := channelName(prefix, "waiters") // the table's name without its schema, as CREATE INDEX ... ON takes it
 	s.ddl = []string{r.Replace(sqliteTable), r.Replace(sqliteWaiters),
-		r.Replace(`CREATE INDEX IF NOT EXISTS {w}_line ON ` + bare + ` (key, seq, expires_at, boot_id)`)}
+		r.Replace(`CREATE INDEX IF NOT EXISTS {w}_line ON ` + bare + ` (key, seq, expires_at, boot_id)`),
+		r.Replace(`INSERT OR IGNORE INTO {t} (key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns) VALUES (x'', 0, '', 1, '', 0, 0, 0)`)}
 	s.upgrade = []string{
 		r.Replace(`ALTER TABLE {t} ADD COLUMN lock_delay_ns INTEGER NOT NULL DEFAULT 0`),
 		r.Replace(`ALTER TABLE {t} ADD COLUMN delay_until INTEGER NOT NULL DEFAULT 0`),
@@ -161,7 +187,7 @@ func newStatements(d Dialect, prefix string) statements {
 	s.insert = r.Replace(`INSERT INTO {t} (key, ` + cols + `) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)`)
 	s.update = r.Replace(`UPDATE {t} SET token = ?, lease_id = ?, released = ?, boot_id = ?, expires_at = ?, ttl_ns = ?, margin_ns = ?, owner = ?, ` +
 		`lock_delay_ns = ?, delay_until = ? WHERE key = ?`)
-	s.list = r.Replace(`SELECT key, ` + cols + ` FROM {t} WHERE (?1 = 0 OR key > ?2) AND (?3 = 0 OR substr(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
+	s.list = r.Replace(`SELECT key, ` + cols + ` FROM {t} WHERE key <> x'' AND (?1 = 0 OR key > ?2) AND (?3 = 0 OR substr(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
 	// A write that changes nothing: it takes the database's write lock in
 	// the caller's transaction (AdmitTx).
 	s.touch = r.Replace(`UPDATE {t} SET token = token WHERE key = ?`)
@@ -187,6 +213,19 @@ func newStatements(d Dialect, prefix string) statements {
 	// A key's live entries in order, for the poll.
 	s.turn = r.Replace(`SELECT waiter_id, seq FROM {w} WHERE key = ?1 AND boot_id = ?2 AND expires_at > ?3 ORDER BY seq`)
 	s.lineLength = r.Replace(`SELECT count(*) FROM {w} WHERE key = ?1 AND boot_id = ?2 AND expires_at > ?3`)
+	// Retention: ?1 the boot, ?2 the moment (since boot) rows must have
+	// been idle since, ?3 whether rows of another boot have (the boot is at
+	// least the retention old), ?4 how many.
+	s.records = r.Replace(`SELECT count(*) FROM {t} WHERE key <> x''`)
+	s.floor = r.Replace(`SELECT token FROM {t} WHERE key = x''`)
+	s.raiseFloor = r.Replace(`INSERT INTO {t} (key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns) VALUES (x'', ?, '', 1, '', 0, 0, 0) ` +
+		`ON CONFLICT (key) DO UPDATE SET token = max(token, excluded.token)`)
+	s.idleKeys = r.Replace(`SELECT key FROM {t} WHERE key <> x'' AND (boot_id <> ?1 AND ?3 OR boot_id = ?1 AND max(expires_at, delay_until) <= ?2) ` +
+		`ORDER BY key LIMIT ?4`)
+	s.lockKeys = [2]string{r.Replace(`SELECT key, ` + cols + ` FROM {t} WHERE key IN (`), `)`}
+	s.deleteKeys = [2]string{r.Replace(`DELETE FROM {t} WHERE key IN (`), `)`}
+	s.dropDead = r.Replace(`DELETE FROM {w} WHERE (key, waiter_id) IN (SELECT key, waiter_id FROM {w} ` +
+		`WHERE boot_id <> ?1 AND ?3 OR boot_id = ?1 AND expires_at <= ?2 LIMIT ?4)`)
 	return s
 }
 
@@ -380,7 +419,7 @@ BEGIN
 	IF r.expires_at <= clock_timestamp() THEN
 		RETURN 3;
 	END IF;
-	UPDATE {t} AS l SET released = true, delay_until = '-infinity' WHERE l.key = p_key;
+	UPDATE {t} AS l SET released = true, delay_until = '-infinity', expires_at = clock_timestamp() WHERE l.key = p_key;
 	IF NOT {nobody_listens} THEN
 		PERFORM pg_notify('{ch}', encode(p_key, 'hex'));
 	END IF;
@@ -396,7 +435,7 @@ DECLARE
 BEGIN
 	PERFORM pg_advisory_xact_lock(hashtextextended('{t}:' || encode(p_key, 'hex'), 0));
 	n := clock_timestamp();
-	UPDATE {t} AS l SET released = true, delay_until = n + ((l.lock_delay_ns + 999) / 1000) * INTERVAL '1 microsecond'
+	UPDATE {t} AS l SET released = true, expires_at = n, delay_until = n + ((l.lock_delay_ns + 999) / 1000) * INTERVAL '1 microsecond'
 		WHERE l.key = p_key AND NOT l.released AND l.expires_at > n;
 	IF NOT FOUND THEN
 		RETURN false;

@@ -17,6 +17,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 	if err := backend.CheckRelease(key, leaseID); err != nil {
 		return err
 	}
+	defer b.driveSweep()
 	if b.dialect == Postgres {
 		if ok, err := b.releaseRow(ctx, key, leaseID); err != nil {
 			return err
@@ -48,7 +49,8 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 			return backend.ErrLeaseExpired
 		}
 		r.released, released = true, true
-		r.delayUntil = 0 // a clean end: no lock delay
+		r.expires = now.since // idle from now (retention.go)
+		r.delayUntil = 0      // a clean end: no lock delay
 		return b.writeRow(ctx, c, key, r, true)
 	})
 	if released && err == nil {
@@ -84,6 +86,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 			return err
 		}
 		r.released, ended = true, true
+		r.expires = now.since
 		r.delayUntil = now.since + r.lockDelay // an unclean end: the delay runs from now
 		return b.writeRow(ctx, c, key, r, true)
 	})

@@ -16,6 +16,7 @@ func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease
 	if err := backend.CheckRequest(req); err != nil {
 		return backend.Lease{}, err
 	}
+	defer b.driveSweep()
 	if b.dialect == Postgres {
 		var (
 			outcome int
