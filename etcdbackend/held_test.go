@@ -67,12 +67,15 @@ func TestHoldLeaderStopped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Release(ctx)
+	began := time.Now()
 	leader, err := cl.WaitLeader(ctx)
+	elected := time.Since(began)
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(ttl / 2)
 	leader.Stop()
+	ctx = afterElection(t, elected)
 	if _, err := cl.WaitLeader(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -242,7 +242,9 @@ func TestNotifyFreeLeaderStopped(t *testing.T) {
 	cl := etcdtest.StartCluster(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	began := time.Now()
 	leader, err := cl.WaitLeader(ctx)
+	elected := time.Since(began)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,6 +270,7 @@ func TestNotifyFreeLeaderStopped(t *testing.T) {
 	s := subscribe(t, waiter, "k")
 
 	leader.Stop()
+	ctx = afterElection(t, elected)
 	if _, err := cl.WaitLeader(ctx); err != nil {
 		t.Fatal(err)
 	}
