@@ -156,9 +156,10 @@ func TestQueuedRequestGivenUp(t *testing.T) {
 		t.Helper()
 		var done []chan error
 		for i := range n {
+			want := p.stalled.Load() + 1 // before the request: its reply may stall at once
 			p.arm(faultStall)
 			d := grant(context.Background(), fmt.Sprintf("%s%d", prefix, i))
-			until(stalled(p.stalled.Load()+1), d, "a lone reply to stall")
+			until(stalled(want), d, "a lone reply to stall")
 			done = append(done, d)
 		}
 		return done
