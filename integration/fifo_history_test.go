@@ -130,8 +130,10 @@ func (h *history) join(ctx context.Context) {
 		if err := held.Release(context.Background()); err != nil {
 			// A release served after the lease's end finds nothing to
 			// release; it can only have been, if it came back after the
-			// holder's Deadline (the store's end is no earlier).
-			if deadline := held.Lease().Deadline; (errors.Is(err, fencing.ErrLeaseNotFound) || errors.Is(err, fencing.ErrLeaseExpired)) && time.Now().After(deadline) {
+			// holder's Deadline (the store's end is no earlier). A Held
+			// whose Deadline passed before its release (the grant's answer
+			// or the renewals slower than the lease) reports that loss.
+			if deadline := held.Lease().Deadline; (errors.Is(err, fencing.ErrLeaseNotFound) || errors.Is(err, fencing.ErrLeaseExpired) || errors.Is(err, fencing.ErrLeaseLost)) && time.Now().After(deadline) {
 				t.Logf("waiter %d: Release came back %v after the lease's Deadline and found it ended (%v): a store slower than the lease", wt.n, time.Since(deadline), err)
 			} else {
 				t.Errorf("waiter %d: Release: %v", wt.n, err)
@@ -253,20 +255,24 @@ func (h *history) check() {
 		}
 		// A dead waiter that joined before g may have stood ahead of it
 		// until its entry expired.
+		handoff := []*timed{g.w.calls, prev.w.calls}
 		for _, wt := range h.waiters[:joinIndex[g.w]] {
 			if !wt.killedAt.IsZero() && wt.killedAt.Before(g.at) {
 				free = later(free, wt.killedAt.Add(historyTTL+expirySlack(h.w)))
 			}
-			// One that gave up leaves before its Lock returns: from then.
+			// One that gave up leaves before its Lock returns: from then,
+			// and its Dequeue is part of the handoff.
 			if wt.grant == nil && !wt.canceledAt.IsZero() && wt.canceledAt.Before(g.at) {
 				free = later(free, wt.canceledAt)
+				handoff = append(handoff, wt.calls)
 			}
 		}
-		// The time the store took over the handoff (the releaser's and the
-		// next waiter's calls, on a loaded machine a SQLite write waits
-		// seconds for the file) is not a lost wake-up: count the rest.
+		// The time the store took over the handoff (the releaser's, the
+		// next waiter's and, ahead of it, the leaving waiters' calls: on a
+		// loaded machine a SQLite write waits seconds for the file) is not
+		// a lost wake-up: count the rest.
 		late := g.at.Sub(free)
-		busy := busyWithin(free, g.at, g.w.calls, prev.w.calls)
+		busy := busyWithin(free, g.at, handoff...)
 		idle := late - busy
 		worst = max(worst, idle)
 		if idle > wakeBound {
