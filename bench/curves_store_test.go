@@ -126,15 +126,9 @@ func curveSQLite(t *testing.T, instance string) *curveStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	prefix := "curves_"
-	st := curveSQL(t, db, sqlbackend.SQLite, prefix, `"`, func(n int) string { return "?" })
+	st := curveSQL(t, curveSQLBackend(t, db, sqlbackend.SQLite), db, `"`, func(n int) string { return "?" })
 	st.another = func(t *testing.T) backend.Backend {
-		db, err := sql.Open("sqlite", dsn)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { db.Close() })
-		return sqlBackendPrefix(t, db, sqlbackend.SQLite, prefix)
+		return curveSQLBackend(t, defaultPool(t, "sqlite", dsn), sqlbackend.SQLite)
 	}
 	st.bytes = func(ctx context.Context) (int64, error) {
 		var n int64
@@ -148,9 +142,12 @@ func curveSQLite(t *testing.T, instance string) *curveStore {
 func curvePostgres(t *testing.T, instance string) *curveStore {
 	srv := pgtest.Start(t)
 	db := poolOf64(t, "pgx", srv.DSN())
-	st := curveSQL(t, db, sqlbackend.Postgres, "curves_", `"`, func(n int) string { return fmt.Sprintf("$%d", n) })
+	// WithListener, as docs/sql.md advises: waiters hear releases on one
+	// LISTEN session per backend instead of polling.
+	listen := sqlbackend.WithListener(srv.DSN())
+	st := curveSQL(t, curveSQLBackend(t, db, sqlbackend.Postgres, listen), db, `"`, func(n int) string { return fmt.Sprintf("$%d", n) })
 	st.another = func(t *testing.T) backend.Backend {
-		return sqlBackendPrefix(t, poolOf64(t, "pgx", srv.DSN()), sqlbackend.Postgres, "curves_")
+		return curveSQLBackend(t, defaultPool(t, "pgx", srv.DSN()), sqlbackend.Postgres, listen)
 	}
 	st.bytes = func(ctx context.Context) (int64, error) {
 		var n int64
@@ -169,13 +166,42 @@ func curvePostgres(t *testing.T, instance string) *curveStore {
 	return st
 }
 
+// defaultPool is a database/sql pool with its defaults (no limit on open
+// connections, 2 idle), as a process would open it, closed when t ends.
+func defaultPool(t *testing.T, driver, dsn string) *sql.DB {
+	db, err := sql.Open(driver, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// curveSQLBackend is a backend over the curves' tables in db, created if
+// need be, closed when t ends.
+func curveSQLBackend(t *testing.T, db *sql.DB, d sqlbackend.Dialect, opts ...sqlbackend.Option) *sqlbackend.Backend {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	opts = append([]sqlbackend.Option{sqlbackend.WithSafetyCheck(backend.CheckSkip), sqlbackend.WithTablePrefix("curves_")}, opts...)
+	b, err := sqlbackend.New(ctx, db, d, opts...)
+	if err != nil {
+		t.Fatalf("sqlbackend.New: %v", err)
+	}
+	t.Cleanup(func() { b.Close() })
+	if err := b.CreateTables(ctx); err != nil {
+		t.Fatalf("CreateTables: %v", err)
+	}
+	return b
+}
+
 func curveMariaDB(t *testing.T, instance string) *curveStore {
 	_ = mysql.SetLogger(log.New(io.Discard, "", 0))
 	srv := mysqltest.Start(t)
 	db := poolOf64(t, "mysql", srv.DSN())
-	st := curveSQL(t, db, sqlbackend.MySQL, "curves_", "`", func(int) string { return "?" })
+	st := curveSQL(t, curveSQLBackend(t, db, sqlbackend.MySQL), db, "`", func(int) string { return "?" })
 	st.another = func(t *testing.T) backend.Backend {
-		return sqlBackendPrefix(t, poolOf64(t, "mysql", srv.DSN()), sqlbackend.MySQL, "curves_")
+		return curveSQLBackend(t, defaultPool(t, "mysql", srv.DSN()), sqlbackend.MySQL)
 	}
 	st.bytes = func(ctx context.Context) (int64, error) {
 		if _, err := db.ExecContext(ctx, `ANALYZE TABLE curves_leases`); err != nil {
@@ -191,18 +217,29 @@ func curveMariaDB(t *testing.T, instance string) *curveStore {
 		if err := db.QueryRowContext(ctx, `SHOW GLOBAL STATUS LIKE 'Threads_connected'`).Scan(&name, &n); err != nil {
 			return "error: " + err.Error()
 		}
-		return fmt.Sprintf("connections %d", n-1)
+		status := map[string]int{}
+		rows, err := db.QueryContext(ctx, `SHOW GLOBAL STATUS WHERE Variable_name IN ('Innodb_deadlocks', 'Innodb_row_lock_current_waits')`)
+		if err == nil {
+			for rows.Next() {
+				var k string
+				var v int
+				if rows.Scan(&k, &v) == nil {
+					status[k] = v
+				}
+			}
+			rows.Close()
+		}
+		return fmt.Sprintf("connections %d (waiting on a row lock %d; deadlocks so far %d)", n-1, status["Innodb_row_lock_current_waits"], status["Innodb_deadlocks"])
 	}
 	return st
 }
 
-// curveSQL is a SQL store over db: the lease table <prefix>leases, filled
-// by multi-row INSERTs of copies of the template's row (every column as
-// the backend wrote it, the key replaced), quote quoting a column name and
-// param numbering a placeholder.
-func curveSQL(t *testing.T, db *sql.DB, d sqlbackend.Dialect, prefix, quote string, param func(n int) string) *curveStore {
-	b := sqlBackendPrefix(t, db, d, prefix)
-	table := prefix + "leases"
+// curveSQL is the SQL store of b over db: the lease table curves_leases,
+// filled by multi-row INSERTs of copies of the template's row (every
+// column as the backend wrote it, the key replaced), quote quoting a
+// column name and param numbering a placeholder.
+func curveSQL(t *testing.T, b *sqlbackend.Backend, db *sql.DB, quote string, param func(n int) string) *curveStore {
+	const table = "curves_leases"
 	return &curveStore{
 		b:       b,
 		fillHow: "multi-row INSERTs (500 rows each) of copies of the row the backend's own Grant and Release left on a template key, the key column replaced",
@@ -413,8 +450,8 @@ func curveEtcd(t *testing.T, instance string) *curveStore {
 				return "?"
 			}
 			conns, _ := tcpConnsTo(m.ClientURL[strings.LastIndex(m.ClientURL, ":")+1:])
-			return fmt.Sprintf("TCP connections %d, watch streams %s, watchers %s, leases %s", conns, get("etcd_debugging_mvcc_watch_stream_total"),
-				get("etcd_debugging_mvcc_watcher_total"), get("etcd_debugging_lease_total"))
+			return fmt.Sprintf("TCP connections %d, watch streams %s, watchers %s", conns, get("etcd_debugging_mvcc_watch_stream_total"),
+				get("etcd_debugging_mvcc_watcher_total"))
 		},
 	}
 }

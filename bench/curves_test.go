@@ -56,8 +56,10 @@ func TestCurves(t *testing.T) {
 					rows = curvesKeys(t, name, open)
 				case "waiters":
 					rows = curvesWaiters(t, name, open)
+				case "processes":
+					rows = curvesProcesses(t, name, open)
 				default:
-					t.Fatalf("CURVES: no curve %q (keys, waiters)", curve)
+					t.Fatalf("CURVES: no curve %q (keys, waiters, processes)", curve)
 				}
 				if err := writeCSV(filepath.Join(out, curve+"-"+name+".csv"), rows); err != nil {
 					t.Fatal(err)
@@ -125,30 +127,39 @@ func (l *liveKeys) add(ctx context.Context, key string) error {
 	return nil
 }
 
-// renew renews every lease once each curveTTL/3 until ctx ends.
+// renew renews every lease in a pass every curveTTL/4 until ctx ends, and
+// grants again a key whose lease a renewal found lost (counted in errs).
 func (l *liveKeys) renew(ctx context.Context) {
-	for i := 0; ; i++ {
-		l.mu.Lock()
-		n := len(l.keys)
-		var key, id string
-		if n > 0 {
-			key = l.keys[i%n]
-			id = l.ids[key]
-		}
-		l.mu.Unlock()
-		pause := curveTTL / 3
-		if n > 0 {
-			pause /= time.Duration(n)
-			if _, err := l.b.Renew(ctx, backend.Request{Key: key, LeaseID: id, Timeout: curveTTL}); err != nil && ctx.Err() == nil {
-				l.mu.Lock()
-				l.errs++
-				l.mu.Unlock()
-			}
-		}
+	tick := time.NewTicker(curveTTL / 4)
+	defer tick.Stop()
+	for {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(pause):
+		case <-tick.C:
+		}
+		l.mu.Lock()
+		keys := slices.Clone(l.keys)
+		l.mu.Unlock()
+		for _, key := range keys {
+			l.mu.Lock()
+			id := l.ids[key]
+			l.mu.Unlock()
+			_, err := l.b.Renew(ctx, backend.Request{Key: key, LeaseID: id, Timeout: curveTTL})
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				l.mu.Lock()
+				l.errs++
+				l.mu.Unlock()
+				id = cryptorand.Text()
+				if _, err := l.b.Grant(ctx, backend.Request{Key: key, LeaseID: id, Timeout: curveTTL}); err == nil {
+					l.mu.Lock()
+					l.ids[key] = id
+					l.mu.Unlock()
+				}
+			}
 		}
 	}
 }
@@ -171,7 +182,7 @@ func grantRelease(ctx context.Context, b backend.Backend, key string) (time.Dura
 // bytes per key, as the store grows through CURVES_SIZES keys (default
 // 1000,10000,100000,1000000; etcd stops at CURVES_ETCD_MAX, default
 // 100000), about 1 % of them live and renewed (at most CURVES_LIVE_MAX,
-// default 1000). CURVES_OPS (default 400) Grant+Release pairs a size go
+// default 1000), measured CURVES_SETTLE (default 10 s) after each fill. CURVES_OPS (default 400) Grant+Release pairs a size go
 // to the store under test, each followed by one to a reference store of
 // 1000 keys of the same backend (another server, database file or
 // instance) that does not grow: the ratio of the two medians takes out
@@ -184,6 +195,7 @@ func curvesKeys(t *testing.T, name string, open func(*testing.T, string) *curveS
 	}
 	ops := envInt(t, "CURVES_OPS", 400)
 	liveMax := envInt(t, "CURVES_LIVE_MAX", 1000)
+	settle := envDuration(t, "CURVES_SETTLE", 10*time.Second)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
@@ -225,6 +237,7 @@ func curvesKeys(t *testing.T, name string, open func(*testing.T, string) *curveS
 			have = n
 		}
 		fillTook := time.Since(fillStart)
+		time.Sleep(settle) // the store's own work after a bulk write (etcd's snapshot, autovacuum)
 		for ; nLive < min(n/100, liveMax); nLive++ {
 			if err := live.add(ctx, keyName(nLive)); err != nil {
 				t.Fatal(err)
@@ -266,7 +279,7 @@ func curvesKeys(t *testing.T, name string, open func(*testing.T, string) *curveS
 	}
 	live.mu.Lock()
 	if live.errs > 0 {
-		t.Errorf("%d renewals of live keys failed", live.errs)
+		t.Logf("%d renewals of live keys failed (those keys were granted again)", live.errs)
 	}
 	live.mu.Unlock()
 	return rows
@@ -282,13 +295,22 @@ func f0(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
 // Coordinator, its SPI calls counted. After a warm-up (the first handoff,
 // or 3 s), it measures for CURVES_WAIT_TIME (default 10 s): handoffs (from
 // the start of the holder's Release to the next Lock's return), requests
-// per handoff, and the store's own load halfway.
+// per handoff, and the store's own load halfway. CURVES_FIFO (both, true,
+// false) runs only one of the two.
 func curvesWaiters(t *testing.T, name string, open func(*testing.T, string) *curveStore) [][]string {
 	waiters := envInts(t, "CURVES_WAITERS", "1,32,256,1000")
 	window := envDuration(t, "CURVES_WAIT_TIME", 10*time.Second)
 	st := open(t, "main")
 	rows := [][]string{{"backend", "waiters", "fifo", "clients", "handoffs", "p50_us", "p99_us", "requests_per_handoff", "by_method", "load", "errors", "machine_load"}}
-	for _, fifo := range []bool{false, true} {
+	fifos := []bool{false, true}
+	switch v := envString("CURVES_FIFO", "both"); v {
+	case "both":
+	case "true", "false":
+		fifos = []bool{v == "true"}
+	default:
+		t.Fatalf("CURVES_FIFO=%q: want both, true or false", v)
+	}
+	for _, fifo := range fifos {
 		for _, n := range waiters {
 			t.Run(fmt.Sprintf("%d/fifo=%v", n, fifo), func(t *testing.T) {
 				row := waitersPoint(t, name, st, n, fifo, window)
@@ -359,7 +381,7 @@ func waitersPoint(t *testing.T, name string, st *curveStore, n int, fifo bool, w
 				releaseStart = time.Now()
 				mu.Unlock()
 				rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
-				if err := h.Release(rctx); err != nil {
+				if err := h.Release(rctx); err != nil && ctx.Err() == nil {
 					mu.Lock()
 					errs = append(errs, "release: "+err.Error())
 					mu.Unlock()
