@@ -192,10 +192,14 @@ func plotKeys(file string, rows []map[string]string, caption string) error {
 }
 
 func plotWaiters(file string, rows []map[string]string, caption string) error {
+	// A count of waiters with no handoff in the window has no handoff
+	// latency, and its requests are not per handoff: only the count of
+	// handoffs shows it.
+	handed := func(r map[string]string) bool { return r["handoffs"] != "0" }
 	return drawCurvePanels(file, "N waiters on one key: each handoff, without and with WithFIFO ("+caption+")", rows, []curvePanel{
-		{title: "handoff p50 (µs)", xLabel: "waiters", yLabel: "µs", x: "waiters", y: "p50_us", logY: true, split: "fifo"},
-		{title: "store requests per handoff", xLabel: "waiters", yLabel: "requests", x: "waiters", y: "requests_per_handoff", logY: true, split: "fifo"},
-		{title: "handoff p99 (µs)", xLabel: "waiters", yLabel: "µs", x: "waiters", y: "p99_us", logY: true, split: "fifo"},
-		{title: "handoffs in the window", xLabel: "waiters", yLabel: "handoffs", x: "waiters", y: "handoffs", logY: true, split: "fifo"},
+		{title: "handoff p50 (µs)", xLabel: "waiters", yLabel: "µs", x: "waiters", y: "p50_us", logY: true, split: "fifo", filter: handed},
+		{title: "store requests per handoff", xLabel: "waiters", yLabel: "requests", x: "waiters", y: "requests_per_handoff", logY: true, split: "fifo", filter: handed},
+		{title: "handoff p99 (µs)", xLabel: "waiters", yLabel: "µs", x: "waiters", y: "p99_us", logY: true, split: "fifo", filter: handed},
+		{title: "handoffs in the window (none: no point)", xLabel: "waiters", yLabel: "handoffs", x: "waiters", y: "handoffs", logY: true, split: "fifo"},
 	})
 }

@@ -32,7 +32,7 @@ import (
 func TestCurves(t *testing.T) {
 	which := os.Getenv("CURVES")
 	if which == "" {
-		t.Skip("set CURVES=keys,waiters to measure the curves (docs/scale.md)")
+		t.Skip("set CURVES=keys,waiters,processes to measure the curves (docs/scale.md)")
 	}
 	names := strings.Split(envString("CURVES_BACKENDS", "memory,sqlite,postgres,mariadb,redis,etcd"), ",")
 	out := os.Getenv("CURVES_OUT")
