@@ -296,7 +296,9 @@ func f0(v float64) string { return strconv.FormatFloat(v, 'g', 4, 64) }
 // or 3 s), it measures for CURVES_WAIT_TIME (default 10 s): handoffs (from
 // the start of the holder's Release to the next Lock's return), requests
 // per handoff, and the store's own load halfway. CURVES_FIFO (both, true,
-// false) runs only one of the two.
+// false) runs only one of the two; CURVES_LOCK_TTL (default 10 s) is
+// Lock's TTL, which sets how often a waiting FIFO waiter renews its entry,
+// and CURVES_POLL, when set, Lock's WithPollInterval.
 func curvesWaiters(t *testing.T, name string, open func(*testing.T, string) *curveStore) [][]string {
 	waiters := envInts(t, "CURVES_WAITERS", "1,32,256,1000")
 	window := envDuration(t, "CURVES_WAIT_TIME", 10*time.Second)
@@ -336,9 +338,13 @@ func waitersPoint(t *testing.T, name string, st *curveStore, n int, fifo bool, w
 		coords[i] = fencing.New(countRequests(b, counts))
 	}
 	key := fmt.Sprintf("curves/hot/%d/%v", n, fifo)
+	lockTTL := envDuration(t, "CURVES_LOCK_TTL", 10*time.Second)
 	var opts []fencing.LockOption
 	if fifo {
 		opts = append(opts, fencing.WithFIFO())
+	}
+	if os.Getenv("CURVES_POLL") != "" {
+		opts = append(opts, fencing.WithPollInterval(envDuration(t, "CURVES_POLL", fencing.DefaultPollInterval)))
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -357,7 +363,7 @@ func waitersPoint(t *testing.T, name string, st *curveStore, n int, fifo bool, w
 		c := coords[i%clients]
 		wg.Go(func() {
 			for ctx.Err() == nil {
-				h, err := c.Lock(ctx, key, 10*time.Second, opts...)
+				h, err := c.Lock(ctx, key, lockTTL, opts...)
 				if err != nil {
 					if ctx.Err() == nil {
 						mu.Lock()
