@@ -299,6 +299,7 @@ func (l *lockCall) queue() error {
 	if l.any && !l.cfg.fifo {
 		leave, err := l.c.turns.wait(l.wctx, l.keys)
 		if err != nil {
+			l.lastHeld = errTurnAhead
 			return l.giveUp(l.named(-1, err))
 		}
 		l.leaveTurn = leave
@@ -685,6 +686,10 @@ func (l *lockCall) stop(err error) error {
 	}
 	return l.c.settle(l.ctx, oe, l.ttl)
 }
+
+// errTurnAhead is LockAny's last refusal when its wait ends before its
+// turn among this Coordinator's waiters on the same keys (turns).
+var errTurnAhead = fmt.Errorf("%w (this process's waiters on the same keys ahead)", ErrLeaseHeld)
 
 // errWaitTimeout is the cause of Lock's wait context when WithWaitTimeout
 // ended it.

@@ -443,6 +443,21 @@ func TestAcquireFIFO(t *testing.T) {
 	if _, err := s.Acquire(ctx, time.Hour, fencing.WithWaitTimeout(50*time.Millisecond)); !errors.Is(err, fencing.ErrLeaseHeld) {
 		t.Fatalf("Acquire past its wait timeout: %v, want ErrLeaseHeld", err)
 	}
+	// Behind another waiter of this process (its turn not come), too.
+	actx, cancel := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(actx, time.Hour)
+		first <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := s.Acquire(ctx, time.Hour, fencing.WithWaitTimeout(50*time.Millisecond)); !errors.Is(err, fencing.ErrLeaseHeld) {
+		t.Fatalf("Acquire past its wait timeout behind another waiter: %v, want ErrLeaseHeld", err)
+	}
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire canceled: %v", err)
+	}
 	const waiters = 4
 	got := make(chan int, waiters)
 	var wg sync.WaitGroup
