@@ -57,10 +57,11 @@ type HoldOption interface {
 	hold(*holdConfig) error
 }
 
-// LockOption configures Lock: every HoldOption, and the options of Lock's
+// LockOption configures Lock, LockMany, LockAny and
+// semaphore.Semaphore.Acquire: every HoldOption, and the options of the
 // wait (WithFIFO, WithPollInterval, WithWaitTimeout). Hold, Do and
-// semaphore.Semaphore.Acquire take HoldOption, so an option of a wait given
-// to a call that does not wait so does not compile.
+// semaphore.Semaphore.TryAcquire take HoldOption, so an option of a wait
+// given to a call that does not wait so does not compile.
 type LockOption interface {
 	lock(*lockConfig) error
 }

@@ -39,8 +39,8 @@
 //   - bad input and done contexts change nothing and get typed errors;
 //   - odd keys (separators, braces, bytes) are distinct keys;
 //   - a randomized concurrent history over a few keys (grants, renewals,
-//     releases, checks, stale calls from older leases, resent grants, Lock
-//     and Hold, forced releases where the backend has them, with some
+//     releases, checks, stale calls from older leases, resent grants, Lock,
+//     LockAny and Hold, forced releases where the backend has them, with some
 //     responses lost) is linearizable against a
 //     sequential model of the lease contract, checked with porcupine (see
 //     CheckHistory, which your own fault tests can call with a Recorder);
@@ -81,6 +81,9 @@
 //     ErrLeaseLost, and settles a grant whose answer was lost (Settled only
 //     when its release came through); Lock wakes on release and expiry, hands the key to many
 //     waiters one at a time in token order, and gives up with its context;
+//     LockAny takes a free key of several, waits for whichever is released,
+//     waits in every key's line with WithFIFO and leaves the others at its
+//     grant, and never lets two waiters hold one key;
 //     Do holds its lease while fn runs.
 //
 // A backend whose store has no clock (backend.ObservedExpiry) is held to
