@@ -112,6 +112,13 @@
 // through the crash and get their keys once the server is back, and that a
 // wait that ends while it is down wraps the store's last error.
 //
+// # Stepping the server's clock
+//
+// RunClockStep steps the wall clock of a server of the test's own an hour
+// forward and back mid-lease (a ClockStepper says how), and checks that no
+// token is reissued, no ended lease comes back, and only the live lease's
+// token is admitted (by the store's own check too, on a StoreAdmitter).
+//
 // # Checking your own histories
 //
 // Fault tests (a server killed, a network partitioned) can check what their
