@@ -50,7 +50,7 @@ func (c *Coordinator) Resume(ctx context.Context, lease Lease, opts ...HoldOptio
 	}
 	renewed, err := c.send(ctx, opRenew, req, time.Time{})
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("resume: %w", err) // renew "key": the renewal's error, or an *OutcomeError
 	}
 	if renewed.Token != lease.Token {
 		// Nobody holds the lease the renewal extended: free the key now
