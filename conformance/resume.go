@@ -71,7 +71,16 @@ func saved(t *testing.T, l fencing.Lease) fencing.Lease {
 // nothing; one with a wrong token is released.
 func (s suite) testResumeAfterRestart(t *testing.T) {
 	ctx := context.Background()
-	a := s.backend(t)
+	a, err := s.h.NewBackend(ctx, t)
+	if err != nil {
+		t.Fatalf("NewBackend: %v", err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			_ = a.Close()
+		}
+	})
 	old := fencing.New(a)
 	live := s.grant(t, old, "live", long, time.Second)
 	expired, _ := s.grantShort(t, old, "expired")
@@ -79,6 +88,7 @@ func (s suite) testResumeAfterRestart(t *testing.T) {
 
 	b, own := s.reopen(t, a)
 	if own {
+		closed = true
 		if err := a.Close(); err != nil { // the process ends; closing its backend releases nothing
 			t.Fatalf("Close: %v", err)
 		}
