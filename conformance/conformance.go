@@ -93,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 		{"LockManyWaiters", s.testLockManyWaiters},
 		{"LockCanceled", s.testLockCanceled},
 		{"DoRenews", s.testDoRenews},
+		{"ResumeAfterRestart", s.testResumeAfterRestart},
 		{"RetentionChurn", s.testRetentionChurn},
 		{"RetentionRace", s.testRetentionRace},
 	}

@@ -84,7 +84,14 @@
 //     LockAny takes a free key of several, waits for whichever is released,
 //     waits in every key's line with WithFIFO and leaves the others at its
 //     grant, and never lets two waiters hold one key;
-//     Do holds its lease while fn runs.
+//     Do holds its lease while fn runs;
+//   - Resume (ResumeAfterRestart): a new backend and Coordinator, as a
+//     restarted holder makes them, take a saved live lease back with its
+//     token and renew it; an expired lease gets ErrLeaseExpired, a
+//     superseded one, a foreign ID and another key's ID ErrLeaseNotFound,
+//     and none changes anything. A harness that implements Reopener makes
+//     the new backend on the first one's key space (else the Observer's, or
+//     a new Coordinator over the same backend).
 //
 // A backend whose store has no clock (backend.ObservedExpiry) is held to
 // the observed-expiry rule instead: with a harness that implements
@@ -106,7 +113,8 @@
 //
 // RunRestart kills a server of the test's own and starts it again (a
 // Restarter says how), and checks what the crash must not lose: tokens, a
-// lease live across it, and the end of one that expired meanwhile.
+// lease live across it (resumed by a new backend and Coordinator), and the
+// end of one that expired meanwhile.
 // RunRestartWait, on a Restarter whose server comes back at the same
 // address, checks that waiters (Lock, LockMany, Lock WithFIFO) wait
 // through the crash and get their keys once the server is back, and that a
