@@ -259,7 +259,7 @@ func (c heldContext) Deadline() (time.Time, bool) {
 // context.Cause reports a loss the expiry timer has yet to report).
 func (c heldContext) Value(k any) any {
 	if tokenctx.IsKey(k) {
-		return tokenctx.Value(c.h.key, c.h.Token())
+		return tokenctx.Value(tokenctx.Token{Resource: c.h.key, Token: c.h.Token()})
 	}
 	if c.Context.Err() == nil {
 		c.h.checkDeadline()

@@ -137,7 +137,8 @@ func (c *Coordinator) HoldMany(ctx context.Context, keys []string, ttl time.Dura
 // and kept alive together: each is renewed in the background as a Held's
 // is, and the loss of any one ends them all. Its Context ends at the
 // earliest of any lease's loss (see Held), the parent context ending, and
-// Release.
+// Release; it carries every key's token (guard.TokensFromContext), so the
+// carriers in guard/httpguard and guard/grpcguard send them all.
 //
 // A HeldMany is safe for concurrent use. Call Release when done, even after
 // a loss: it stops the renewals and frees the keys early.
@@ -180,9 +181,12 @@ func (m *HeldMany) Leases() []Lease {
 }
 
 // Context returns a context that ends when the leases do (see HeldMany).
-// Its cause (context.Cause) says why, as a Held's does. Unlike a Held's, it
-// carries no token (guard.TokenFromContext): give each write the token of
-// the key it writes under, from Leases.
+// Its cause (context.Cause) says why, as a Held's does. It carries every
+// key's token (guard.TokensFromContext), read when asked as a Held's is,
+// for the carriers in guard/httpguard and guard/grpcguard to send them all
+// to the service that writes: that service writes each key's resource
+// under that key's token. With more than one key, guard.TokenFromContext,
+// which answers for one token, finds none.
 func (m *HeldMany) Context() context.Context { return m.ctx }
 
 // Done is Context().Done().
@@ -286,10 +290,14 @@ func (c manyContext) Deadline() (time.Time, bool) {
 	return d, ok
 }
 
-// Value carries no token (see HeldMany.Context).
+// Value carries every lease's key and token (see HeldMany.Context).
 func (c manyContext) Value(k any) any {
 	if tokenctx.IsKey(k) {
-		return nil
+		tokens := make([]tokenctx.Token, len(c.m.held))
+		for i, h := range c.m.held {
+			tokens[i] = tokenctx.Token{Resource: h.key, Token: h.Token()}
+		}
+		return tokenctx.Value(tokens...)
 	}
 	if c.Context.Err() == nil {
 		c.m.checkDeadlines()

@@ -4,7 +4,8 @@
 // The client dials with UnaryClientInterceptor and StreamClientInterceptor:
 // every call whose context carries a token (a fencing.Held's Context, or
 // one made with guard.ContextWithToken) sends it in the fencing-token
-// metadata. The server runs UnaryServerInterceptor and
+// metadata, and one whose context carries several (a fencing.HeldMany's)
+// sends one value per token. The server runs UnaryServerInterceptor and
 // StreamServerInterceptor, which put the token in the handler's context,
 // where the handler finds it with guard.TokenFromContext and passes it to
 // its store guard with the write:
@@ -32,9 +33,11 @@
 //
 // The metadata value has the syntax of the HTTP Fencing-Token header (see
 // guard/httpguard): `fencing-token: 42; resource="orders%2F42"`, the
-// resource percent-encoded byte by byte. Malformed metadata, token 0, a bad
-// resource name or more than one value are refused with
-// codes.InvalidArgument, and the handler is not called.
+// resource percent-encoded byte by byte. A call carries one value per
+// resource (a fencing.HeldMany's context, one per key; see
+// guard.TokensFromContext). Malformed metadata, token 0, a bad resource
+// name, or two values naming one resource with different tokens are
+// refused with codes.InvalidArgument, and the handler is not called.
 //
 // A stale token is refused with codes.FailedPrecondition: the call must not
 // be retried as it is (the holder has lost its lease and must take a new

@@ -16,6 +16,7 @@ import (
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/internal/carrier"
 	"github.com/fencing-go/fencing/guard/internal/header"
+	"github.com/fencing-go/fencing/guard/internal/tokens"
 )
 
 // Metadata keys and the stale token's error details.
@@ -93,7 +94,10 @@ func RequireToken() Option { return option(carrier.RequireToken) }
 // WithWriter makes the server interceptors run the handler under w (a
 // *guard.Memory): the call's token is admitted for its resource and the
 // handler runs as one step, under the resource's lock; a stale token is
-// refused (see the package doc) and the handler is not called. It implies
+// refused (see the package doc) and the handler is not called. A call with
+// several tokens has them all admitted as one step with the handler: w's
+// writes nest in resource order (so two such calls cannot deadlock), a
+// stale one refuses the call, and no fence rises. It implies
 // RequireToken. The fence rises when a handler returns nil, and not when
 // it returns an error. For a resource in the server's own memory only: a
 // database write is fenced by the store guard inside the handler.
@@ -113,8 +117,9 @@ func WithWriter(w guard.Writer) Option {
 func WithMintCheck(mc *guard.MintCheck) Option { return option(carrier.WithMintCheck(mc)) }
 
 // UnaryClientInterceptor returns an interceptor that sends the context's
-// token (guard.TokenFromContext, fencing.Held.Context) in the fencing-token
-// metadata, replacing any the caller set. A context without a token goes
+// tokens (guard.TokensFromContext: fencing.Held.Context carries one,
+// fencing.HeldMany.Context one per key) in the fencing-token metadata, one
+// value per token in resource order, replacing any the caller set. A context without a token goes
 // out without it. A token 0 or a bad resource name is not sent: the call
 // fails with an error wrapping guard.ErrInvalidToken or
 // backend.ErrInvalidKey. A status refusing the token as stale comes back as
@@ -166,19 +171,21 @@ func newClientConfig(opts []ClientOption) *clientConfig {
 // outgoing puts ctx's token, and under WithPropagator its trace context, in
 // its outgoing metadata.
 func (c *clientConfig) outgoing(ctx context.Context) (context.Context, error) {
-	resource, token, ok := guard.TokenFromContext(ctx)
-	if !ok && c.propagator == nil {
+	toks := guard.TokensFromContext(ctx)
+	if len(toks) == 0 && c.propagator == nil {
 		return ctx, nil
 	}
-	if ok {
-		if err := guard.CheckAdmit(resource, token); err != nil {
+	vs := make([]string, len(toks))
+	for i, t := range toks {
+		if err := guard.CheckAdmit(t.Resource, t.Value); err != nil {
 			return nil, fmt.Errorf("grpcguard: not sending the context's token: %w", err)
 		}
+		vs[i] = header.Format(t.Resource, t.Value)
 	}
 	md, _ := metadata.FromOutgoingContext(ctx)
 	md = md.Copy()
-	if ok {
-		md.Set(TokenKey, header.Format(resource, token))
+	if len(toks) > 0 {
+		md.Set(TokenKey, vs...)
 	}
 	if c.propagator != nil {
 		c.propagator.Inject(ctx, metadataCarrier(md))
@@ -187,9 +194,13 @@ func (c *clientConfig) outgoing(ctx context.Context) (context.Context, error) {
 }
 
 // UnaryServerInterceptor returns an interceptor that puts the call's
-// fencing-token metadata in the handler's context (guard.TokenFromContext,
-// guard.TokenFromContext). Malformed metadata, token 0, a bad resource
-// name or more than one value are refused with codes.InvalidArgument. A
+// fencing-token metadata in the handler's context (guard.TokenFromContext
+// for one token, guard.TokensFromContext for several: a call may carry one
+// value per resource, as the client interceptors send a
+// fencing.HeldMany's tokens). Malformed metadata, token 0, a bad resource
+// name, or two values naming one resource with different tokens are
+// refused with codes.InvalidArgument; under WithMintCheck every token is
+// checked. A
 // call without a token reaches the handler with none, for it to decide,
 // unless RequireToken or WithWriter was given. Under WithPropagator the
 // handler's context carries the call's trace context too.
@@ -200,16 +211,16 @@ func (c *clientConfig) outgoing(ctx context.Context) (context.Context, error) {
 func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 	c := newConfig(opts)
 	return func(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-		ctx, resource, token, err := c.incoming(ctx)
+		ctx, toks, err := c.incoming(ctx)
 		if err != nil {
 			return nil, err
 		}
-		if c.Writer == nil || resource == "" {
+		if c.Writer == nil || len(toks) == 0 {
 			reply, err := handler(ctx, req)
 			return reply, Status(err)
 		}
 		var reply any
-		err = c.Writer.Write(ctx, resource, token, func() error {
+		err = tokens.Write(ctx, c.Writer, toks, func() error {
 			var err error
 			reply, err = handler(ctx, req)
 			return err
@@ -219,20 +230,20 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 }
 
 // StreamServerInterceptor is UnaryServerInterceptor for streams: the
-// stream's Context carries the token, and under WithWriter the whole
-// stream handler runs under the resource's lock.
+// stream's Context carries the tokens, and under WithWriter the whole
+// stream handler runs under the resources' locks.
 func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 	c := newConfig(opts)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		ctx, resource, token, err := c.incoming(ss.Context())
+		ctx, toks, err := c.incoming(ss.Context())
 		if err != nil {
 			return err
 		}
 		ss = serverStream{ss, ctx}
-		if c.Writer == nil || resource == "" {
+		if c.Writer == nil || len(toks) == 0 {
 			return Status(handler(srv, ss))
 		}
-		return Status(c.Writer.Write(ctx, resource, token, func() error { return handler(srv, ss) }))
+		return Status(tokens.Write(ctx, c.Writer, toks, func() error { return handler(srv, ss) }))
 	}
 }
 
@@ -254,35 +265,48 @@ func newConfig(opts []Option) *config {
 	return c
 }
 
-// incoming returns ctx with the call's token, and the token; resource is ""
-// when the call has none (and none is required). Under WithPropagator the
+// incoming returns ctx with the call's tokens, and the tokens sorted by
+// resource; none when the call has none (and none is required). Under WithPropagator the
 // call's trace context is read first, so the mint check and the handler
 // run in the caller's trace.
-func (c *config) incoming(ctx context.Context) (_ context.Context, resource string, token uint64, err error) {
+func (c *config) incoming(ctx context.Context) (context.Context, []guard.Token, error) {
 	if c.Propagator != nil {
 		md, _ := metadata.FromIncomingContext(ctx)
 		ctx = c.Propagator.Extract(ctx, metadataCarrier(md))
 	}
 	vs := metadata.ValueFromIncomingContext(ctx, TokenKey)
 	switch {
-	case len(vs) > 1:
-		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %d values, want one", TokenKey, len(vs))
 	case len(vs) == 0 && c.Require:
-		return nil, "", 0, status.Errorf(codes.FailedPrecondition, "%v: send %s metadata", guard.ErrNoToken, TokenKey)
+		return nil, nil, status.Errorf(codes.FailedPrecondition, "%v: send %s metadata", guard.ErrNoToken, TokenKey)
 	case len(vs) == 0:
-		return ctx, "", 0, nil
+		return ctx, nil, nil
 	}
-	resource, token, err = header.Parse(vs[0])
+	toks, err := tokens.Parse(vs, parse)
+	if errors.Is(err, tokens.ErrConflict) {
+		err = status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %v", TokenKey, err)
+	}
 	if err != nil {
-		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %s", TokenKey, header.Detail(err))
+		return nil, nil, err
+	}
+	for _, t := range toks {
+		if err := c.Mint.Check(ctx, t.Resource, t.Value); err != nil {
+			return nil, nil, Status(err)
+		}
+	}
+	return tokens.Context(ctx, toks), toks, nil
+}
+
+// parse returns the resource and token of one fencing-token value, or a
+// codes.InvalidArgument status saying what is wrong.
+func parse(v string) (string, uint64, error) {
+	resource, token, err := header.Parse(v)
+	if err != nil {
+		return "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %s", TokenKey, header.Detail(err))
 	}
 	if err := guard.CheckAdmit(resource, token); err != nil {
-		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %v", TokenKey, err)
+		return "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %v", TokenKey, err)
 	}
-	if err := c.Mint.Check(ctx, resource, token); err != nil {
-		return nil, "", 0, Status(err)
-	}
-	return guard.ContextWithToken(ctx, resource, token), resource, token, nil
+	return resource, token, nil
 }
 
 // FormatFence returns the "fence" metadata of a stale token's ErrorInfo:

@@ -40,7 +40,8 @@ type store struct {
 	resource string
 	token    uint64
 	hadToken bool
-	tracer   trace.Tracer // when set, each write is a span "write"
+	tokens   []guard.Token // guard.TokensFromContext
+	tracer   trace.Tracer  // when set, each write is a span "write"
 }
 
 func (s *store) set(ctx context.Context, v string) error {
@@ -51,6 +52,7 @@ func (s *store) set(ctx context.Context, v string) error {
 	s.mu.Lock()
 	s.calls++
 	s.resource, s.token, s.hadToken = guard.TokenFromContext(ctx)
+	s.tokens = guard.TokensFromContext(ctx)
 	resource := s.resource
 	s.mu.Unlock()
 	write := func() error {

@@ -6,12 +6,13 @@
 // guard.ContextWithToken) goes out with a Fencing-Token header. The
 // service wraps its handler with Middleware, which puts the header's token
 // in the request's context, where the handler finds it with
-// guard.TokenFromContext (or guard.TokenFromContext) and passes it to its
-// store guard with the write.
+// guard.TokenFromContext (guard.TokensFromContext for several) and passes
+// it to its store guard with the write.
 //
 // # The header
 //
-// One header, one token:
+// One header, one token (a request with several tokens, from a
+// fencing.HeldMany's context, carries one header line per resource):
 //
 //	Fencing-Token: 42; resource="orders%2F42"
 //
@@ -23,9 +24,9 @@
 // percent-encoded byte by byte: every byte other than A-Z a-z 0-9 - . _ ~
 // is written "%" and two hex digits (upper-case when sent; either case is
 // read). No other parameter is allowed. A request with a malformed header,
-// token 0, an empty or too long resource, or more than one Fencing-Token
-// header is answered 400 Bad Request with a text/plain body saying what is
-// wrong.
+// token 0, an empty or too long resource, or two Fencing-Token headers
+// naming one resource with different tokens is answered 400 Bad Request
+// with a text/plain body saying what is wrong.
 //
 // A token refused as stale is answered 409 Conflict, with the fence in the
 // same syntax and the guard's message as the body:

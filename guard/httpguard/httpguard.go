@@ -11,6 +11,7 @@ import (
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/guard/internal/carrier"
 	"github.com/fencing-go/fencing/guard/internal/header"
+	"github.com/fencing-go/fencing/guard/internal/tokens"
 )
 
 // Header names.
@@ -47,13 +48,15 @@ func Parse(v string) (resource string, token uint64, err error) {
 	return resource, token, nil
 }
 
-// Transport returns a RoundTripper that sends each request's context token
-// (guard.TokenFromContext, fencing.Held.Context) in a Fencing-Token header
-// through base (http.DefaultTransport when nil). A request whose context
-// carries no token goes out without the header; one whose token is 0 or
-// whose resource is not a valid name is not sent, and its error wraps
-// guard.ErrInvalidToken or backend.ErrInvalidKey. A Fencing-Token header
-// the caller set is replaced. With WithPropagator, every request also
+// Transport returns a RoundTripper that sends each request's context
+// tokens (guard.TokensFromContext: fencing.Held.Context carries one,
+// fencing.HeldMany.Context one per key) through base
+// (http.DefaultTransport when nil), one Fencing-Token header per token, in
+// resource order. A request whose context carries no token goes out
+// without the header; one with a token 0 or a resource that is not a
+// valid name is not sent, and its error wraps guard.ErrInvalidToken or
+// backend.ErrInvalidKey. Fencing-Token headers the caller set are
+// replaced. With WithPropagator, every request also
 // carries its context's trace context (a fencing.Held's context carries
 // the held lease's span).
 //
@@ -76,12 +79,12 @@ type transport struct {
 }
 
 func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	resource, token, ok := guard.TokenFromContext(req.Context())
-	if !ok && t.propagator == nil {
+	toks := guard.TokensFromContext(req.Context())
+	if len(toks) == 0 && t.propagator == nil {
 		return t.base.RoundTrip(req)
 	}
-	if ok {
-		if err := guard.CheckAdmit(resource, token); err != nil {
+	for _, tok := range toks {
+		if err := guard.CheckAdmit(tok.Resource, tok.Value); err != nil {
 			if req.Body != nil {
 				req.Body.Close() // a RoundTripper closes the body, even on errors
 			}
@@ -89,8 +92,11 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 	}
 	r := req.Clone(req.Context()) // a RoundTripper must not modify the request
-	if ok {
-		r.Header.Set(TokenHeader, Format(resource, token))
+	if len(toks) > 0 {
+		r.Header.Del(TokenHeader)
+	}
+	for _, tok := range toks {
+		r.Header.Add(TokenHeader, Format(tok.Resource, tok.Value))
 	}
 	if t.propagator != nil {
 		t.propagator.Inject(r.Context(), propagation.HeaderCarrier(r.Header))
@@ -102,7 +108,8 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // guard.ErrStaleToken) when resp is a 409 Conflict with a Fencing-Fence
 // header, as WriteStale and the middleware answer a stale token, and nil
 // for any other response. The error's Token is the one the request's
-// context carried, or 0. It reads only the status and headers.
+// context carried for the fence's resource, or 0. It reads only the status
+// and headers.
 func CheckResponse(resp *http.Response) error {
 	if resp.StatusCode != http.StatusConflict {
 		return nil
@@ -117,8 +124,10 @@ func CheckResponse(resp *http.Response) error {
 	}
 	e := &guard.StaleTokenError{Resource: resource, Fence: fence}
 	if resp.Request != nil {
-		if r, token, ok := guard.TokenFromContext(resp.Request.Context()); ok && r == resource {
-			e.Token = token
+		for _, t := range guard.TokensFromContext(resp.Request.Context()) {
+			if t.Resource == resource {
+				e.Token = t.Value
+			}
 		}
 	}
 	return e
@@ -185,9 +194,12 @@ func RequireToken() Option { return option(carrier.RequireToken) }
 // WithWriter makes Middleware run the handler under w (a *guard.Memory):
 // the request's token is admitted for its resource and the handler runs
 // as one step, under the resource's lock, so no write with a lower token
-// runs at the same time or after it. A stale token is answered with 409
-// Conflict naming the fence (see WriteStale), and the handler is not
-// called. It implies RequireToken. The fence rises when the handler
+// runs at the same time or after it. A request with several tokens has
+// them all admitted as one step with the handler: w's writes nest in
+// resource order (so two such requests cannot deadlock), and the handler
+// runs under every resource's lock. A stale token (any one of several) is
+// answered with 409 Conflict naming its fence (see WriteStale), the
+// handler is not called and no fence rises. It implies RequireToken. The fence rises when the handler
 // returns, whatever it answered, and not if it panics.
 //
 // This is for a resource that lives in the handler's own process (a map,
@@ -228,14 +240,16 @@ func WriteRefused(w http.ResponseWriter, resource string, err error) bool {
 
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " ") }
 
-// Middleware parses the Fencing-Token header of each request into the
-// request's context (guard.TokenFromContext, guard.TokenFromContext) and
-// calls next. A malformed header (or more than one) is answered with 400
-// Bad Request and a text/plain body saying what is wrong, and next is not
-// called. A request without the header goes to next with no token in its
+// Middleware parses the Fencing-Token headers of each request into the
+// request's context (guard.TokenFromContext for one,
+// guard.TokensFromContext for several) and calls next. A request may carry
+// one header per resource (as Transport sends a fencing.HeldMany's
+// tokens); a malformed header, or two naming one resource with different
+// tokens, is answered with 400 Bad Request and a text/plain body saying
+// what is wrong, and next is not called. A request without the header goes to next with no token in its
 // context, for next to decide, unless RequireToken or WithWriter was
-// given. Under WithMintCheck a token never minted is refused before next
-// (see WriteRefused). Under WithPropagator the request's trace context is
+// given. Under WithMintCheck a token never minted (any one of several) is
+// refused before next (see WriteRefused). Under WithPropagator the request's trace context is
 // read first, so the mint check and next run in the caller's trace.
 func Middleware(next http.Handler, opts ...Option) http.Handler {
 	var c carrier.Config
@@ -248,9 +262,6 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 		}
 		vs := r.Header.Values(TokenHeader)
 		switch {
-		case len(vs) > 1:
-			http.Error(w, fmt.Sprintf("%v: %d headers, want one", ErrMalformedHeader, len(vs)), http.StatusBadRequest)
-			return
 		case len(vs) == 0 && c.Require:
 			http.Error(w, fmt.Sprintf("%v: send a %s header", guard.ErrNoToken, TokenHeader), http.StatusPreconditionRequired)
 			return
@@ -258,26 +269,31 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		resource, token, err := Parse(vs[0])
+		toks, err := tokens.Parse(vs, Parse)
+		if errors.Is(err, tokens.ErrConflict) {
+			err = fmt.Errorf("%w: %w", ErrMalformedHeader, err)
+		}
 		if err != nil {
 			http.Error(w, oneLine(err), http.StatusBadRequest)
 			return
 		}
-		if err := c.Mint.Check(r.Context(), resource, token); err != nil {
-			WriteRefused(w, resource, err)
-			return
+		for _, t := range toks {
+			if err := c.Mint.Check(r.Context(), t.Resource, t.Value); err != nil {
+				WriteRefused(w, t.Resource, err)
+				return
+			}
 		}
-		ctx := guard.ContextWithToken(r.Context(), resource, token)
+		ctx := tokens.Context(r.Context(), toks)
 		r = r.WithContext(ctx)
 		if c.Writer == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
-		err = c.Writer.Write(ctx, resource, token, func() error {
+		err = tokens.Write(ctx, c.Writer, toks, func() error {
 			next.ServeHTTP(w, r)
 			return nil
 		})
-		if err != nil && !WriteRefused(w, resource, err) {
+		if err != nil && !WriteRefused(w, toks[0].Resource, err) {
 			http.Error(w, "httpguard: "+err.Error(), http.StatusServiceUnavailable)
 		}
 	})

@@ -109,7 +109,8 @@ func TestMalformed(t *testing.T) {
 		{[]string{"Fencing-Token", `0; resource="a"`}, "token 0"},
 		{[]string{"Fencing-Token", `1; resource=""`}, "invalid key"},
 		{[]string{"Fencing-Token", `x; resource="a"`}, "not a decimal number"},
-		{[]string{"Fencing-Token", `1; resource="a"`, "Fencing-Token", `2; resource="a"`}, "2 headers, want one"},
+		{[]string{"Fencing-Token", `1; resource="a"`, "Fencing-Token", `2; resource="a"`}, `one resource with two different tokens: 1 and 2 for resource "a"`},
+		{[]string{"Fencing-Token", `1; resource="a"`, "Fencing-Token", `2; resource="b"`, "Fencing-Token", `x; resource="c"`}, "not a decimal number"},
 	} {
 		resp, body := get(t, http.DefaultClient, context.Background(), srv.URL, c.hdr...)
 		if resp.StatusCode != http.StatusBadRequest || !strings.Contains(body, "malformed Fencing-Token header") || !strings.Contains(body, c.body) {

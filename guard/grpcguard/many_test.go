@@ -1,0 +1,69 @@
+package grpcguard_test
+
+import (
+	"context"
+	"errors"
+	"reflect"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/grpcguard"
+	"github.com/fencing-go/fencing/memorybackend"
+)
+
+// A HeldMany's context sends every key's token, through a real gRPC
+// server, unary and streaming: under WithWriter both are admitted with the
+// handler as one step, and a stale one of the two refuses the call
+// (FailedPrecondition naming its fence), so the handler's write does not
+// land and neither fence rises.
+func TestHeldManyTokens(t *testing.T) {
+	ctx := context.Background()
+	m, err := fencing.New(memorybackend.New()).HoldMany(ctx, []string{"orders/b", "orders/a"}, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Release(ctx)
+	leases := m.Leases()
+	tb, ta := leases[0].Token, leases[1].Token
+	want := []guard.Token{{Resource: "orders/a", Value: ta}, {Resource: "orders/b", Value: tb}}
+
+	for name, call := range map[string]func(*grpc.ClientConn, context.Context, string) error{
+		"unary":  func(c *grpc.ClientConn, ctx context.Context, v string) error { return set(ctx, c, v) },
+		"stream": func(c *grpc.ClientConn, ctx context.Context, v string) error { return sets(ctx, c, v) },
+	} {
+		s := newStore(false)
+		conn := serve(t, s, grpcguard.WithWriter(s.g))
+		if err := call(conn, m.Context(), "both"); err != nil || !reflect.DeepEqual(s.tokens, want) || s.values[""] != "both" {
+			t.Fatalf("%s: HeldMany.Context: %v, handler saw %v, values %v; want nil and %v", name, err, s.tokens, s.values, want)
+		}
+		if s.g.Fence("orders/a") != ta || s.g.Fence("orders/b") != tb {
+			t.Fatalf("%s: fences %d, %d; want %d, %d", name, s.g.Fence("orders/a"), s.g.Fence("orders/b"), ta, tb)
+		}
+		// A newer holder of orders/b wrote; the old pair, even with a
+		// newer token for orders/a, is refused as a whole.
+		if err := s.g.Admit(ctx, "orders/b", tb+5); err != nil {
+			t.Fatal(err)
+		}
+		for what, ctx := range map[string]context.Context{
+			"HeldMany.Context": m.Context(),
+			"a newer orders/a": guard.ContextWithTokens(ctx, guard.Token{Resource: "orders/a", Value: ta + 1}, guard.Token{Resource: "orders/b", Value: tb}),
+		} {
+			err := call(conn, ctx, "stale")
+			var stale *guard.StaleTokenError
+			if status.Code(err) != codes.FailedPrecondition || !errors.As(err, &stale) ||
+				stale.Resource != "orders/b" || stale.Token != tb || stale.Fence != tb+5 {
+				t.Fatalf("%s: %s with a stale orders/b: %v; want FailedPrecondition refusing %d below %d", name, what, err, tb, tb+5)
+			}
+		}
+		if s.calls != 1 || s.values[""] != "both" || s.g.Fence("orders/a") != ta || s.g.Fence("orders/b") != tb+5 {
+			t.Fatalf("%s: after stale calls: %d handler calls, values %v, fences %d, %d; want 1, both, %d, %d",
+				name, s.calls, s.values, s.g.Fence("orders/a"), s.g.Fence("orders/b"), ta, tb+5)
+		}
+	}
+}
