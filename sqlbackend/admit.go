@@ -47,7 +47,7 @@ func (b *Backend) AdmitTx(ctx context.Context, tx *sql.Tx, key string, token uin
 	if tx == nil {
 		return fmt.Errorf("%w: AdmitTx with a nil *sql.Tx", errInvalidConfig)
 	}
-	live, ok, err := b.admitToken(ctx, tx, key)
+	live, ok, err := b.dialect.admitToken(ctx, tx, key)
 	if err != nil {
 		return err
 	}
@@ -58,47 +58,6 @@ func (b *Backend) AdmitTx(ctx context.Context, tx *sql.Tx, key string, token uin
 		return fmt.Errorf("%w: token %d is not the live lease's", guard.ErrStaleToken, token)
 	}
 	return nil
-}
-
-// admitToken locks key's lease in tx and reads its live token.
-func (b *Backend) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64, bool, error) {
-	if b.dialect == Postgres {
-		var live sql.NullInt64
-		if err := tx.QueryRowContext(ctx, b.sql.admit, []byte(key)).Scan(&live); err != nil {
-			return 0, false, b.classify(ctx, "admit", err)
-		}
-		return live.Int64, live.Valid, nil
-	}
-	if b.dialect == MySQL {
-		// A shared lock on the row (or, with no row, on the gap where it
-		// would go), which every grant, renewal and release waits for: it
-		// reads the latest commit, and the server's clock after it.
-		r, found, now, err := b.scanRow(ctx, mysqlArgs{tx, &b.sql}, b.sql.admit, key)
-		if err != nil {
-			return 0, false, b.classify(ctx, "admit", err)
-		}
-		if !found || !r.live(now) {
-			return 0, false, nil
-		}
-		return r.token, true, nil
-	}
-	// A write that changes nothing takes the write lock (or fails, if
-	// another connection holds it past the busy timeout); from then on tx
-	// reads the latest commit and no other writer can run.
-	if _, err := tx.ExecContext(ctx, b.sql.touch, []byte(key)); err != nil {
-		if missingSchema(err) {
-			return 0, false, b.schemaError(ctx, "admit", err)
-		}
-		return 0, false, fmt.Errorf("sqlbackend: admit: take the write lock: %w", err)
-	}
-	r, found, now, err := b.readRow(ctx, tx, key)
-	if err != nil {
-		return 0, false, fmt.Errorf("sqlbackend: admit: %w", err)
-	}
-	if !found || !r.live(now) {
-		return 0, false, nil
-	}
-	return r.token, true, nil
 }
 
 // pgAdmit reads key's live token and holds off every grant, renewal and

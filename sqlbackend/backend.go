@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,7 +69,7 @@ var ErrOldSchema = errors.New("sqlbackend: tables of an earlier release (run Cre
 // safe for concurrent use. The zero value is not usable; call New.
 type Backend struct {
 	db        *sql.DB
-	dialect   Dialect
+	dialect   dialect
 	prefix    string
 	sql       statements
 	clock     HostClock
@@ -80,7 +79,7 @@ type Backend struct {
 	closed    atomic.Bool
 	notPgx    atomic.Bool // the pool's driver is not pgx's stdlib (pgQueryRow)
 	hub       hub
-	writer    chan struct{} // SQLite: held by the transaction that runs (rowTx)
+	writer    chan struct{} // SQLite: held by the transaction that runs (sqlite.tx)
 	retention time.Duration // 0: rows are kept for ever
 	sweep     sweeper
 }
@@ -136,7 +135,7 @@ func WithListener(connString string) Option { return func(b *Backend) { b.listen
 // be reached or refused the role. It does not create the tables: call
 // CreateTables, from every replica if you like, or run DDL in a migration.
 func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Backend, error) {
-	b := &Backend{db: db, dialect: dialect, prefix: DefaultPrefix, writer: make(chan struct{}, 1), retention: DefaultRetention}
+	b := &Backend{db: db, prefix: DefaultPrefix, writer: make(chan struct{}, 1), retention: DefaultRetention}
 	b.hub.b = b
 	for _, o := range opts {
 		o(b)
@@ -144,7 +143,8 @@ func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Bac
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", errInvalidConfig)
 	}
-	if dialect != Postgres && dialect != SQLite && dialect != MySQL {
+	newDialect := dialects[dialect]
+	if newDialect == nil {
 		return nil, fmt.Errorf("%w: no dialect (use sqlbackend.Postgres, sqlbackend.SQLite or sqlbackend.MySQL)", errInvalidConfig)
 	}
 	if !prefixPattern.MatchString(b.prefix) {
@@ -153,18 +153,15 @@ func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Bac
 	if err := b.check.Validate(); err != nil {
 		return nil, fmt.Errorf("sqlbackend: %w", err)
 	}
-	if dialect == SQLite && b.clock == nil {
-		b.clock = SystemClock()
-	}
-	if b.listenDSN != "" && dialect != Postgres {
-		return nil, fmt.Errorf("%w: WithListener is for PostgreSQL", errInvalidConfig)
+	var err error
+	if b.dialect, err = newDialect(b); err != nil {
+		return nil, err
 	}
 	if b.logger == nil {
 		b.logger = slog.Default()
 	}
-	b.sql = newStatements(dialect, b.prefix)
 	if b.check != backend.CheckSkip {
-		if err := b.checkSafety(ctx); err != nil {
+		if err := b.dialect.checkSafety(ctx); err != nil {
 			if b.check == backend.CheckRefuse || errors.Is(err, backend.ErrAuthRefused) || errors.Is(err, backend.ErrPermissionDenied) {
 				return nil, err
 			}
@@ -196,56 +193,7 @@ func (b *Backend) CreateTables(ctx context.Context) error {
 	if err := b.ready(ctx); err != nil {
 		return err
 	}
-	if b.dialect == MySQL {
-		return b.createTablesMySQL(ctx)
-	}
-	if b.dialect == SQLite {
-		return b.rowTx(ctx, "create tables", func(c querier, _ hostNow) error {
-			for _, stmt := range b.sql.ddl {
-				if _, err := c.ExecContext(ctx, stmt); err != nil {
-					return err
-				}
-			}
-			for _, stmt := range b.sql.upgrade {
-				if _, err := c.ExecContext(ctx, stmt); err != nil && !strings.Contains(err.Error(), "duplicate column name") {
-					return err
-				}
-			}
-			return nil
-		})
-	}
-	if err := b.createTablesPostgres(ctx); err != nil {
-		if ctx.Err() != nil { // ended while waiting, maybe for another replica's DDL
-			return fmt.Errorf("sqlbackend: create tables: %w", err)
-		}
-		return startError("create tables", err)
-	}
-	return b.checkLogged(ctx)
-}
-
-// createLockKey is the key of the advisory lock that CreateTables takes on
-// PostgreSQL, for every table prefix: concurrent DDL on one catalog fails
-// ("tuple concurrently updated" for CREATE OR REPLACE FUNCTION, a duplicate
-// pg_type row for CREATE TABLE IF NOT EXISTS) rather than wait.
-const createLockKey = 0x66656e63696e6701 // "fencing" and 1
-
-// createTablesPostgres runs DDL in one transaction that holds the advisory
-// lock createLockKey.
-func (b *Backend) createTablesPostgres(ctx context.Context) error {
-	tx, err := b.db.BeginTx(ctx, nil)
-	if err != nil {
-		return err
-	}
-	defer tx.Rollback()
-	if _, err := tx.ExecContext(ctx, fmt.Sprintf("SELECT pg_advisory_xact_lock(%d)", int64(createLockKey))); err != nil {
-		return err
-	}
-	for _, stmt := range b.sql.ddl {
-		if _, err := tx.ExecContext(ctx, stmt); err != nil {
-			return err
-		}
-	}
-	return tx.Commit()
+	return b.dialect.createTables(ctx)
 }
 
 // Close implements backend.Backend: it ends the listener session and every

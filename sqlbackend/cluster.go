@@ -43,7 +43,7 @@ func (b *Backend) AdoptCluster(ctx context.Context) (epoch uint32, err error) {
 	if err := b.ready(ctx); err != nil {
 		return 0, err
 	}
-	if b.dialect != Postgres {
+	if _, ok := b.dialect.(*postgres); !ok {
 		return 0, fmt.Errorf("sqlbackend: adopt cluster: %w (PostgreSQL only)", errors.ErrUnsupported)
 	}
 	var e int64

@@ -24,7 +24,7 @@ func (b *Backend) Classify(ctx context.Context, what string, err error) error {
 func (b *Backend) ReadTurns(ctx context.Context, sub backend.Subscription) (apply func()) {
 	subs := []*subscription{sub.(*subscription)}
 	began := time.Now()
-	places, err := b.turnPlaces(ctx, subs)
+	places, err := b.dialect.turnPlaces(ctx, subs)
 	return func() { b.hub.applyTurns(subs, places, err, began) }
 }
 
@@ -49,7 +49,7 @@ func (b *Backend) Telling(sub backend.Subscription) bool {
 // "User sleep"; pg_sleep before PostgreSQL's clock_timestamp(), which
 // pg_stat_activity shows as the wait event PgSleep.
 func (b *Backend) SlowClockRead(d time.Duration) {
-	if b.dialect == Postgres {
+	if _, ok := b.dialect.(*postgres); ok {
 		b.sql.token = strings.Replace(b.sql.token, "clock_timestamp()", fmt.Sprintf("(SELECT clock_timestamp() FROM pg_sleep(%g))", d.Seconds()), 1)
 		return
 	}

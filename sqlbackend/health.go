@@ -60,7 +60,7 @@ func (b *Backend) Health(ctx context.Context) (Health, error) {
 	if err := b.ready(ctx); err != nil {
 		return Health{}, err
 	}
-	if b.dialect != Postgres {
+	if _, ok := b.dialect.(*postgres); !ok {
 		return Health{}, fmt.Errorf("sqlbackend: health: %w (PostgreSQL only)", errors.ErrUnsupported)
 	}
 	var h Health

@@ -24,43 +24,5 @@ func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]back
 		return nil, err
 	}
 	defer b.driveSweep()
-	leases := make([]backend.Lease, len(reqs))
-	if b.dialect != Postgres {
-		err := b.rowTx(ctx, "grant", func(c querier, _ hostNow) error {
-			for _, i := range backend.KeyOrder(reqs) {
-				l, err := b.grantInTx(ctx, c, reqs[i])
-				if isVerdict(err) {
-					return &backend.ManyError{Index: i, Err: err}
-				}
-				if err != nil {
-					return err
-				}
-				leases[i] = l
-			}
-			return nil
-		})
-		if err != nil {
-			return nil, err
-		}
-		return leases, nil
-	}
-	tx, err := b.db.BeginTx(ctx, nil)
-	if err != nil {
-		return nil, b.classify(ctx, "grant: begin", err)
-	}
-	defer tx.Rollback() // after a commit, a no-op
-	for _, i := range backend.KeyOrder(reqs) {
-		l, err := b.grantFunc(ctx, tx, reqs[i])
-		if isVerdict(err) {
-			return nil, &backend.ManyError{Index: i, Err: err}
-		}
-		if err != nil {
-			return nil, err
-		}
-		leases[i] = l
-	}
-	if err := tx.Commit(); err != nil {
-		return nil, b.classify(ctx, "grant: commit", err)
-	}
-	return leases, nil
+	return b.dialect.grantMany(ctx, reqs)
 }

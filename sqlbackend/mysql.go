@@ -11,12 +11,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencing-go/fencing/backend"
 )
 
-// MySQL runs the same Go code as SQLite (records.go's row, decided in
+// MySQL runs the same Go code as SQLite (rows.go: the row decided in
 // Go), with the server's clock and InnoDB's row locks in place of the
 // host's clock and SQLite's write lock. Each writing operation is one
 // transaction on one connection of the pool:
@@ -72,11 +72,12 @@ const mysqlWaiters = "CREATE TABLE IF NOT EXISTS {w} (\n" +
 	PRIMARY KEY (` + "`key`" + `, waiter_id)
 ) ENGINE=InnoDB`
 
-// mysqlStatements fills s for MySQL. Statements with more than one
-// argument are written with SQLite's numbered parameters (?1, ?2), in the
-// order the shared Go code passes them, and rewritten to MySQL's ? with
-// the order recorded (mysqlArgs reorders).
-func mysqlStatements(s *statements, r *strings.Replacer) {
+// mysqlStatements are MySQL's statements for prefix. Statements with more
+// than one argument are written with SQLite's numbered parameters (?1,
+// ?2), in the order the shared Go code passes them, and rewritten to
+// MySQL's ? with the order recorded (numberedArgs reorders).
+func mysqlStatements(prefix string) statements {
+	s, r := newStatements(prefix)
 	s.order = map[string][]int{}
 	num := func(q string) string {
 		q, order := numbered(r.Replace(strings.ReplaceAll(q, "key", "`key`")))
@@ -94,7 +95,7 @@ func mysqlStatements(s *statements, r *strings.Replacer) {
 	s.read = r.Replace(`SELECT ` + cols + " FROM (SELECT 1 AS x) AS d LEFT JOIN {t} AS l ON l.`key` = ?")
 	s.lockRead = s.read + ` FOR UPDATE`
 	// The row under a shared lock (FOR SHARE is MySQL 8's only): AdmitTx's
-	// read, and mysqlReadRow's second.
+	// read, and readLive's second.
 	s.admit = s.read + ` LOCK IN SHARE MODE`
 	const rowCols = `token, lease_id, released, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until`
 	s.insert = num(`INSERT INTO {t} (key, ` + rowCols + `) VALUES (?1, ?2, ?3, 0, ?5, ?6, ?7, ?8, ?9, ?10)`)
@@ -122,7 +123,7 @@ func mysqlStatements(s *statements, r *strings.Replacer) {
 	// A key's live entries in order, for the poll, on the server's clock
 	// (?2 and ?3, the host's, are not used).
 	s.turn = num(`SELECT waiter_id, seq FROM {w} WHERE key = ?1 AND expires_at > ` + mysqlNow + ` ORDER BY seq`)
-	s.lineLength = r.Replace("SELECT count(*) FROM {w} WHERE `key` = ? AND expires_at > " + mysqlNow)
+	s.lineLength = num(`SELECT count(*) FROM {w} WHERE key = ?1 AND expires_at > ` + mysqlNow)
 	// Retention (retention.go), with SQLite's arguments: ?2 the moment
 	// rows must have been idle since, ?4 how many (?1 and ?3, of boots,
 	// are not used). The floor is read with a locking read, which sees the
@@ -139,66 +140,85 @@ func mysqlStatements(s *statements, r *strings.Replacer) {
 		"FROM {t} WHERE `key` IN ("), ") ORDER BY `key` FOR UPDATE"}
 	s.deleteKeys = [2]string{r.Replace("DELETE FROM {t} WHERE `key` IN ("), ")"}
 	s.dropDead = num(`DELETE FROM {w} WHERE expires_at <= ?2 LIMIT ?4`)
+	return s
 }
 
-var numberedParam = regexp.MustCompile(`\?([0-9]+)`)
+// mysql is the MySQL dialect: the row dialects' code (rows.go) in InnoDB
+// transactions that lock the key's row, on the server's clock (see the
+// top of this file). Waiters poll (notify.go).
+type mysql struct{ rowDialect }
 
-// numbered rewrites q's numbered parameters (?1) to ?, and returns the
-// argument index of each.
-func numbered(q string) (string, []int) {
-	var order []int
-	q = numberedParam.ReplaceAllStringFunc(q, func(p string) string {
-		n, _ := strconv.Atoi(p[1:])
-		order = append(order, n-1)
-		return "?"
-	})
-	return q, order
-}
-
-// mysqlArgs passes the arguments of a statement written with numbered
-// parameters in the order its ? take them. Other statements (and every
-// statement on SQLite) pass through.
-type mysqlArgs struct {
-	q querier
-	s *statements
-}
-
-func (m mysqlArgs) args(query string, args []any) []any {
-	order, ok := m.s.order[query]
-	if !ok {
-		return args
+func newMySQL(b *Backend) (dialect, error) {
+	if err := b.noListener(); err != nil {
+		return nil, err
 	}
-	out := make([]any, len(order))
-	for i, n := range order {
-		out[i] = args[n]
-	}
-	return out
+	b.sql = mysqlStatements(b.prefix)
+	m := &mysql{}
+	m.rowDialect = rowDialect{b: b, eng: m}
+	return m, nil
 }
 
-func (m mysqlArgs) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	return m.q.QueryRowContext(ctx, query, m.args(query, args)...)
-}
-
-func (m mysqlArgs) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	return m.q.QueryContext(ctx, query, m.args(query, args)...)
-}
-
-func (m mysqlArgs) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	return m.q.ExecContext(ctx, query, m.args(query, args)...)
-}
-
-// txNow is the coordinator's clock inside a transaction: now on SQLite
-// (read when the write lock was taken), the server's on MySQL.
-func (b *Backend) txNow(ctx context.Context, c querier, now hostNow) (hostNow, error) {
-	if b.dialect != MySQL {
-		return now, nil
-	}
+// scanRow reads the row (NULLs when there is none), whether there is one,
+// and the server's clock after it, in one statement.
+func (m *mysql) scanRow(ctx context.Context, q querier, query, key string) (r leaseRow, found bool, now hostNow, err error) {
 	var nanos int64
-	err := c.QueryRowContext(ctx, b.sql.now).Scan(&nanos)
+	err = q.QueryRowContext(ctx, query, []byte(key)).Scan(append(r.fields(), &found, &nanos)...)
+	return r, found, serverNow(nanos), err
+}
+
+// txNow reads the server's clock.
+func (m *mysql) txNow(ctx context.Context, c querier, _ hostNow) (hostNow, error) {
+	var nanos int64
+	err := c.QueryRowContext(ctx, m.b.sql.now).Scan(&nanos)
 	return serverNow(nanos), err
 }
 
-// mysqlReadRow reads key's row and the server's clock on the pool, for
+// pollNow is zero: the statements read the server's clock.
+func (m *mysql) pollNow() hostNow { return hostNow{} }
+
+func (m *mysql) pollInterval() time.Duration { return serverPoll }
+
+func (m *mysql) sweepClock() int64 { return m.b.monotonicSweepClock() }
+
+// token is readLive's one or two reads.
+func (m *mysql) token(ctx context.Context, key string) (uint64, bool, error) {
+	r, found, now, err := m.readLive(ctx, key)
+	if err != nil {
+		return 0, false, m.b.classify(ctx, "token", err)
+	}
+	if found && r.live(now) {
+		return uint64(r.token), true, nil
+	}
+	return 0, false, nil
+}
+
+// inspect is readLive's one or two reads.
+func (m *mysql) inspect(ctx context.Context, key string) (backend.KeyState, error) {
+	r, found, now, err := m.readLive(ctx, key)
+	if err != nil {
+		return backend.KeyState{}, m.b.classify(ctx, "inspect", err)
+	}
+	if !found {
+		return backend.KeyState{}, nil
+	}
+	return r.state(now), nil
+}
+
+// admitToken takes a shared lock on the row (or, with no row, on the gap
+// where it would go), which every grant, renewal and release waits for: it
+// reads the latest commit, and the server's clock after it.
+func (m *mysql) admitToken(ctx context.Context, tx *sql.Tx, key string) (int64, bool, error) {
+	r, found, now, err := m.scanRow(ctx, numberedArgs{tx, &m.b.sql}, m.b.sql.admit, key)
+	if err != nil {
+		return 0, false, m.b.classify(ctx, "admit", err)
+	}
+	if !found || !r.live(now) {
+		return 0, false, nil
+	}
+	return r.token, true, nil
+}
+
+// readLive reads key's row and the server's clock on the pool, for
 // Token and Inspect: the state of the key at one moment of the call.
 //
 // The first read takes no lock: the row is read in a snapshot at S (never
@@ -209,21 +229,18 @@ func (b *Backend) txNow(ctx context.Context, c querier, now hostNow) (hostNow, e
 // between S and N, before its end, so that it never ended. That answer is
 // read again under a shared lock, which waits for a writer of the row and
 // reads its latest commit, and the clock after it: the state at that read.
-func (b *Backend) mysqlReadRow(ctx context.Context, key string) (leaseRow, bool, hostNow, error) {
-	r, found, now, err := b.readRow(ctx, b.db, key)
+func (m *mysql) readLive(ctx context.Context, key string) (leaseRow, bool, hostNow, error) {
+	r, found, now, err := m.readRow(ctx, m.b.db, key)
 	if err != nil || !found || r.released || r.live(now) {
 		return r, found, now, err
 	}
-	return b.scanRow(ctx, b.db, b.sql.admit, key)
+	return m.scanRow(ctx, m.b.db, m.b.sql.admit, key)
 }
 
-// lockLine locks key's line for the transaction (on SQLite the write lock
-// does) and returns the coordinator's clock after it.
-func (b *Backend) lockLine(ctx context.Context, c querier, key string, now hostNow) (hostNow, error) {
-	if b.dialect != MySQL {
-		return now, nil
-	}
-	rows, err := c.QueryContext(ctx, b.sql.lockLine, []byte(key))
+// lockLine locks key's line for the transaction and returns the server's
+// clock after it.
+func (m *mysql) lockLine(ctx context.Context, c querier, key string, now hostNow) (hostNow, error) {
+	rows, err := c.QueryContext(ctx, m.b.sql.lockLine, []byte(key))
 	if err != nil {
 		return now, err
 	}
@@ -238,15 +255,15 @@ func (b *Backend) lockLine(ctx context.Context, c querier, key string, now hostN
 	return now, rows.Err()
 }
 
-// mysqlTx runs fn in a transaction on one connection of the pool (see the
+// tx runs fn in a transaction on one connection of the pool (see the
 // top of this file), again when InnoDB chose it as a deadlock's victim or
 // a concurrent first grant of the key inserted the row first: both roll
 // the whole transaction back.
-func (b *Backend) mysqlTx(ctx context.Context, what string, fn func(c querier, now hostNow) error) error {
+func (m *mysql) tx(ctx context.Context, what string, fn func(c querier, now hostNow) error) error {
 	wait := busyFirstWait
 	serialized := false
 	for {
-		err := b.mysqlTxOnce(ctx, what, serialized, fn)
+		err := m.txOnce(ctx, what, serialized, fn)
 		var again *retryError
 		if !errors.As(err, &again) {
 			return err
@@ -273,12 +290,13 @@ func (b *Backend) mysqlTx(ctx context.Context, what string, fn func(c querier, n
 // retried grant can deadlock only with one that has not deadlocked yet,
 // and each grant deadlocks about once.
 
-// retryError is a transaction rolled back that mysqlTx runs again.
+// retryError is a transaction rolled back that tx runs again.
 type retryError struct{ err error }
 
 func (e *retryError) Error() string { return e.err.Error() }
 
-func (b *Backend) mysqlTxOnce(ctx context.Context, what string, serialized bool, fn func(c querier, now hostNow) error) error {
+func (m *mysql) txOnce(ctx context.Context, what string, serialized bool, fn func(c querier, now hostNow) error) error {
+	b := m.b
 	conn, err := b.db.Conn(ctx)
 	if err != nil {
 		return b.classify(ctx, what, err)
@@ -305,7 +323,7 @@ func (b *Backend) mysqlTxOnce(ctx context.Context, what string, serialized bool,
 		}
 	}
 	if err == nil {
-		err = fn(mysqlArgs{conn, &b.sql}, hostNow{})
+		err = fn(numberedArgs{conn, &b.sql}, hostNow{})
 	}
 	if err != nil {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), commitBound)
@@ -355,7 +373,7 @@ func txError(ctx context.Context, what string, err error) error {
 // mysqlNumber returns the error number of a MySQL server error in err's
 // chain.
 func mysqlNumber(err error) (uint16, bool) {
-	var me *mysql.MySQLError
+	var me *gomysql.MySQLError
 	if errors.As(err, &me) {
 		return me.Number, true
 	}
@@ -382,14 +400,15 @@ func mysqlStartError(what string, err error) error {
 // fixedOffset is a time zone with no daylight saving.
 var fixedOffset = regexp.MustCompile(`^([+-][0-9]{1,2}:[0-9]{2}|UTC|GMT|Etc/UTC|Z)$`)
 
-// checkMySQL refuses innodb_flush_log_at_trx_commit other than 1 (a crash
+// checkSafety refuses innodb_flush_log_at_trx_commit other than 1 (a crash
 // loses up to a second of commits), sync_binlog other than 1 with the
 // binary log on (a crash can lose commits that InnoDB then rolls back to
 // agree with the log), read_only (a replica; super_read_only implies it),
 // a session time zone with daylight saving (UNIX_TIMESTAMP of the local
 // time is ambiguous for an hour a year, and leases would end early) and a
 // lease table that is not InnoDB.
-func (b *Backend) checkMySQL(ctx context.Context) error {
+func (m *mysql) checkSafety(ctx context.Context) error {
+	b := m.b
 	var flush, syncBinlog, logBin, readOnly int
 	var tz, systemTZ string
 	var db sql.NullString
@@ -411,15 +430,15 @@ func (b *Backend) checkMySQL(ctx context.Context) error {
 		return &SafetyError{Setting: "time_zone", Value: tz + " (system: " + systemTZ + ")",
 			Fix: "use a zone without daylight saving: add time_zone=%27%2B00%3A00%27 to the DSN, or run the server in UTC"}
 	}
-	return b.checkEngine(ctx)
+	return m.checkEngine(ctx)
 }
 
 // checkEngine refuses backend tables of an engine other than InnoDB
 // (MyISAM and MEMORY have no transactions; MEMORY loses its rows at a
 // restart, and the counters with them). Missing tables pass.
-func (b *Backend) checkEngine(ctx context.Context) error {
-	schema, table, waiters := b.schemaTables()
-	rows, err := b.db.QueryContext(ctx, `SELECT table_name, engine FROM information_schema.tables `+
+func (m *mysql) checkEngine(ctx context.Context) error {
+	schema, table, waiters := m.schemaTables()
+	rows, err := m.b.db.QueryContext(ctx, `SELECT table_name, engine FROM information_schema.tables `+
 		`WHERE table_schema = coalesce(?, DATABASE()) AND table_name IN (?, ?)`, schema, table, waiters)
 	if err != nil {
 		return startError("check the engine of the tables", err)
@@ -440,18 +459,19 @@ func (b *Backend) checkEngine(ctx context.Context) error {
 
 // schemaTables splits the prefix: the schema (nil: the connection's
 // database) and the names of the two tables in it.
-func (b *Backend) schemaTables() (schema any, table, waiters string) {
-	rest := b.prefix
-	if s, r, ok := strings.Cut(b.prefix, "."); ok {
+func (m *mysql) schemaTables() (schema any, table, waiters string) {
+	rest := m.b.prefix
+	if s, r, ok := strings.Cut(m.b.prefix, "."); ok {
 		schema, rest = s, r
 	}
 	return schema, rest + "leases", rest + "waiters"
 }
 
-// mysqlSchemaGaps is schemaGaps on MySQL: there is no earlier release to
-// upgrade, only tables that are there or not.
-func (b *Backend) mysqlSchemaGaps(ctx context.Context) (missing []string, tables bool, err error) {
-	schema, table, waiters := b.schemaTables()
+// schemaGaps: there is no earlier release to upgrade, only tables that are
+// there or not.
+func (m *mysql) schemaGaps(ctx context.Context) (missing []string, tables bool, err error) {
+	b := m.b
+	schema, table, waiters := m.schemaTables()
 	var nt, nw int
 	err = b.db.QueryRowContext(ctx, `SELECT count(CASE WHEN table_name = ? THEN 1 END), count(CASE WHEN table_name = ? THEN 1 END) `+
 		`FROM information_schema.tables WHERE table_schema = coalesce(?, DATABASE())`, table, waiters, schema).Scan(&nt, &nw)
@@ -464,16 +484,16 @@ func (b *Backend) mysqlSchemaGaps(ctx context.Context) (missing []string, tables
 	return missing, true, nil
 }
 
-// createTablesMySQL runs DDL: CREATE TABLE IF NOT EXISTS waits on the
+// createTables runs DDL: CREATE TABLE IF NOT EXISTS waits on the
 // table's metadata lock for a concurrent one, and then finds the table.
-func (b *Backend) createTablesMySQL(ctx context.Context) error {
-	for _, stmt := range b.sql.ddl {
-		if _, err := b.db.ExecContext(ctx, stmt); err != nil {
+func (m *mysql) createTables(ctx context.Context) error {
+	for _, stmt := range m.b.sql.ddl {
+		if _, err := m.b.db.ExecContext(ctx, stmt); err != nil {
 			if ctx.Err() != nil {
 				return fmt.Errorf("sqlbackend: create tables: %w", err)
 			}
 			return startError("create tables", err)
 		}
 	}
-	return b.checkEngine(ctx)
+	return m.checkEngine(ctx)
 }

@@ -20,18 +20,20 @@ import (
 //     the waiter behind the leaver (queue.go). A broken session wakes every
 //     subscription and is re-opened.
 //   - PostgreSQL without it: one goroutine per Backend asks every
-//     pgPollInterval, in one statement for all subscribed keys, which of
+//     serverPoll, in one statement for all subscribed keys, which of
 //     them are free.
 //   - SQLite: the same every sqlitePoll, one read of a key's row per
 //     subscribed key, outside any transaction (a hint: the waiter's grant
 //     decides). A waiter learns of a release in another process within
 //     about sqlitePoll.
+//   - MySQL: the same every serverPoll, one read of a key's row (and of
+//     the server's clock) per subscribed key.
 //
 // Releases through this Backend wake its subscriptions at once on both.
 const (
-	pgPollInterval = 100 * time.Millisecond
-	sqlitePoll     = 10 * time.Millisecond
-	reconnectWait  = 200 * time.Millisecond
+	serverPoll    = 100 * time.Millisecond
+	sqlitePoll    = 10 * time.Millisecond
+	reconnectWait = 200 * time.Millisecond
 	// listenConnectTimeout bounds opening and setting up the listener
 	// session.
 	listenConnectTimeout = 5 * time.Second
@@ -163,7 +165,7 @@ func (h *hub) remove(sub *subscription) {
 	var done chan struct{}
 	switch {
 	case h.n > 0 || h.done == nil:
-	case h.b.dialect == Postgres && h.b.listenDSN != "":
+	case h.b.listenDSN != "":
 		if h.idle == nil {
 			h.idle = time.AfterFunc(listenLinger, h.stopIdle)
 		}
@@ -256,14 +258,11 @@ func (h *hub) watch(ctx context.Context, ready chan struct{}, done chan struct{}
 	var once sync.Once
 	setReady := func() { once.Do(func() { close(ready) }) }
 	defer setReady()
-	switch {
-	case h.b.dialect == SQLite:
-		h.poll(ctx, setReady, sqlitePoll)
-	case h.b.listenDSN != "":
+	if h.b.listenDSN != "" {
 		h.listen(ctx, setReady)
-	default:
-		h.poll(ctx, setReady, pgPollInterval)
+		return
 	}
+	h.poll(ctx, setReady, h.b.dialect.pollInterval())
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) bool {
@@ -294,7 +293,7 @@ func (h *hub) poll(ctx context.Context, setReady func(), interval time.Duration)
 			clear(seen)
 			continue
 		}
-		states, err := h.b.liveTokens(ctx, keys)
+		states, err := h.b.dialect.liveTokens(ctx, keys)
 		if err != nil {
 			h.wakeAll() // the waiters find out for themselves
 			continue
@@ -311,42 +310,6 @@ func (h *hub) poll(ctx context.Context, setReady func(), interval time.Duration)
 			}
 		}
 	}
-}
-
-// liveTokens returns the token of each of keys that is not free: a live
-// lease's, or during a lock delay the last lease's.
-func (b *Backend) liveTokens(ctx context.Context, keys []string) (map[string]uint64, error) {
-	out := make(map[string]uint64, len(keys))
-	if b.dialect == Postgres {
-		arg := make([][]byte, len(keys))
-		for i, k := range keys {
-			arg[i] = []byte(k)
-		}
-		rows, err := b.db.QueryContext(ctx, b.sql.liveTokens, arg)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var k []byte
-			var token int64
-			if err := rows.Scan(&k, &token); err != nil {
-				return nil, err
-			}
-			out[string(k)] = uint64(token)
-		}
-		return out, rows.Err()
-	}
-	for _, k := range keys {
-		r, found, now, err := b.readRow(ctx, b.db, k)
-		if err != nil {
-			return nil, err
-		}
-		if found && (r.live(now) || r.delayed(now)) {
-			out[k] = uint64(r.token)
-		}
-	}
-	return out, nil
 }
 
 // listen keeps one LISTEN session open.

@@ -3,9 +3,7 @@ package sqlbackend
 import (
 	"context"
 	"crypto/sha256"
-	"database/sql"
 	"encoding/hex"
-	"errors"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
@@ -70,49 +68,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 		return backend.Place{}, err
 	}
 	defer b.hub.telling(key, waiterID)()
-	place := backend.Place{TTL: ttl}
-	if b.dialect == Postgres {
-		var aheadSeq, remainingMicros sql.NullInt64
-		err := b.db.QueryRowContext(ctx, b.sql.enqueue, []byte(key), waiterID, int64(ttl)).Scan(&place.Ahead, &aheadSeq, &remainingMicros)
-		if err != nil {
-			return backend.Place{}, b.classify(ctx, "enqueue", err)
-		}
-		if place.Ahead > 0 {
-			place.AheadRemaining = max(time.Duration(remainingMicros.Int64)*time.Microsecond, time.Microsecond)
-		}
-		b.hub.sawTurn(key, waiterID, aheadSeq.Int64)
-		return place, nil
-	}
-	var aheadSeq int64
-	err := b.rowTx(ctx, "enqueue", func(c querier, now hostNow) error {
-		now, err := b.lockLine(ctx, c, key, now)
-		if err != nil {
-			return err
-		}
-		k, expires := []byte(key), now.since+int64(ttl)
-		// A live entry is renewed in place; otherwise the key's expired
-		// entries go (the waiter's own included) and it joins at the end.
-		res, err := c.ExecContext(ctx, b.sql.renewEntry, k, waiterID, now.boot, now.since, expires)
-		if err != nil {
-			return err
-		}
-		if n, err := res.RowsAffected(); err != nil || n == 0 {
-			if _, err := c.ExecContext(ctx, b.sql.dropExpired, k, waiterID, now.boot, now.since); err != nil {
-				return err
-			}
-			if _, err := c.ExecContext(ctx, b.sql.upsertEntry, k, waiterID, now.boot, now.since, expires); err != nil {
-				return err
-			}
-		}
-		var aheadExpires int64
-		if err := c.QueryRowContext(ctx, b.sql.ahead, k, waiterID, now.boot, now.since).Scan(&place.Ahead, &aheadSeq, &aheadExpires); err != nil {
-			return err
-		}
-		if place.Ahead > 0 {
-			place.AheadRemaining = time.Duration(aheadExpires - now.since)
-		}
-		return nil
-	})
+	place, aheadSeq, err := b.dialect.enqueue(ctx, key, waiterID, ttl)
 	if err != nil {
 		return backend.Place{}, err
 	}
@@ -131,52 +87,13 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 		return err
 	}
 	defer b.hub.telling(key, waiterID)()
-	if b.dialect == Postgres {
-		var tag sql.NullString
-		if err := b.db.QueryRowContext(ctx, b.sql.dequeue, []byte(key), waiterID).Scan(&tag); err != nil {
-			return b.classify(ctx, "dequeue", err)
-		}
-		b.hub.sawTurn(key, waiterID, seenAbsent)
-		if tag.Valid {
-			b.hub.wakeTurn(key, tag.String)
-		}
-		return nil
-	}
-	next := ""
-	err := b.rowTx(ctx, "dequeue", func(c querier, now hostNow) error {
-		now, err := b.lockLine(ctx, c, key, now)
-		if err != nil {
-			return err
-		}
-		k := []byte(key)
-		var seq int64
-		err = c.QueryRowContext(ctx, b.sql.anyEntry, k, waiterID).Scan(&seq)
-		if err == nil || errors.Is(err, sql.ErrNoRows) {
-			if _, err := c.ExecContext(ctx, b.sql.dropExpired, k, waiterID, now.boot, now.since); err != nil {
-				return err
-			}
-		}
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil // not in the line
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := c.ExecContext(ctx, b.sql.removeEntry, k, waiterID); err != nil {
-			return err
-		}
-		err = c.QueryRowContext(ctx, b.sql.behind, k, waiterID, now.boot, now.since, seq).Scan(&next)
-		if errors.Is(err, sql.ErrNoRows) {
-			return nil
-		}
-		return err
-	})
+	behind, err := b.dialect.dequeue(ctx, key, waiterID)
 	if err != nil {
 		return err
 	}
 	b.hub.sawTurn(key, waiterID, seenAbsent)
-	if next != "" {
-		b.hub.wakeTurn(key, turnTag(next))
+	if behind != "" {
+		b.hub.wakeTurn(key, behind)
 	}
 	return nil
 }
@@ -192,8 +109,8 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 		return nil, err
 	}
 	sub := &subscription{h: &b.hub, key: key, freed: make(chan struct{}, 1), turn: true, waiterID: waiterID, tag: turnTag(waiterID), seen: seenUnknown}
-	if b.dialect == SQLite || b.listenDSN == "" {
-		if seen, err := b.turnPlaces(ctx, []*subscription{sub}); err == nil {
+	if b.listenDSN == "" { // no notification tells it: it polls
+		if seen, err := b.dialect.turnPlaces(ctx, []*subscription{sub}); err == nil {
 			sub.seen = seen[0]
 		} else if ctx.Err() != nil {
 			return nil, ctx.Err()
@@ -209,98 +126,13 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 	return sub, nil
 }
 
-// turnPlaces reads, for each subscription, the seq of the live entry
-// directly ahead of its waiter's (0 at the head, seenAbsent when its
-// waiter's entry is not live).
-func (b *Backend) turnPlaces(ctx context.Context, subs []*subscription) ([]int64, error) {
-	out := make([]int64, len(subs))
+// absentPlaces is n places of waiters not in the line (turnPlaces).
+func absentPlaces(n int) []int64 {
+	out := make([]int64, n)
 	for i := range out {
 		out[i] = seenAbsent
 	}
-	if b.dialect == Postgres {
-		keys, ids := make([][]byte, len(subs)), make([]string, len(subs))
-		for i, s := range subs {
-			keys[i], ids[i] = []byte(s.key), s.waiterID
-		}
-		rows, err := b.db.QueryContext(ctx, b.sql.turn, keys, ids)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		type entry struct{ key, id string }
-		ahead := make(map[entry]int64)
-		for rows.Next() {
-			var k []byte
-			var id string
-			var seq int64
-			if err := rows.Scan(&k, &id, &seq); err != nil {
-				return nil, err
-			}
-			ahead[entry{string(k), id}] = seq
-		}
-		if err := rows.Err(); err != nil {
-			return nil, err
-		}
-		for i, s := range subs {
-			if seq, ok := ahead[entry{s.key, s.waiterID}]; ok {
-				out[i] = seq
-			}
-		}
-		return out, nil
-	}
-	// SQLite: one read of each key's line, however many of its waiters
-	// are subscribed.
-	byKey := map[string][]int{}
-	for i, s := range subs {
-		byKey[s.key] = append(byKey[s.key], i)
-	}
-	for key, idx := range byKey {
-		line, err := b.sqliteLine(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		for _, i := range idx {
-			for j, e := range line {
-				if e.id == subs[i].waiterID {
-					out[i] = 0
-					if j > 0 {
-						out[i] = line[j-1].seq
-					}
-					break
-				}
-			}
-		}
-	}
-	return out, nil
-}
-
-// lineEntry is an entry of a line, as the poll reads it.
-type lineEntry struct {
-	id  string
-	seq int64
-}
-
-// sqliteLine reads key's live entries in their order, outside any
-// transaction (a hint: the waiter's Enqueue decides).
-func (b *Backend) sqliteLine(ctx context.Context, key string) ([]lineEntry, error) {
-	now := hostNow{}
-	if b.dialect == SQLite { // MySQL's statement reads the server's clock
-		now = b.hostNow()
-	}
-	rows, err := mysqlArgs{b.db, &b.sql}.QueryContext(ctx, b.sql.turn, []byte(key), now.boot, now.since)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var line []lineEntry
-	for rows.Next() {
-		var e lineEntry
-		if err := rows.Scan(&e.id, &e.seq); err != nil {
-			return nil, err
-		}
-		line = append(line, e)
-	}
-	return line, rows.Err()
+	return out
 }
 
 // pollTurns reads the places of the subscribed waiters and wakes those
@@ -318,7 +150,7 @@ func (h *hub) pollTurns(ctx context.Context) {
 		return
 	}
 	began := time.Now()
-	places, err := h.b.turnPlaces(ctx, subs)
+	places, err := h.b.dialect.turnPlaces(ctx, subs)
 	h.applyTurns(subs, places, err, began)
 }
 
@@ -366,7 +198,7 @@ func (h *hub) applyTurns(subs []*subscription, places []int64, err error, began 
 func (h *hub) sawTurn(key, waiterID string, aheadSeq int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	polls := h.b.dialect == SQLite || h.b.listenDSN == ""
+	polls := h.b.listenDSN == "" // no listener: SQLite, MySQL, PostgreSQL without WithListener
 	for sub := range h.turns[key] {
 		if sub.waiterID == waiterID {
 			if polls && sub.seen >= 0 && aheadSeq >= 0 && turnWakes(sub.seen, aheadSeq) {
@@ -421,16 +253,5 @@ func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
 	if err := backend.CheckKey(key); err != nil {
 		return 0, err
 	}
-	var n int
-	var err error
-	if b.dialect != SQLite {
-		err = b.db.QueryRowContext(ctx, b.sql.lineLength, []byte(key)).Scan(&n)
-	} else {
-		now := b.hostNow()
-		err = b.db.QueryRowContext(ctx, b.sql.lineLength, []byte(key), now.boot, now.since).Scan(&n)
-	}
-	if err != nil {
-		return 0, b.classify(ctx, "line length", err)
-	}
-	return n, nil
+	return b.dialect.lineLength(ctx, key)
 }

@@ -89,21 +89,22 @@ type statements struct {
 	// of a common grant and release (pgrow.go).
 	grant, renew, release, forceRelease string
 	grantRow, releaseRow                string
-	// Both dialects.
+	// Each dialect's, as it uses them.
 	token, inspect, list, admit, liveTokens string
-	// Queuer (queue.go): both dialects.
+	// Queuer (queue.go).
 	enqueue, dequeue, turn string
 
-	// SQLite: the rows the Go code reads and writes inside BEGIN IMMEDIATE.
-	read, insert, update, touch string
-	// SQLite's queue statements, inside BEGIN IMMEDIATE.
+	// The row dialects (rows.go): the rows the Go code reads, locks
+	// (lockRead: on SQLite the read, under the write lock of BEGIN
+	// IMMEDIATE) and writes in a transaction; SQLite's touch.
+	read, lockRead, insert, update, touch string
+	// Their queue statements, in a transaction.
 	renewEntry, dropExpired, upsertEntry, ahead, anyEntry, removeEntry, behind string
 
-	// MySQL (mysql.go): the row locked, the clock, the line locked, and
-	// the order of the arguments of each statement with numbered
-	// parameters.
-	lockRead, now, lockLine string
-	order                   map[string][]int
+	// MySQL (mysql.go): the clock, the line locked, and the order of the
+	// arguments of each statement with numbered parameters (numberedArgs).
+	now, lockLine string
+	order         map[string][]int
 
 	// Retention (retention.go). records counts the key rows (Sizer). The
 	// row dialects: floor reads the floor (a locking read on MySQL),
@@ -129,107 +130,14 @@ type statements struct {
 	cluster       string
 }
 
-func newStatements(d Dialect, prefix string) statements {
+// newStatements returns the names of prefix's tables, and the replacer
+// that splices them (and PostgreSQL's channels) into a dialect's SQL.
+func newStatements(prefix string) (statements, *strings.Replacer) {
 	t, w, c := prefix+"leases", prefix+"waiters", prefix+"cluster"
 	s := statements{table: t, waiters: w, cluster: c}
 	r := strings.NewReplacer("{t}", t, "{w}", w, "{c}", c, "{p}", prefix, "{ch}", channelName(prefix, "free"), "{tch}", channelName(prefix, "turn"),
 		"{nobody_listens}", pgNobodyListens(channelName(prefix, "free")))
-	if d == Postgres {
-		s.notifyChannel, s.turnChannel = channelName(prefix, "free"), channelName(prefix, "turn")
-		for _, stmt := range []string{pgTable, pgUpgrade, pgWaiters, pgStorage, pgCluster, pgClusterRow, pgEpoch, pgNextToken, pgGrant, pgGrantV1, pgRenew, pgRelease, pgForceRelease, pgEnqueue, pgDequeue, pgAdmit, pgAdopt, pgFloorRow, pgReclaim} {
-			s.ddl = append(s.ddl, r.Replace(stmt))
-		}
-		s.grantRow, s.releaseRow = pgRowStatements(r)
-		s.grant = r.Replace(`SELECT outcome, token, expires_at, ttl_ns, margin_ns, remaining_us FROM {p}grant($1, $2, $3, $4, $5, $6)`)
-		s.renew = r.Replace(`SELECT outcome, token, expires_at FROM {p}renew($1, $2, $3, $4)`)
-		s.release = r.Replace(`SELECT {p}release($1, $2)`)
-		s.forceRelease = r.Replace(`SELECT {p}force_release($1)`)
-		s.adopt = r.Replace(`SELECT {p}adopt_cluster()`)
-		s.clusterIDs = r.Replace(`SELECT coalesce((SELECT system_identifier FROM {c} LIMIT 1), 0), (SELECT system_identifier FROM pg_control_system())`)
-		s.token = r.Replace(`SELECT token FROM {t} WHERE key = $1 AND NOT released AND expires_at > clock_timestamp()`)
-		// The times are read only when they are later than n (else NULL):
-		// an infinite timestamp can be neither subtracted from nor scanned.
-		const cols = `key, token, NOT released AND expires_at > n, ` +
-			`CASE WHEN expires_at > n THEN expires_at END, CASE WHEN expires_at > n THEN (extract(epoch FROM expires_at - n) * 1000000)::bigint END, ` +
-			`owner, lock_delay_ns, ` +
-			`CASE WHEN delay_until > n THEN delay_until END, CASE WHEN delay_until > n THEN ceil(extract(epoch FROM delay_until - n) * 1000000)::bigint END `
-		s.inspect = r.Replace(`SELECT ` + cols +
-			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = $1) AS l`)
-		s.list = r.Replace(`SELECT ` + cols +
-			`FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key <> ''::bytea AND ($1 = 0 OR key > $2) AND ($3 = 0 OR substring(key FROM 1 FOR $3) = $4) ORDER BY key LIMIT $5) AS l ORDER BY key`)
-		// Keys that are not free: a live lease, or a lock delay running.
-		s.liveTokens = r.Replace(`SELECT key, token FROM (SELECT *, clock_timestamp() AS n FROM {t} WHERE key = ANY($1)) AS l ` +
-			`WHERE NOT released AND expires_at > n OR delay_until > n`)
-		s.admit = r.Replace(`SELECT {p}admit($1)`)
-		s.enqueue = r.Replace(`SELECT ahead, ahead_seq, ahead_remaining_us FROM {p}enqueue($1, $2, $3)`)
-		s.dequeue = r.Replace(`SELECT {p}dequeue($1, $2)`)
-		// For each (key, waiter) asked about whose entry is live: the seq of
-		// the live entry directly ahead of it, 0 at the head.
-		s.turn = r.Replace(`SELECT s.k, s.id, coalesce((SELECT max(a.seq) FROM {w} AS a WHERE a.key = e.key AND a.seq < e.seq AND a.expires_at > c.n), 0) ` +
-			`FROM (SELECT clock_timestamp() AS n) AS c CROSS JOIN unnest($1::bytea[], $2::text[]) AS s(k, id) ` +
-			`JOIN {w} AS e ON e.key = s.k AND e.waiter_id = s.id AND e.expires_at > c.n`)
-		s.lineLength = r.Replace(`SELECT count(*) FROM {w} WHERE key = $1 AND expires_at > clock_timestamp()`)
-		s.records = r.Replace(`SELECT count(*) FROM {t} WHERE key <> ''::bytea`)
-		s.reclaim = r.Replace(`SELECT reclaimed, more FROM {p}reclaim($1, $2)`)
-		return s
-	}
-	if d == MySQL {
-		mysqlStatements(&s, r)
-		return s
-	}
-	bare := channelName(prefix, "waiters") // the table's name without its schema, as CREATE INDEX ... ON takes it
-	s.ddl = []string{r.Replace(sqliteTable), r.Replace(sqliteWaiters),
-		r.Replace(`CREATE INDEX IF NOT EXISTS {w}_line ON ` + bare + ` (key, seq, expires_at, boot_id)`),
-		r.Replace(`INSERT OR IGNORE INTO {t} (key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns) VALUES (x'', 0, '', 1, '', 0, 0, 0)`)}
-	s.upgrade = []string{
-		r.Replace(`ALTER TABLE {t} ADD COLUMN lock_delay_ns INTEGER NOT NULL DEFAULT 0`),
-		r.Replace(`ALTER TABLE {t} ADD COLUMN delay_until INTEGER NOT NULL DEFAULT 0`),
-	}
-	const cols = `token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns, owner, lock_delay_ns, delay_until`
-	s.read = r.Replace(`SELECT ` + cols + ` FROM {t} WHERE key = ?`)
-	s.insert = r.Replace(`INSERT INTO {t} (key, ` + cols + `) VALUES (?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?)`)
-	s.update = r.Replace(`UPDATE {t} SET token = ?, lease_id = ?, released = ?, boot_id = ?, expires_at = ?, ttl_ns = ?, margin_ns = ?, owner = ?, ` +
-		`lock_delay_ns = ?, delay_until = ? WHERE key = ?`)
-	s.list = r.Replace(`SELECT key, ` + cols + ` FROM {t} WHERE key <> x'' AND (?1 = 0 OR key > ?2) AND (?3 = 0 OR substr(key, 1, ?3) = ?4) ORDER BY key LIMIT ?5`)
-	// A write that changes nothing: it takes the database's write lock in
-	// the caller's transaction (AdmitTx).
-	s.touch = r.Replace(`UPDATE {t} SET token = token WHERE key = ?`)
-	// The queue: ?1 key, ?2 waiter, ?3 boot, ?4 now (since boot).
-	const liveEntry = `boot_id = ?3 AND expires_at > ?4`
-	s.renewEntry = r.Replace(`UPDATE {w} SET expires_at = ?5 WHERE key = ?1 AND waiter_id = ?2 AND ` + liveEntry)
-	s.dropExpired = r.Replace(`DELETE FROM {w} WHERE key = ?1 AND NOT (` + liveEntry + `)`)
-	// After dropExpired, every entry of the key is live: a new entry gets
-	// the key's largest seq + 1.
-	s.upsertEntry = r.Replace(`INSERT INTO {w} (key, waiter_id, seq, boot_id, expires_at) ` +
-		`VALUES (?1, ?2, (SELECT coalesce(max(seq), 0) + 1 FROM {w} WHERE key = ?1), ?3, ?5) ` +
-		`ON CONFLICT (key, waiter_id) DO UPDATE SET expires_at = excluded.expires_at`)
-	// The place: how many live entries are ahead, the seq and end of the
-	// live one directly ahead.
-	s.ahead = r.Replace(`SELECT (SELECT count(*) FROM {w} AS a WHERE a.key = ?1 AND a.seq < m.seq AND a.boot_id = ?3 AND a.expires_at > ?4), ` +
-		`coalesce(d.seq, 0), coalesce(d.expires_at, 0) ` +
-		`FROM (SELECT seq FROM {w} WHERE key = ?1 AND waiter_id = ?2) AS m ` +
-		`LEFT JOIN {w} AS d ON d.key = ?1 AND d.seq = ` +
-		`(SELECT max(x.seq) FROM {w} AS x WHERE x.key = ?1 AND x.seq < m.seq AND x.boot_id = ?3 AND x.expires_at > ?4)`)
-	s.anyEntry = r.Replace(`SELECT seq FROM {w} WHERE key = ?1 AND waiter_id = ?2`)
-	s.removeEntry = r.Replace(`DELETE FROM {w} WHERE key = ?1 AND waiter_id = ?2`)
-	s.behind = r.Replace(`SELECT waiter_id FROM {w} WHERE key = ?1 AND seq > ?5 AND ` + liveEntry + ` ORDER BY seq LIMIT 1`)
-	// A key's live entries in order, for the poll.
-	s.turn = r.Replace(`SELECT waiter_id, seq FROM {w} WHERE key = ?1 AND boot_id = ?2 AND expires_at > ?3 ORDER BY seq`)
-	s.lineLength = r.Replace(`SELECT count(*) FROM {w} WHERE key = ?1 AND boot_id = ?2 AND expires_at > ?3`)
-	// Retention: ?1 the boot, ?2 the moment (since boot) rows must have
-	// been idle since, ?3 whether rows of another boot have (the boot is at
-	// least the retention old), ?4 how many.
-	s.records = r.Replace(`SELECT count(*) FROM {t} WHERE key <> x''`)
-	s.floor = r.Replace(`SELECT token FROM {t} WHERE key = x''`)
-	s.raiseFloor = r.Replace(`INSERT INTO {t} (key, token, lease_id, released, boot_id, expires_at, ttl_ns, margin_ns) VALUES (x'', ?, '', 1, '', 0, 0, 0) ` +
-		`ON CONFLICT (key) DO UPDATE SET token = max(token, excluded.token)`)
-	s.idleKeys = r.Replace(`SELECT key FROM {t} WHERE key <> x'' AND (boot_id <> ?1 AND ?3 OR boot_id = ?1 AND max(expires_at, delay_until) <= ?2) ` +
-		`ORDER BY key LIMIT ?4`)
-	s.lockKeys = [2]string{r.Replace(`SELECT key, ` + cols + ` FROM {t} WHERE key IN (`), `)`}
-	s.deleteKeys = [2]string{r.Replace(`DELETE FROM {t} WHERE key IN (`), `)`}
-	s.dropDead = r.Replace(`DELETE FROM {w} WHERE (key, waiter_id) IN (SELECT key, waiter_id FROM {w} ` +
-		`WHERE boot_id <> ?1 AND ?3 OR boot_id = ?1 AND expires_at <= ?2 LIMIT ?4)`)
-	return s
+	return s, r
 }
 
 // channelName is a NOTIFY channel: the prefix without its schema, and what
@@ -508,26 +416,3 @@ BEGIN
 	RETURN nxt;
 END
 $fn$`
-
-const sqliteTable = `CREATE TABLE IF NOT EXISTS {t} (
-	key           BLOB PRIMARY KEY,
-	token         INTEGER NOT NULL,
-	lease_id      TEXT NOT NULL,
-	released      INTEGER NOT NULL,
-	boot_id       TEXT NOT NULL,
-	expires_at    INTEGER NOT NULL,
-	ttl_ns        INTEGER NOT NULL,
-	margin_ns     INTEGER NOT NULL,
-	owner         TEXT NOT NULL DEFAULT '',
-	lock_delay_ns INTEGER NOT NULL DEFAULT 0,
-	delay_until   INTEGER NOT NULL DEFAULT 0
-)`
-
-const sqliteWaiters = `CREATE TABLE IF NOT EXISTS {w} (
-	key        BLOB NOT NULL,
-	waiter_id  TEXT NOT NULL,
-	seq        INTEGER NOT NULL,
-	boot_id    TEXT NOT NULL,
-	expires_at INTEGER NOT NULL,
-	PRIMARY KEY (key, waiter_id)
-) WITHOUT ROWID`

@@ -2,10 +2,7 @@ package sqlbackend
 
 import (
 	"context"
-	"database/sql"
-	"errors"
 	"math"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -112,12 +109,10 @@ func (b *Backend) startSweep() {
 // boot (a fake clock in tests moves it), elsewhere the host's monotonic
 // clock since New. It only schedules; what is idle is decided by the
 // coordinator's clock.
-func (b *Backend) sweepClock() int64 {
-	if b.dialect == SQLite {
-		return b.hostNow().since
-	}
-	return int64(time.Since(b.sweep.start))
-}
+func (b *Backend) sweepClock() int64 { return b.dialect.sweepClock() }
+
+// monotonicSweepClock is the host's monotonic clock since New.
+func (b *Backend) monotonicSweepClock() int64 { return int64(time.Since(b.sweep.start)) }
 
 // driveSweep starts a pass when one is due and none runs.
 func (b *Backend) driveSweep() {
@@ -150,7 +145,7 @@ func (b *Backend) sweepPass() {
 	defer w.wg.Done()
 	for w.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(w.ctx, reclaimBound)
-		n, more, err := b.reclaim(ctx)
+		n, more, err := b.dialect.reclaim(ctx)
 		cancel()
 		w.reclaimed.Add(uint64(n))
 		if err != nil {
@@ -165,155 +160,6 @@ func (b *Backend) sweepPass() {
 	}
 	w.due.Store(b.sweepClock() + w.every)
 	w.running.Store(false)
-}
-
-// reclaim runs one batch: it deletes up to reclaimBatch idle rows and the
-// waiters' entries dead for the retention, and reports how many keys it
-// reclaimed and whether a batch found more than it took.
-func (b *Backend) reclaim(ctx context.Context) (n int, more bool, err error) {
-	if b.dialect == Postgres {
-		err := b.db.QueryRowContext(ctx, b.sql.reclaim, int64(b.retention), reclaimBatch).Scan(&n, &more)
-		if err != nil {
-			return 0, false, b.classify(ctx, "reclaim", err)
-		}
-		return n, more, nil
-	}
-	err = b.rowTx(ctx, "reclaim", func(c querier, now hostNow) error {
-		n, more = 0, false
-		now, err := b.txNow(ctx, c, now)
-		if err != nil {
-			return err
-		}
-		since, otherBoot := now.since-int64(b.retention), now.since >= int64(b.retention)
-		keys, err := b.idleKeys(ctx, c, since, otherBoot, now)
-		if err != nil || len(keys) == 0 {
-			return err
-		}
-		more = len(keys) == reclaimBatch
-		// Lock the rows (MySQL; SQLite holds the write lock) and judge them
-		// again on the clock read after the locks.
-		rows, err := c.QueryContext(ctx, inList(b.sql.lockKeys, len(keys)), keys...)
-		if err != nil {
-			return err
-		}
-		var idle []any
-		var top int64
-		type locked struct {
-			key []byte
-			r   leaseRow
-		}
-		var all []locked
-		for rows.Next() {
-			var l locked
-			if err := rows.Scan(append([]any{&l.key}, l.r.fields()...)...); err != nil {
-				rows.Close()
-				return err
-			}
-			all = append(all, l)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		if now, err = b.txNow(ctx, c, now); err != nil {
-			return err
-		}
-		for _, l := range all {
-			if l.r.idleFor(now) >= b.retention {
-				idle = append(idle, l.key)
-				top = max(top, l.r.token)
-			}
-		}
-		if len(idle) > 0 {
-			if _, err := c.ExecContext(ctx, inList(b.sql.deleteKeys, len(idle)), idle...); err != nil {
-				return err
-			}
-			if _, err := c.ExecContext(ctx, b.sql.raiseFloor, top); err != nil {
-				return err
-			}
-			if b.sweep.hook != nil {
-				b.sweep.hook()
-			}
-		}
-		n = len(idle)
-		return nil
-	})
-	if err != nil {
-		return 0, false, err
-	}
-	// The lines: entries dead for the retention, in a statement of their
-	// own (they hold no token).
-	dropped, err := b.dropDead(ctx)
-	return n, more || dropped == reclaimBatch, err
-}
-
-// idleKeys lists up to reclaimBatch keys whose rows have been idle since
-// since (on now's boot; rows of another boot when otherBoot), in key
-// order.
-func (b *Backend) idleKeys(ctx context.Context, c querier, since int64, otherBoot bool, now hostNow) ([]any, error) {
-	rows, err := c.QueryContext(ctx, b.sql.idleKeys, now.boot, since, otherBoot, reclaimBatch)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var keys []any
-	for rows.Next() {
-		var k []byte
-		if err := rows.Scan(&k); err != nil {
-			return nil, err
-		}
-		keys = append(keys, k)
-	}
-	return keys, rows.Err()
-}
-
-// dropDead deletes up to reclaimBatch waiters' entries that expired the
-// retention ago (row dialects), in a transaction of its own.
-func (b *Backend) dropDead(ctx context.Context) (int64, error) {
-	var n int64
-	err := b.rowTx(ctx, "reclaim", func(c querier, now hostNow) error {
-		now, err := b.txNow(ctx, c, now)
-		if err != nil {
-			return err
-		}
-		res, err := c.ExecContext(ctx, b.sql.dropDead, now.boot, now.since-int64(b.retention), now.since >= int64(b.retention), reclaimBatch)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	return n, err
-}
-
-// inList is head, n placeholders and tail.
-func inList(ht [2]string, n int) string {
-	return ht[0] + strings.Repeat("?, ", n-1) + "?" + ht[1]
-}
-
-// idleFor is how long r's key has been idle at now: no live lease and no
-// lock delay since the later of the lease's end (a release sets it) and
-// the delay's. A row of another boot (SQLite) has been idle at least since
-// this boot began. Zero while the key is not idle.
-func (r *leaseRow) idleFor(now hostNow) time.Duration {
-	switch {
-	case r.boot != now.boot:
-		return time.Duration(now.since)
-	case r.live(now) || r.delayed(now):
-		return 0
-	}
-	return time.Duration(now.since - max(r.expires, r.delayUntil))
-}
-
-// readFloor reads the floor row's token in a grant's transaction (row
-// dialects): 0 when there is none.
-func (b *Backend) readFloor(ctx context.Context, c querier) (int64, error) {
-	var floor int64
-	err := c.QueryRowContext(ctx, b.sql.floor).Scan(&floor)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, nil
-	}
-	return floor, err
 }
 
 // Size implements backend.Sizer: Records is a count of the backend's key
