@@ -81,7 +81,10 @@
 // holding the turnstile and the slots, frees them by expiry, and a waiter
 // that dies in the turnstile's line leaves it by its entry's expiry (see
 // fencing.WithFIFO). A Reader's or Writer's Context ends when any of its
-// leases ends.
+// leases ends. A reader or writer that loses the turnstile's lease while it
+// waits for reader slots (its renewals not confirmed for a whole ttl) may
+// have been overtaken in line: it releases what it took and waits in line
+// again, so that tokens keep the order above.
 //
 // # Backends without a line
 //

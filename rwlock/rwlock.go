@@ -85,9 +85,22 @@ func (l *RWLock) Name() string { return l.name }
 // by ctx alone. fencing.WithFIFO is always on (see the package
 // documentation for backends without a line).
 func (l *RWLock) RLock(ctx context.Context, ttl time.Duration, opts ...fencing.LockOption) (*Reader, error) {
+	for {
+		r, err := l.rlock(ctx, ttl, opts)
+		if err == nil {
+			return r, nil
+		}
+		if !errors.Is(err, errTurnstileLost) || ctx.Err() != nil {
+			return nil, l.error("read lock", err)
+		}
+	}
+}
+
+// rlock is one pass of RLock: the turnstile, then a slot.
+func (l *RWLock) rlock(ctx context.Context, ttl time.Duration, opts []fencing.LockOption) (*Reader, error) {
 	t, err := l.turnstile(ctx, ttl, opts)
 	if err != nil {
-		return nil, l.error("read lock", err)
+		return nil, err
 	}
 	var holdOpts []fencing.HoldOption
 	for _, o := range opts {
@@ -104,21 +117,21 @@ func (l *RWLock) RLock(ctx context.Context, ttl time.Duration, opts ...fencing.L
 	// ended, which stillHeld has judged: it expires anyway.
 	_ = t.Release(context.WithoutCancel(ctx))
 	if err != nil {
-		return nil, l.error("read lock", err)
+		return nil, err
 	}
 	r := &Reader{slot: slot, token: t.Token()}
 	r.ctx = guard.ContextWithToken(slot.Context(), l.name, r.token)
 	return r, nil
 }
 
-// errTurnstileLost is RLock's and Lock's error when the turnstile's lease
-// ended while they waited for the reader slots.
+// errTurnstileLost is a pass's error when the turnstile's lease ended while
+// it waited for the reader slots: RLock and Lock then wait in line again.
 var errTurnstileLost = fmt.Errorf("the turnstile's lease ended while waiting for the reader slots: %w", fencing.ErrLeaseLost)
 
 // stillHeld returns nil if the turnstile t was still held when the slots
 // (a *fencing.Held or *fencing.HeldMany) were granted, and otherwise
-// releases them and returns an error wrapping fencing.ErrLeaseLost. A
-// holder that lost the turnstile may have been overtaken in line: entering
+// releases them and returns an error wrapping errTurnstileLost and the
+// turnstile's cause. A holder that lost the turnstile may have been overtaken in line: entering
 // then would break the order of tokens. t's Deadline, on this process's
 // clock, ends before the store can give the turnstile to anyone else, so
 // t live now means t was ours when the slots were granted.
@@ -127,7 +140,7 @@ func (l *RWLock) stillHeld(t *fencing.Held, slots interface{ Release(context.Con
 		return nil
 	}
 	_ = slots.Release(context.Background()) // best effort: they expire anyway
-	return errTurnstileLost
+	return fmt.Errorf("%w (%w)", errTurnstileLost, context.Cause(t.Context()))
 }
 
 // acquire calls the semaphore's Acquire with opts, whatever the option type
@@ -149,16 +162,29 @@ func acquire[O any](f func(context.Context, time.Duration, ...O) (*fencing.Held,
 // fencing.WithWaitTimeout bounds each of the two waits. fencing.WithFIFO
 // is always on the turnstile.
 func (l *RWLock) Lock(ctx context.Context, ttl time.Duration, opts ...fencing.LockOption) (*Writer, error) {
+	for {
+		w, err := l.lock(ctx, ttl, opts)
+		if err == nil {
+			return w, nil
+		}
+		if !errors.Is(err, errTurnstileLost) || ctx.Err() != nil {
+			return nil, l.error("write lock", err)
+		}
+	}
+}
+
+// lock is one pass of Lock: the turnstile, then every slot.
+func (l *RWLock) lock(ctx context.Context, ttl time.Duration, opts []fencing.LockOption) (*Writer, error) {
 	t, err := l.turnstile(ctx, ttl, opts)
 	if err != nil {
-		return nil, l.error("write lock", err)
+		return nil, err
 	}
 	slots, err := l.c.LockMany(ctx, l.keys, ttl, opts...)
 	if err != nil {
-		return nil, l.error("write lock", errors.Join(err, t.Release(context.WithoutCancel(ctx))))
+		return nil, errors.Join(err, t.Release(context.WithoutCancel(ctx)))
 	}
 	if err := l.stillHeld(t, slots); err != nil {
-		return nil, l.error("write lock", err)
+		return nil, err
 	}
 	return newWriter(t, slots), nil
 }

@@ -83,6 +83,7 @@ func (m *monitor) count() int {
 func TestInvariants(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
 		const procs, readers, writers, rounds = 3, 4, 2, 4
+		ttl := busyTTL(w, procs*(readers+writers))
 		ctx := context.Background()
 		m := &monitor{t: t}
 		g := guard.NewMemory()
@@ -93,7 +94,7 @@ func TestInvariants(t *testing.T) {
 				who := fmt.Sprintf("p%d/reader%d", p, i)
 				wg.Go(func() {
 					for range rounds {
-						r, err := l.RLock(ctx, w.TTL)
+						r, err := l.RLock(ctx, ttl)
 						if err != nil {
 							t.Errorf("%s: RLock: %v", who, err)
 							return
@@ -114,7 +115,7 @@ func TestInvariants(t *testing.T) {
 				who := fmt.Sprintf("p%d/writer%d", p, i)
 				wg.Go(func() {
 					for range rounds {
-						wr, err := l.Lock(ctx, w.TTL)
+						wr, err := l.Lock(ctx, ttl)
 						if err != nil {
 							t.Errorf("%s: Lock: %v", who, err)
 							return
@@ -134,9 +135,6 @@ func TestInvariants(t *testing.T) {
 		wg.Wait()
 		if want := procs * (readers + writers) * rounds; m.entries != want {
 			t.Errorf("%d entries; want %d", m.entries, want)
-		}
-		if m.mostReaders < 2 {
-			t.Errorf("at most %d reader inside at once; want readers to share the lock", m.mostReaders)
 		}
 		t.Logf("%d entries, up to %d readers at once", m.entries, m.mostReaders)
 	})
@@ -160,6 +158,7 @@ func TestNoStarvation(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			worlds(t, func(t *testing.T, w world) {
 				const procs, perProc = 2, 3
+				ttl := busyTTL(w, procs*perProc+1)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
 				m := &monitor{t: t}
@@ -170,7 +169,7 @@ func TestNoStarvation(t *testing.T) {
 				for p := range procs {
 					for i := range perProc {
 						who := fmt.Sprintf("p%d/%s%d", p, tc.stream, i)
-						wg.Go(func() { stream(ctx, t, m, locks[p], w.TTL, tc.stream, who) })
+						wg.Go(func() { stream(ctx, t, m, locks[p], ttl, tc.stream, who) })
 					}
 				}
 				// Let the stream run: every goroutine in and out a few times.
@@ -194,19 +193,18 @@ func TestNoStarvation(t *testing.T) {
 				var err error
 				var token uint64
 				var release func(context.Context) error
+				leave := func() {}
 				if tc.stream == "reader" {
 					var wr *rwlock.Writer
-					if wr, err = locks[0].Lock(wctx, w.TTL); err == nil {
-						token, release = wr.Token(), wr.Release
+					if wr, err = locks[0].Lock(wctx, ttl); err == nil {
+						token, release, leave = wr.Token(), wr.Release, m.leaveWriter
 						m.enterWriter("arriving writer", token)
-						defer m.leaveWriter()
 					}
 				} else {
 					var r *rwlock.Reader
-					if r, err = locks[0].RLock(wctx, w.TTL); err == nil {
-						token, release = r.Token(), r.Release
+					if r, err = locks[0].RLock(wctx, ttl); err == nil {
+						token, release, leave = r.Token(), r.Release, m.leaveReader
 						m.enterReader("arriving reader", token)
-						defer m.leaveReader()
 					}
 				}
 				entered.Store(true)
@@ -218,6 +216,7 @@ func TestNoStarvation(t *testing.T) {
 				if overtaken > bound {
 					t.Errorf("the arrival got in after %d entries of the stream; want at most %d", overtaken, bound)
 				}
+				leave()
 				if err := release(context.Background()); err != nil {
 					t.Errorf("Release: %v", err)
 				}
@@ -344,6 +343,62 @@ func TestExpiredHolder(t *testing.T) {
 			})
 		})
 	}
+}
+
+// busyTTL is the ttl of the leases of holders goroutines contending on w:
+// on a store that serializes its writes (SQLite), a renewal can wait behind
+// the requests of every other goroutine, so the short ttl (w.TTL, fit for
+// one holder) grows by one per three goroutines.
+func busyTTL(w world, holders int) time.Duration {
+	return w.TTL * time.Duration(max(1, holders/3))
+}
+
+// TestReadersShare: two readers are inside at once; a writer waits for
+// both (its wait times out while they are inside) and gets in once they
+// left, with a token above theirs; each holder's Context carries the lock's
+// name and its token.
+func TestReadersShare(t *testing.T) {
+	worlds(t, func(t *testing.T, w world) {
+		ctx := context.Background()
+		l := newLock(t, w.Coordinator(t), "share")
+		r1, err := l.RLock(ctx, w.TTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r2, err := l.RLock(ctx, w.TTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r2.Token() <= r1.Token() {
+			t.Errorf("second reader's token %d is not above the first's %d", r2.Token(), r1.Token())
+		}
+		for i, r := range []*rwlock.Reader{r1, r2} {
+			if res, tok, ok := guard.TokenFromContext(r.Context()); !ok || res != "share" || tok != r.Token() {
+				t.Errorf("reader %d's context carries %q %d %v; want %q %d", i+1, res, tok, ok, "share", r.Token())
+			}
+		}
+		_, err = l.Lock(ctx, w.TTL, fencing.WithWaitTimeout(100*time.Millisecond))
+		if !errors.Is(err, fencing.ErrLeaseHeld) {
+			t.Fatalf("Lock with two readers inside: %v; want a wait timeout wrapping ErrLeaseHeld", err)
+		}
+		if err := errors.Join(r1.Release(ctx), r2.Release(ctx)); err != nil {
+			t.Fatal(err)
+		}
+		wr, err := l.Lock(ctx, w.TTL)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer wr.Release(ctx)
+		if wr.Token() <= r2.Token() {
+			t.Errorf("writer's token %d is not above the readers' %d, %d", wr.Token(), r1.Token(), r2.Token())
+		}
+		if res, tok, ok := guard.TokenFromContext(wr.Context()); !ok || res != "share" || tok != wr.Token() {
+			t.Errorf("writer's context carries %q %d %v; want %q %d", res, tok, ok, "share", wr.Token())
+		}
+		if err := wr.Context().Err(); err != nil {
+			t.Errorf("writer's context ended while held: %v", err)
+		}
+	})
 }
 
 // TestNew: New refuses a bad name and a bad WithReaders before any request.
