@@ -172,11 +172,20 @@ func TestNoStarvation(t *testing.T) {
 						wg.Go(func() { stream(ctx, t, m, locks[p], ttl, tc.stream, who) })
 					}
 				}
-				// Let the stream run: every goroutine in and out a few times.
+				// Let the stream run: every goroutine in and out a few
+				// times, and measure how long an entry of the stream takes.
+				warm := time.Now()
 				for m.count() < 4*procs*perProc {
 					time.Sleep(time.Millisecond)
 				}
+				perEntry := time.Since(warm) / time.Duration(m.count())
 				const bound = 2 * procs * perProc
+				// A lock that let the stream overtake the arrival, or
+				// deadlocked it, shows in the stream's entries or the
+				// arrival's time: give up at ten times the bound, or ten
+				// times as long as the bound's entries took in the warm-up
+				// (plus two ttls: a pass that lost the turnstile waits again).
+				limit := 10*bound*perEntry + 2*ttl
 				var entered atomic.Bool
 				before := m.count()
 				start := time.Now()
@@ -184,7 +193,7 @@ func TestNoStarvation(t *testing.T) {
 				defer wcancel()
 				go func() {
 					for !entered.Load() && wctx.Err() == nil {
-						if m.count()-before > 10*bound {
+						if m.count()-before > 10*bound || time.Since(start) > limit {
 							wcancel()
 						}
 						time.Sleep(time.Millisecond)
@@ -210,7 +219,7 @@ func TestNoStarvation(t *testing.T) {
 				entered.Store(true)
 				overtaken := m.count() - before - 1
 				if err != nil {
-					t.Fatalf("the arrival did not get in after %d entries of the stream, %v: %v", overtaken, time.Since(start), err)
+					t.Fatalf("the arrival did not get in after %d entries of the stream, %v (limit %v): %v", overtaken, time.Since(start), limit, err)
 				}
 				t.Logf("the arrival (token %d) got in after %d entries of the stream, %v", token, overtaken, time.Since(start))
 				if overtaken > bound {
