@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
 	"github.com/fencing-go/fencing/rwlock"
 )
@@ -421,5 +422,52 @@ func TestNew(t *testing.T) {
 		if _, err := rwlock.New(c, "x", rwlock.WithReaders(n)); !errors.Is(err, fencing.ErrInvalidOption) {
 			t.Errorf("New with WithReaders(%d): %v; want ErrInvalidOption", n, err)
 		}
+	}
+}
+
+// noLine is a store without a line of waiters (no backend.Queuer), as
+// kubebackend is: it passes on the other capabilities the lock uses.
+type noLine struct {
+	backend.Backend
+	backend.Notifier
+	backend.Inspector
+	backend.MultiGranter
+}
+
+// TestNoLine: on a backend without a line the turnstile is taken without
+// fencing.WithFIFO: readers still share the lock, a writer still waits for
+// them, and tokens still follow the order holders pass.
+func TestNoLine(t *testing.T) {
+	w := recipeMemory(t)
+	b := w.NewBackend(t)
+	nb := noLine{b, b.(backend.Notifier), b.(backend.Inspector), b.(backend.MultiGranter)}
+	if _, ok := any(nb).(backend.Queuer); ok {
+		t.Fatal("the wrapper keeps a line")
+	}
+	ctx := context.Background()
+	l := newLock(t, fencing.New(nb), "noline")
+	r1, err := l.RLock(ctx, w.TTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r2, err := l.RLock(ctx, w.TTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Lock(ctx, w.TTL, fencing.WithWaitTimeout(100*time.Millisecond)); !errors.Is(err, fencing.ErrLeaseHeld) {
+		t.Fatalf("Lock with two readers inside: %v; want a wait timeout wrapping ErrLeaseHeld", err)
+	}
+	if err := errors.Join(r1.Release(ctx), r2.Release(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	wr, err := l.Lock(ctx, w.TTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wr.Token() <= r2.Token() || r2.Token() <= r1.Token() {
+		t.Errorf("tokens %d, %d, then the writer's %d: want them increasing", r1.Token(), r2.Token(), wr.Token())
+	}
+	if err := wr.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }
