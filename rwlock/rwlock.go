@@ -131,8 +131,8 @@ var errTurnstileLost = fmt.Errorf("the turnstile's lease ended while waiting for
 // stillHeld returns nil if the turnstile t was still held when the slots
 // (a *fencing.Held or *fencing.HeldMany) were granted, and otherwise
 // releases them and returns an error wrapping errTurnstileLost and the
-// turnstile's cause. A holder that lost the turnstile may have been overtaken in line: entering
-// then would break the order of tokens. t's Deadline, on this process's
+// turnstile's cause. A holder that lost the turnstile may have been
+// overtaken in line: entering then would break the order of tokens. t's Deadline, on this process's
 // clock, ends before the store can give the turnstile to anyone else, so
 // t live now means t was ours when the slots were granted.
 func (l *RWLock) stillHeld(t *fencing.Held, slots interface{ Release(context.Context) error }) error {
@@ -147,11 +147,11 @@ func (l *RWLock) stillHeld(t *fencing.Held, slots interface{ Release(context.Con
 // Acquire takes (fencing.HoldOption, or fencing.LockOption: every
 // HoldOption is one).
 func acquire[O any](f func(context.Context, time.Duration, ...O) (*fencing.Held, error), ctx context.Context, ttl time.Duration, opts []fencing.HoldOption) (*fencing.Held, error) {
-	os := make([]O, len(opts))
+	conv := make([]O, len(opts))
 	for i, o := range opts {
-		os[i] = any(o).(O)
+		conv[i] = any(o).(O)
 	}
-	return f(ctx, ttl, os...)
+	return f(ctx, ttl, conv...)
 }
 
 // Lock waits until the lock can be written (every holder ahead in line
@@ -184,6 +184,7 @@ func (l *RWLock) lock(ctx context.Context, ttl time.Duration, opts []fencing.Loc
 		return nil, errors.Join(err, t.Release(context.WithoutCancel(ctx)))
 	}
 	if err := l.stillHeld(t, slots); err != nil {
+		_ = t.Release(context.WithoutCancel(ctx)) // lost: this only stops its Held
 		return nil, err
 	}
 	return newWriter(t, slots), nil
