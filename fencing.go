@@ -28,6 +28,7 @@ type Coordinator struct {
 	ids     *idSource
 	clock   sendClock
 	obs     observer // metrics, logs and traces (metrics.go, trace.go)
+	turns   turns    // LockAny's waiters take turns per key set (waiter.go)
 }
 
 // WithDefaultMargin sets the margin used by calls that give none (default

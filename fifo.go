@@ -163,11 +163,7 @@ func (l *line) waitTurn(ctx context.Context) error {
 			}
 			continue
 		}
-		d := l.poll/2 + rand.N(l.poll/2+1)
-		if r := p.AheadRemaining; r > 0 && r < d {
-			d = r + rand.N(min(r/10, 10*time.Millisecond)+1)
-		}
-		t := time.NewTimer(d)
+		t := time.NewTimer(pace(l.poll, p.AheadRemaining))
 		select {
 		case <-ctx.Done():
 			t.Stop()

@@ -37,7 +37,7 @@ func WithOwner(owner string) HoldOption {
 		if err := backend.CheckOwner(owner); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-		c.owner = owner
+		c.owner, c.grantOnly = owner, "WithOwner"
 		return nil
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/fencing-go/fencing/backend"
@@ -46,12 +48,20 @@ import (
 // that first send, has not passed); if the wait ends first, Lock releases
 // that lease and returns an *OutcomeError with Settled set. A canceled
 // waiter leaves no subscription or goroutine behind.
-func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (h *Held, err error) {
-	l, err := c.newLockCall(ctx, key, nil, ttl, opts)
+func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (*Held, error) {
+	return c.lockHeld(ctx, []string{key}, lockOne, ttl, opts)
+}
+
+// lockHeld is Lock, and LockAny: a wait for keys that ends in one Held.
+func (c *Coordinator) lockHeld(ctx context.Context, keys []string, need need, ttl time.Duration, opts []LockOption) (h *Held, err error) {
+	l, err := c.newLockCall(ctx, keys, need, ttl, opts)
 	if err != nil {
-		return nil, opError("lock", key, err)
+		if need == lockAny {
+			return nil, &keysError{op: "lock any", keys: keys, err: err}
+		}
+		return nil, opError("lock", keys[0], err)
 	}
-	l.observe()
+	l.observe() // under the first key
 	defer func() {
 		var token uint64
 		if h != nil {
@@ -89,7 +99,10 @@ func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, o
 // When the outcome of a grant stays unknown, LockMany releases every lease
 // it may have taken, as Lock does for one.
 func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Duration, opts ...LockOption) (m *HeldMany, err error) {
-	l, err := c.newLockCall(ctx, "", keys, ttl, opts)
+	if len(keys) == 0 {
+		return nil, manyError("lock", keys, backend.CheckMany(nil))
+	}
+	l, err := c.newLockCall(ctx, keys, lockAll, ttl, opts)
 	if err != nil {
 		return nil, manyError("lock", keys, err)
 	}
@@ -115,69 +128,119 @@ func (c *Coordinator) LockMany(ctx context.Context, keys []string, ttl time.Dura
 	return l.holdMany(leases), nil
 }
 
-// lockCall is one Lock call, or one LockMany call. Its phases, in order:
-// newLockCall checks the options and builds the grant request; observe
-// starts the wait's traces and metrics; wait runs queue, which waits in the
-// key's line (WithFIFO), watch, which subscribes to the key's releases, and
-// grant, which sends the request until it succeeds, waiting between
-// attempts as each refusal tells (next). hold starts the Held. giveUp and
-// stop make Lock's error when it stops short; observeEnd records the end.
+// LockAny waits until one of keys can be granted, then holds that one
+// lease as Lock does; the Held's Lease().Key says which key it got. It
+// subscribes to every key before its first attempt, tries them one by one
+// (from a random one, so that waiters spread over the keys) until one is
+// granted, and when every key is held waits as Lock does, for whichever
+// key is announced free first or whose holder's lease should have ended
+// first (the refused grant's time left), then tries that key. It holds
+// at most one key at any moment. Its options are Lock's; its wait is
+// traced and measured as Lock's, under the first key.
 //
-// A LockMany's lockCall is its first key's, and has a member per key (the
-// first is itself), each with that key's line and subscription: queue and
-// watch run each member's, in key order, and grant grants every key at
-// once, waiting on the member of the key that refused.
+// With WithFIFO it waits in every key's line at once, and tries a key
+// only at the head of its line: it gets the first key whose line it heads
+// and that is free, and leaves every other line as it gets it. A waiter
+// that heads one key's line while the key is held (by a grant from outside
+// the line, or by the waiter that went before, until its release) keeps
+// its place in the other lines; the next waiter of that line waits behind
+// it until then, as it would behind a Lock.
+//
+// keys are one or more distinct keys (backend.CheckKey); the backend needs
+// no capability beyond Lock's. When a grant's outcome stays unknown,
+// LockAny resends it to the same key with the same lease ID, and releases
+// the lease it may have taken if the wait ends first, as Lock does.
+func (c *Coordinator) LockAny(ctx context.Context, keys []string, ttl time.Duration, opts ...LockOption) (*Held, error) {
+	if err := checkAnyKeys(keys); err != nil {
+		return nil, &keysError{op: "lock any", keys: keys, err: err}
+	}
+	return c.lockHeld(ctx, keys, lockAny, ttl, opts)
+}
+
+// checkAnyKeys checks LockAny's keys: one or more, each valid, none twice.
+func checkAnyKeys(keys []string) error {
+	if len(keys) == 0 {
+		return fmt.Errorf("%w: no keys", ErrInvalidKey)
+	}
+	seen := make(map[string]bool, len(keys))
+	for _, k := range keys {
+		if err := backend.CheckKey(k); err != nil {
+			return err
+		}
+		if seen[k] {
+			return fmt.Errorf("%w: %s", backend.ErrDuplicateKey, backend.QuoteKey(k))
+		}
+		seen[k] = true
+	}
+	return nil
+}
+
+// lockCall is one Lock, LockMany or LockAny call: a wait for a set of keys
+// (keySet, waiter.go) that needs all of them (Lock's one key, LockMany's)
+// or any one (LockAny's). Its phases, in order: newLockCall checks the
+// options and builds the grant request; observe starts the wait's traces
+// and metrics; wait runs queue, which waits in the keys' lines (WithFIFO)
+// and subscribes to the keys' releases, watch, which waits at the head of
+// each line for the key to be free, and grant, which sends the request
+// until it succeeds, waiting between attempts as each refusal tells
+// (next). hold (holdMany) starts the Held (HeldMany). giveUp and stop make
+// the call's error when it stops short; observeEnd records the end.
 type lockCall struct {
 	c      *Coordinator
 	ctx    context.Context // bounds the call and the held lease
 	wctx   context.Context // bounds the wait: ctx, or WithWaitTimeout's
 	cancel context.CancelFunc
-	key    string
+	keys   []string
+	need   need
+	any    bool // need == lockAny
 	ttl    time.Duration
 	cfg    lockConfig
-	req    backend.Request
-	w      keyWaiter
-	ln     *line    // WithFIFO's entry in the key's line (fifo.go), until a Held has it
+	req    backend.Request // Key: the key of the latest attempt (LockAny), or the first key
+	set    *keySet
 	obs    *lockObs // the wait's traces and metrics (trace.go)
 
 	lastHeld     error     // the latest refusal for a live lease
 	lastErr      error     // the store's latest transient error (IsTransient), nil once it answers
 	away         backoff   // paces the attempts while the store is away
 	unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
-
-	keys    []string    // LockMany's keys; nil for Lock
-	members []*lockCall // LockMany's: one per key, in the order of keys
+	try          []int     // LockAny: the keys to try next, by index
+	leaveTurn    func()    // LockAny without WithFIFO: leaves the in-process line (turns)
 }
 
-// newLockCall checks the options and builds the grant request of a Lock
-// on key, or of a LockMany on keys (its call is the first key's, with every
-// key). Its error does not name the key: the caller names its key, or keys.
-func (c *Coordinator) newLockCall(ctx context.Context, key string, keys []string, ttl time.Duration, opts []LockOption) (*lockCall, error) {
-	if len(keys) > 0 {
-		key = keys[0]
-	}
+// need is what a lockCall needs of its keys.
+type need int
+
+const (
+	lockOne need = iota // Lock: its one key
+	lockAll             // LockMany: every key, in one GrantMany
+	lockAny             // LockAny: any one key
+)
+
+// newLockCall checks the options and builds the grant request of a wait
+// for keys, needing any one of them (LockAny) or all. Its error does not
+// name the keys: the caller names them.
+func (c *Coordinator) newLockCall(ctx context.Context, keys []string, need need, ttl time.Duration, opts []LockOption) (*lockCall, error) {
 	cfg, err := c.lockConfig(ttl, opts)
 	if err != nil {
 		return nil, err
 	}
-	req, err := c.request(key, c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
+	req, err := c.request(keys[0], c.newLeaseID(), cfg.grantTimeout(ttl), []time.Duration{cfg.margin})
 	if err != nil {
 		return nil, err
 	}
 	req.Owner, req.LockDelay = cfg.owner, cfg.lockDelay
-	l := &lockCall{c: c, ctx: ctx, wctx: ctx, cancel: func() {}, key: key, keys: keys, ttl: ttl, cfg: cfg, req: req}
+	l := &lockCall{c: c, ctx: ctx, wctx: ctx, cancel: func() {}, keys: keys, need: need, any: need == lockAny, ttl: ttl, cfg: cfg, req: req}
 	if cfg.waitTimeout > 0 {
 		l.wctx, l.cancel = context.WithTimeoutCause(ctx, cfg.waitTimeout, errWaitTimeout)
 	}
-	l.w = keyWaiter{c: c, key: key, poll: cfg.pollInterval}
+	l.set = newKeySet(c, keys, cfg.pollInterval)
 	return l, nil
 }
 
 // observe starts recording the wait (trace.go): its span, which the wait's
-// context then carries, and its metrics, under the call's key (a
-// LockMany's first).
+// context then carries, and its metrics, under the call's first key.
 func (l *lockCall) observe() {
-	l.obs = l.c.obs.lockBegin(l.ctx, l.key, l.cfg.fifo)
+	l.obs = l.c.obs.lockBegin(l.ctx, l.keys[0], l.cfg.fifo)
 	l.wctx = l.obs.waitContext(l.wctx)
 }
 
@@ -187,8 +250,8 @@ func (l *lockCall) observeEnd(token uint64, err error) {
 	l.c.obs.lockEnd(l.ctx, l.obs, token, l.timedOut(), err)
 }
 
-// wait waits for the key (every key of a LockMany) and grants it: queue,
-// watch, then grant.
+// wait waits for the keys and grants them (one of them, for LockAny):
+// queue, watch, then grant.
 func (l *lockCall) wait() ([]Lease, error) {
 	if err := l.queue(); err != nil {
 		return nil, err
@@ -205,132 +268,143 @@ func (l *lockCall) timedOut() bool {
 	return l.ctx.Err() == nil && context.Cause(l.wctx) == errWaitTimeout
 }
 
-// close ends what the call started and no Held took over: the
-// subscriptions, the entries in the lines, the wait's timer.
+// close ends what the call started and no Held took over (see
+// keySet.close), and the wait's timer.
 func (l *lockCall) close() {
-	for _, m := range l.members[min(1, len(l.members)):] { // the first is l
-		m.close()
+	if l.leaveTurn != nil {
+		l.leaveTurn()
 	}
-	l.w.close()
-	if l.ln != nil {
-		l.ln.leave(nil)
-	}
+	l.set.close()
 	l.cancel()
 }
 
-// queue, with WithFIFO, joins the key's line and waits to reach its head.
-// A LockMany's joins every key's line, one after another in key order, and
-// subscribes to each key once at its head (see LockMany).
-func (l *lockCall) queue() error {
-	if l.keys != nil {
-		l.members = make([]*lockCall, len(l.keys))
-		for i, k := range l.keys {
-			l.members[i] = l
-			if i > 0 {
-				l.members[i] = &lockCall{c: l.c, ctx: l.ctx, wctx: l.wctx, cancel: func() {}, key: k, ttl: l.ttl, cfg: l.cfg,
-					w: keyWaiter{c: l.c, key: k, poll: l.cfg.pollInterval}}
-			}
-		}
-		for _, i := range backend.KeyOrder(manyKeyReqs(l.keys)) {
-			m := l.members[i]
-			if err := m.queueKey(); err != nil {
-				return m.giveUp(err)
-			}
-			if err := m.subscribe(); err != nil {
-				return m.giveUp(err)
-			}
-		}
-		return nil
+// keyOrder returns the keys' indexes in key order (byte order), the one
+// order in which every waiter joins lines and subscribes.
+func (l *lockCall) keyOrder() []int {
+	if len(l.keys) == 1 {
+		return []int{0}
 	}
-	if err := l.queueKey(); err != nil {
-		return l.giveUp(err)
+	return backend.KeyOrder(manyKeyReqs(l.keys))
+}
+
+// queue subscribes to the keys' releases before the first grant attempt,
+// so that none is missed. With WithFIFO it first joins the keys' lines: a
+// wait for every key joins each line in key order, one after another,
+// waits to reach its head, and subscribes to that key at its head (see
+// LockMany); LockAny's joins every line, and waits for the heads in the
+// background (keySet.awaitTurns) while it waits for the keys. LockAny
+// without WithFIFO first waits for its turn among this Coordinator's
+// LockAny waiters on the same keys (turns).
+func (l *lockCall) queue() error {
+	if l.any && !l.cfg.fifo {
+		leave, err := l.c.turns.wait(l.wctx, l.keys)
+		if err != nil {
+			l.lastHeld = errTurnAhead
+			return l.giveUp(l.named(-1, err))
+		}
+		l.leaveTurn = leave
+	}
+	for _, i := range l.keyOrder() {
+		if l.cfg.fifo {
+			if err := l.join(i); err != nil {
+				return l.giveUp(err)
+			}
+			if !l.any {
+				if err := l.awaitTurn(i); err != nil {
+					return l.giveUp(err)
+				}
+			}
+		}
+		if err := l.subscribe(i); err != nil {
+			return l.giveUp(err)
+		}
+	}
+	if l.any && l.cfg.fifo {
+		l.set.awaitTurns(l.wctx, l.keyOrder())
 	}
 	return nil
 }
 
-// queueKey is queue on the call's one key.
-func (l *lockCall) queueKey() error {
-	if !l.cfg.fifo {
-		return nil
-	}
+// join puts the waiter in key i's line, waiting while the store is away.
+func (l *lockCall) join(i int) error {
+	key := l.keys[i]
 	for {
-		ln, err := l.c.joinLine(l.wctx, l.key, l.ttl, l.cfg.pollInterval)
+		ln, err := l.c.joinLine(l.wctx, key, l.ttl, l.cfg.pollInterval)
 		if err == nil {
-			l.ln = ln
-			break
+			l.set.keys[i].ln = ln
+			l.away.reset()
+			return nil
 		}
 		if !l.storeAway(err) {
-			return opError("lock", l.key, err)
+			return opError("lock", key, err)
 		}
 		if err := l.away.wait(l.wctx); err != nil {
-			return opError("lock", l.key, err)
+			return opError("lock", key, err)
 		}
 	}
-	l.away.reset()
-	if err := l.ln.waitTurn(l.wctx); err != nil {
-		if l.ln.lastErr != nil {
-			l.lastErr = l.ln.lastErr
+}
+
+// awaitTurn waits to reach the head of key i's line.
+func (l *lockCall) awaitTurn(i int) error {
+	ln := l.set.keys[i].ln
+	if err := ln.waitTurn(l.wctx); err != nil {
+		if ln.lastErr != nil {
+			l.lastErr = ln.lastErr
 		} else if l.lastHeld == nil {
-			l.lastHeld = &lineError{ahead: l.ln.ahead}
+			l.lastHeld = &lineError{ahead: ln.ahead}
 		}
-		return opError("lock", l.key, err)
+		return opError("lock", l.keys[i], err)
 	}
 	l.lastErr = nil
 	return nil
 }
 
-// watch subscribes to the key's releases before the first grant attempt, so
-// that none is missed. At the head of a line, the waiter that went before
-// may still hold the key (it left the line when it got it): watch then
-// waits for its release, so that the one grant attempt finds the key free.
-// A LockMany's has subscribed to every key in queue, and waits at the head
-// of every line in key order.
+// subscribe subscribes to key i's releases. While the store is away
+// (IsTransient), the wait polls instead (see keySet.subscribe).
+func (l *lockCall) subscribe(i int) error {
+	if err := l.set.subscribe(l.wctx, i); err != nil {
+		return opError("lock", l.keys[i], err)
+	}
+	if w := l.set.keys[i].unsubscribed; w != nil {
+		l.lastErr = w
+	}
+	return nil
+}
+
+// watch, with WithFIFO, waits at the head of each line, in key order, for
+// the release of the key by the waiter that went before (it left the line
+// when it got the key), so that the one grant attempt finds the key free.
+// LockAny's tries a key as soon as it heads the key's line: it may head
+// several, and waits for whichever frees up first.
 func (l *lockCall) watch() error {
-	if l.keys == nil {
-		if err := l.subscribe(); err != nil {
-			return l.giveUp(err)
-		}
-		if err := l.awaitHead(); err != nil {
-			return l.giveUp(err)
-		}
+	if !l.cfg.fifo || l.any {
 		return nil
 	}
-	for _, i := range backend.KeyOrder(manyKeyReqs(l.keys)) {
-		m := l.members[i]
-		if err := m.awaitHead(); err != nil {
-			return m.giveUp(err)
-		}
-	}
-	return nil
-}
-
-// subscribe subscribes to the key's releases. While the store is away
-// (IsTransient), the waiter polls instead (see keyWaiter.subscribe).
-func (l *lockCall) subscribe() error {
-	if err := l.w.subscribe(l.wctx); err != nil {
-		return opError("lock", l.key, err)
-	}
-	if l.w.unsubscribed != nil {
-		l.lastErr = l.w.unsubscribed
-	}
-	return nil
-}
-
-// awaitHead, with WithFIFO, waits for the release of the key by the waiter
-// that went before.
-func (l *lockCall) awaitHead() error {
-	if l.cfg.fifo {
-		if err := l.w.awaitFree(l.wctx); err != nil {
-			return opError("lock", l.key, err)
+	for _, i := range l.keyOrder() {
+		if err := l.set.awaitFree(l.wctx, i); err != nil {
+			return l.giveUp(opError("lock", l.keys[i], err))
 		}
 	}
 	return nil
 }
 
 // grant sends the grant request until a lease is granted (one per key for
-// a LockMany) or the call ends.
+// a LockMany, one for a LockAny) or the call ends.
 func (l *lockCall) grant() ([]Lease, error) {
+	if l.any {
+		l.try = l.shuffled()
+		if l.cfg.fifo {
+			l.try = nil // no head yet
+		}
+	}
 	for {
+		if l.any && len(l.try) == 0 {
+			// LockAny with WithFIFO, at the head of no line yet.
+			if err := l.waitKeys(); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		sent := time.Now()
 		leases, err := l.send()
 		if err == nil {
@@ -342,10 +416,25 @@ func (l *lockCall) grant() ([]Lease, error) {
 	}
 }
 
+// shuffled returns LockAny's keys to try: all of them (the heads of their
+// lines, with WithFIFO), in order from a random one.
+func (l *lockCall) shuffled() []int {
+	var keys []int
+	off := rand.N(len(l.keys))
+	for n := range len(l.keys) {
+		i := (off + n) % len(l.keys)
+		if !l.cfg.fifo || l.set.keys[i].atHead {
+			keys = append(keys, i)
+		}
+	}
+	return keys
+}
+
 // send sends the grant request once (with resends while its outcome is
-// unknown). A lease whose grant an earlier attempt with the same ID may
-// have made has its Deadline counted from that attempt, while that
-// Deadline has not passed.
+// unknown): to every key (a wait for all of them), or to each key of try
+// in turn until one is granted (LockAny). A lease whose grant an earlier
+// attempt with the same ID may have made has its Deadline counted from
+// that attempt, while that Deadline has not passed.
 func (l *lockCall) send() ([]Lease, error) {
 	if !l.unknownSince.IsZero() && time.Since(l.unknownSince) >= l.req.Timeout {
 		// The lease that attempt may have taken has passed its Deadline
@@ -354,7 +443,27 @@ func (l *lockCall) send() ([]Lease, error) {
 		// expires by itself.
 		l.freshID()
 	}
-	if l.keys == nil {
+	switch {
+	case l.any:
+		if !l.unknownSince.IsZero() {
+			l.try = []int{slices.Index(l.keys, l.req.Key)} // adopt what that attempt took
+		}
+		var err error
+		for _, i := range l.try {
+			l.req.Key = l.keys[i]
+			var lease Lease
+			lease, err = l.c.send(l.wctx, opGrant, l.req, l.unknownSince)
+			var held *backend.HeldError
+			if err == nil {
+				return []Lease{lease}, nil
+			} else if !errors.As(err, &held) {
+				return nil, err
+			}
+			l.set.refused(i, held)
+			l.lastHeld = held
+		}
+		return nil, err
+	case l.need == lockOne:
 		lease, err := l.c.send(l.wctx, opGrant, l.req, l.unknownSince)
 		if err != nil {
 			return nil, err
@@ -371,7 +480,7 @@ func (l *lockCall) send() ([]Lease, error) {
 }
 
 // next takes the error of the grant sent at sent, and waits as it tells
-// before the next attempt: nil to try again, or Lock's error.
+// before the next attempt: nil to try again, or the call's error.
 func (l *lockCall) next(err error, sent time.Time) error {
 	var held *backend.HeldError
 	var oe *OutcomeError
@@ -395,9 +504,10 @@ func (l *lockCall) next(err error, sent time.Time) error {
 			l.unknownSince = sent
 		}
 		if err := l.away.wait(l.wctx); err != nil {
-			return l.stop(l.giveUp(opError("lock", l.key, err)))
+			return l.stop(l.giveUp(l.named(-1, err)))
 		}
-		l.w.last = time.Now()
+		l.set.last = time.Now()
+		l.try = l.shuffled()
 		return nil
 	case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
 		// Only an attempt with this ID that took effect (its answer
@@ -405,9 +515,10 @@ func (l *lockCall) next(err error, sent time.Time) error {
 		// answered so: that lease has ended since. Start afresh.
 		l.lastErr = nil
 		l.freshID()
-		if err := l.w.pause(l.wctx); err != nil {
-			return l.giveUp(opError("lock", l.key, err))
+		if err := l.set.pause(l.wctx); err != nil {
+			return l.giveUp(l.named(-1, err))
 		}
+		l.try = l.shuffled()
 		return nil
 	case l.unknownSince.IsZero() && !errors.As(err, &oe):
 		return l.giveUp(err)
@@ -418,8 +529,8 @@ func (l *lockCall) next(err error, sent time.Time) error {
 
 // storeAway reports whether err, an attempt's error, is the store being
 // away for a while (IsTransient) while the wait goes on, and if so keeps it
-// as the last store error: the one Lock's error wraps should the wait end
-// before the store is back.
+// as the last store error: the one the call's error wraps should the wait
+// end before the store is back.
 func (l *lockCall) storeAway(err error) bool {
 	if l.wctx.Err() != nil || !IsTransient(err) {
 		return false
@@ -429,30 +540,86 @@ func (l *lockCall) storeAway(err error) bool {
 }
 
 // waitRelease waits for the release of the live lease that refused the
-// grant (err, a LockMany's names its key). Another lease is live, so no
-// earlier attempt of ours holds the key (its ID would have been answered
-// with its lease): the next attempt is a new lease.
+// grant (err names its key; for LockAny, every key was refused). Another
+// lease is live, so no earlier attempt of ours holds the key (its ID would
+// have been answered with its lease): the next attempt is a new lease.
 func (l *lockCall) waitRelease(err error, held *backend.HeldError) error {
 	l.lastHeld = held
 	l.freshID()
-	w := &l.w
-	var ke *keyError
-	if l.keys != nil && errors.As(err, &ke) {
-		for i, k := range l.keys {
-			if k == ke.key {
-				w = &l.members[i].w
-			}
-		}
+	if l.any {
+		return l.waitKeys()
 	}
-	if _, ok := l.c.backend.(backend.Inspector); ok && l.cfg.fifo && l.keys == nil {
-		err = w.awaitFree(l.wctx)
+	i := max(l.keyOf(err), 0)
+	if _, ok := l.c.backend.(backend.Inspector); ok && l.cfg.fifo && l.need == lockOne {
+		err = l.set.awaitFree(l.wctx, i)
 	} else {
-		err = w.waitHeld(l.wctx, held)
+		l.set.refused(i, held)
+		_, err = l.set.wait(l.wctx, []int{i})
 	}
 	if err != nil {
-		return l.giveUp(opError("lock", w.key, err))
+		return l.giveUp(opError("lock", l.keys[i], err))
 	}
 	return nil
+}
+
+// waitKeys is LockAny's wait once every key it could try was refused: for
+// any of them to be announced free or due (keySet.wait), or with WithFIFO
+// for the head of another line; the keys to try next go in try.
+func (l *lockCall) waitKeys() error {
+	var watch []int
+	for i := range l.keys {
+		if !l.cfg.fifo || l.set.keys[i].atHead {
+			watch = append(watch, i)
+		}
+	}
+	try, err := l.set.wait(l.wctx, watch)
+	if err != nil {
+		if l.wctx.Err() == nil {
+			return l.giveUp(err) // a line's store error, naming its key
+		}
+		if l.cfg.fifo && l.lastHeld == nil && l.lastErr == nil {
+			l.lastHeld = l.lineError() // at the head of no line
+		}
+		return l.giveUp(l.named(-1, l.wctx.Err()))
+	}
+	l.try = try
+	return nil
+}
+
+// lineError is LockAny's last refusal when the wait ends before it heads
+// any line: the fewest waiters ahead of it in one.
+func (l *lockCall) lineError() error {
+	l.set.haltTurns()
+	ahead := -1
+	for _, w := range l.set.keys {
+		if w.ln != nil && (ahead < 0 || w.ln.ahead < ahead) {
+			ahead = w.ln.ahead
+		}
+		if w.ln != nil && w.ln.lastErr != nil {
+			l.lastErr = w.ln.lastErr
+		}
+	}
+	if ahead < 0 {
+		return nil
+	}
+	return &lineError{ahead: ahead}
+}
+
+// keyOf returns the index of the key err names, or -1.
+func (l *lockCall) keyOf(err error) int {
+	if ke := (*keyError)(nil); errors.As(err, &ke) {
+		return slices.Index(l.keys, ke.key)
+	}
+	return -1
+}
+
+// named is err as the call's error, naming key i; i < 0 names the call's
+// keys (Lock's and LockMany's: the first).
+func (l *lockCall) named(i int, err error) error {
+	if i < 0 && l.any {
+		return &keysError{op: "lock any", keys: l.keys, err: err}
+	}
+	return opError("lock", l.keys[max(i, 0)], err)
 }
 
 // freshID gives the request a new lease ID: no attempt with the old one
@@ -465,31 +632,25 @@ func (l *lockCall) freshID() {
 // each Held its key's entry in the line, as hold does.
 func (l *lockCall) holdMany(leases []Lease) *HeldMany {
 	m := l.c.startHeldMany(l.ctx, leases, l.ttl, l.cfg.holdConfig)
-	for i, mem := range l.members {
-		if mem.ln != nil {
-			m.held[i].line = mem.ln
-			mem.ln.gotKey()
-			mem.ln = nil
-		}
+	for _, h := range m.held {
+		h.line = l.set.handOff(h.key)
 	}
 	return m
 }
 
 // hold starts the Held of the granted lease, and hands it the entry in the
-// line, which it leaves at once so that the next waiter takes the head.
+// key's line, which it leaves at once so that the next waiter takes the
+// head (LockAny leaves its other lines in close).
 func (l *lockCall) hold(lease Lease) *Held {
 	h := l.c.startHeld(l.ctx, lease, l.ttl, l.cfg.holdConfig)
-	if l.ln != nil {
-		h.line = l.ln
-		l.ln.gotKey()
-		l.ln = nil
-	}
+	h.line = l.set.handOff(lease.Key)
 	return h
 }
 
-// giveUp is Lock's error once the wait ended (or failed) with err: when
-// WithWaitTimeout ended it, an error that wraps the last refusal.
+// giveUp is the call's error once the wait ended (or failed) with err:
+// when WithWaitTimeout ended it, an error that wraps the last refusal.
 func (l *lockCall) giveUp(err error) error {
+	i := l.keyOf(err)
 	if l.lastErr != nil && l.wctx.Err() != nil {
 		// The wait ended while the store was away: the error wraps the
 		// wait's end and the store's last error.
@@ -497,28 +658,20 @@ func (l *lockCall) giveUp(err error) error {
 		if l.timedOut() {
 			waited = l.cfg.waitTimeout
 		}
-		key, last := l.key, l.lastErr
-		if ke := (*keyError)(nil); errors.As(err, &ke) {
-			key = ke.key
-		}
-		return opError("lock", key, &awayError{waited: waited, end: l.wctx.Err(), last: bareError(last)})
+		return l.named(i, &awayError{waited: waited, end: l.wctx.Err(), last: bareError(l.lastErr)})
 	}
 	lastHeld := l.lastHeld
-	if lastHeld == nil && l.w.seen != nil {
-		lastHeld = l.w.seen // a head of a line that saw the key held
+	if lastHeld == nil && i >= 0 && l.set.keys[i].seen != nil {
+		lastHeld = l.set.keys[i].seen // a head of a line that saw the key held
 	}
 	if l.timedOut() && lastHeld != nil {
-		key := l.key
-		if ke := (*keyError)(nil); errors.As(err, &ke) {
-			key = ke.key // a LockMany's: the key it waited for
-		}
-		return opError("lock", key, &waitError{waited: l.cfg.waitTimeout, err: lastHeld})
+		return l.named(i, &waitError{waited: l.cfg.waitTimeout, err: lastHeld})
 	}
 	return err
 }
 
-// stop returns Lock's error once it gives up, first releasing the lease
-// an attempt with an unknown outcome may have taken.
+// stop returns the call's error once it gives up, first releasing the
+// lease an attempt with an unknown outcome may have taken.
 func (l *lockCall) stop(err error) error {
 	var oe *OutcomeError
 	isOutcome := errors.As(err, &oe)
@@ -526,10 +679,17 @@ func (l *lockCall) stop(err error) error {
 		return err // no attempt of ours may hold the key
 	}
 	if !isOutcome {
-		oe = &OutcomeError{Op: "grant", Key: l.req.Key, Keys: l.keys, LeaseID: l.req.LeaseID, Err: &unsettledError{last: err}}
+		oe = &OutcomeError{Op: "grant", Key: l.req.Key, LeaseID: l.req.LeaseID, Err: &unsettledError{last: err}}
+		if l.need == lockAll {
+			oe.Keys = l.keys
+		}
 	}
 	return l.c.settle(l.ctx, oe, l.ttl)
 }
+
+// errTurnAhead is LockAny's last refusal when its wait ends before its
+// turn among this Coordinator's waiters on the same keys (turns).
+var errTurnAhead = fmt.Errorf("%w (this process's waiters on the same keys ahead)", ErrLeaseHeld)
 
 // errWaitTimeout is the cause of Lock's wait context when WithWaitTimeout
 // ended it.

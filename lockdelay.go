@@ -28,7 +28,7 @@ func WithLockDelay(d time.Duration) HoldOption {
 		if err := backend.CheckLockDelay(d); err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidOption, err)
 		}
-		c.lockDelay = d
+		c.lockDelay, c.grantOnly = d, "WithLockDelay"
 		return nil
 	})
 }

@@ -14,7 +14,7 @@ import (
 // An option given a value it refuses (a negative WithDefaultMargin, a
 // WithDefaultOwner that backend.CheckOwner refuses, a WithDefaultLockDelay
 // that backend.CheckLockDelay refuses) leaves New's result a Coordinator
-// that takes no lease: every Grant, Renew, Hold, Lock and Do (and alias)
+// that takes no lease: every Grant, Renew, Hold, Lock, Do and Resume (and alias)
 // fails before any request, whatever its own options, with an error that
 // wraps ErrInvalidOption and the value's own sentinel (ErrInvalidMargin,
 // ErrInvalidOwner, ErrInvalidLockDelay) and names the option. The first
@@ -57,10 +57,11 @@ type HoldOption interface {
 	hold(*holdConfig) error
 }
 
-// LockOption configures Lock: every HoldOption, and the options of Lock's
+// LockOption configures Lock, LockMany, LockAny and
+// semaphore.Semaphore.Acquire: every HoldOption, and the options of the
 // wait (WithFIFO, WithPollInterval, WithWaitTimeout). Hold, Do and
-// semaphore.Semaphore.Acquire take HoldOption, so an option of a wait given
-// to a call that does not wait so does not compile.
+// semaphore.Semaphore.TryAcquire take HoldOption, so an option of a wait
+// given to a call that does not wait so does not compile.
 type LockOption interface {
 	lock(*lockConfig) error
 }
@@ -87,6 +88,7 @@ type holdConfig struct {
 	warnBefore time.Duration // 0: no warnings
 	maxHold    time.Duration // the cap on the whole hold (maxhold.go); 0: none
 	warnTo     chan Lease    // the warnings' channel, shared by a HeldMany's leases (many.go); nil: the Held's own
+	grantOnly  string        // the option given that only a grant honours (WithOwner, WithLockDelay), which Resume refuses
 }
 
 // lockConfig is what LockOptions set: the held lease's configuration, and

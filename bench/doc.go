@@ -11,7 +11,7 @@
 // port, or use the server at REDIS_ADDR (host:port) when it is set; that
 // server must be one nobody else uses, as the benchmarks write keys under
 // the prefix "bench:". See docs/benchmarks.md in the fencing repository for
-// results.
+// the method and the current results, and RUNLOG.md here for the dated runs.
 //
 // TestReport is the one-command report of every store against its peers
 // (memory against the original single-mutex design, Redis against redislock,

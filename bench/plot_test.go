@@ -2,7 +2,7 @@ package bench
 
 // Plots of the report: one PNG per store, drawn from the report's Markdown
 // (readReport), so the plots of a fresh run (TestReport with BENCH_PLOTS)
-// and those of the run printed in docs/benchmarks.md (TestPlotsFromDoc) come
+// and those of the run printed in RUNLOG.md (TestPlotsFromDoc) come
 // from the same code.
 
 import (
@@ -29,8 +29,8 @@ import (
 	"gonum.org/v1/plot/vg/vgimg"
 )
 
-// TestPlotsFromDoc draws the plots of the run whose report
-// docs/benchmarks.md prints (its section "The latest full run"). With
+// TestPlotsFromDoc draws the plots of the run whose report the run log
+// RUNLOG.md prints (its section "The latest full run"). With
 // BENCH_PLOTS=dir it writes them there; the committed ones are made with
 //
 //	cd bench && BENCH_PLOTS=../docs/img go test -run '^TestPlotsFromDoc$' -count=1 .
@@ -38,26 +38,26 @@ import (
 // Without it, it draws them into a temporary directory, which checks that
 // the page still holds a report this code can read.
 func TestPlotsFromDoc(t *testing.T) {
-	page, err := os.ReadFile(filepath.Join("..", "docs", "benchmarks.md"))
+	page, err := os.ReadFile("RUNLOG.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	section, ok := markdownSection(string(page), "## The latest full run")
 	if !ok {
-		t.Fatal(`docs/benchmarks.md has no section "## The latest full run"`)
+		t.Fatal(`RUNLOG.md has no section "## The latest full run"`)
 	}
 	run := regexp.MustCompile(`run of (\d{4}-\d\d-\d\d \d\d:\d\d UTC)`).FindStringSubmatch(section)
 	if run == nil {
-		t.Fatal(`docs/benchmarks.md, "The latest full run": no "run of YYYY-MM-DD hh:mm UTC" says which run it is`)
+		t.Fatal(`RUNLOG.md, "The latest full run": no "run of YYYY-MM-DD hh:mm UTC" says which run it is`)
 	}
 	stores, err := readReport(section)
 	if err != nil {
-		t.Fatalf("docs/benchmarks.md: %v", err)
+		t.Fatalf("RUNLOG.md: %v", err)
 	}
 	for _, name := range []string{"memory", "redis", "etcd"} {
 		s := stores[name]
 		if s == nil || len(s.results) == 0 || len(s.handoff) == 0 {
-			t.Fatalf("docs/benchmarks.md: the latest run has no %s results or no %s handoff table", name, name)
+			t.Fatalf("RUNLOG.md: the latest run has no %s results or no %s handoff table", name, name)
 		}
 	}
 	dir := os.Getenv("BENCH_PLOTS")

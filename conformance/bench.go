@@ -3,6 +3,7 @@ package conformance
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync/atomic"
 	"testing"
@@ -11,6 +12,10 @@ import (
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 )
+
+// benchTTL is the timeout of every lease the benchmarks grant: long enough
+// that none expires during a run.
+const benchTTL = time.Minute
 
 // RunBenchmarks measures the operations users call, through a
 // fencing.Coordinator over backends h makes: grant+release, renew and token
@@ -22,99 +27,185 @@ import (
 // (ErrLeaseHeld) as an operation: it is a full round trip that a contended
 // lock pays.
 func RunBenchmarks(b *testing.B, h Harness) {
-	newCoordinator := func(b *testing.B) *fencing.Coordinator {
-		be, err := h.NewBackend(context.Background(), b)
-		if err != nil {
-			b.Fatalf("NewBackend: %v", err)
-		}
-		b.Cleanup(func() { be.Close() })
-		return fencing.New(be)
+	cases := []struct {
+		name string
+		run  func(*testing.B, *fencing.Coordinator)
+		many bool // a case of several keys: see newBenchCoordinator
+	}{
+		{"GrantRelease", serial(opGrantRelease), false},
+		// A grant of three keys in one GrantMany against three single
+		// grants: the grants are timed, the releases are not.
+		{"GrantMany3", grantKeys(grantMany), true},
+		{"Grant3", grantKeys(grantEach), true},
+		{"Renew", serial(opRenew), false},
+		{"CheckToken", serial(opCheckToken), false},
+		{"Handoff", handoff(h.Traits().Now == nil), false},
+		// Parallel, disjoint keys: each goroutine has keys of its own.
+		{"ParallelGrantRelease", parallel(opGrantRelease), false},
+		{"ParallelRenew", parallel(opRenew), false},
+		{"ParallelCheckToken", parallel(opCheckToken), false},
+		// Parallel, one hot key.
+		{"HotKeyGrantRelease", hotKey(opGrantRelease), false},
+		{"HotKeyCheckToken", hotKey(opCheckToken), false},
 	}
-	const timeout = time.Minute
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			c.run(b, newBenchCoordinator(b, h, c.many))
+		})
+	}
+}
 
-	b.Run("GrantRelease", func(b *testing.B) {
-		c := newCoordinator(b)
+// A benchOp is an operation the benchmarks repeat on one key: it grants
+// what the operation needs and returns the step each iteration runs. A
+// step returns its error rather than failing b: RunParallel's goroutines
+// may not call b.Fatal.
+type benchOp func(ctx context.Context, c *fencing.Coordinator, key string) (step func(context.Context) error, err error)
+
+// opGrantRelease grants key and releases it.
+func opGrantRelease(_ context.Context, c *fencing.Coordinator, key string) (func(context.Context) error, error) {
+	return func(ctx context.Context) error {
+		lease, err := c.Grant(ctx, key, benchTTL)
+		if err != nil {
+			return err
+		}
+		return c.Release(ctx, key, lease.ID)
+	}, nil
+}
+
+// opRenew renews one live lease on key.
+func opRenew(ctx context.Context, c *fencing.Coordinator, key string) (func(context.Context) error, error) {
+	lease, err := c.Grant(ctx, key, benchTTL)
+	return func(ctx context.Context) error {
+		_, err := c.Renew(ctx, key, lease.ID, benchTTL)
+		return err
+	}, err
+}
+
+// opCheckToken checks the token of one live lease on key.
+func opCheckToken(ctx context.Context, c *fencing.Coordinator, key string) (func(context.Context) error, error) {
+	lease, err := c.Grant(ctx, key, benchTTL)
+	return func(ctx context.Context) error {
+		if ok, err := c.CheckToken(ctx, key, lease.Token); err != nil || !ok {
+			return fmt.Errorf("CheckToken = %v, %v", ok, err)
+		}
+		return nil
+	}, err
+}
+
+// serial runs op from the benchmark's goroutine, on one key.
+func serial(op benchOp) func(*testing.B, *fencing.Coordinator) {
+	return func(b *testing.B, c *fencing.Coordinator) {
 		ctx := context.Background()
+		step, err := op(ctx, c, "k")
+		if err != nil {
+			b.Fatal(err)
+		}
 		for b.Loop() {
-			if err := grantRelease(ctx, c, "k", timeout); err != nil {
+			if err := step(ctx); err != nil {
 				b.Fatal(err)
 			}
 		}
-	})
-	// A grant of three keys in one GrantMany against three single grants:
-	// the grants are timed, the releases are not.
-	manyKeys := []string{"m/a", "m/b", "m/c"}
-	b.Run("GrantMany3", func(b *testing.B) {
-		c := newManyCoordinator(b, h)
+	}
+}
+
+// parallel runs op from RunParallel's goroutines, each on a key of its own.
+func parallel(op benchOp) func(*testing.B, *fencing.Coordinator) {
+	return func(b *testing.B, c *fencing.Coordinator) {
+		var n atomic.Int64
+		b.RunParallel(func(pb *testing.PB) {
+			ctx := context.Background()
+			step, err := op(ctx, c, "k"+strconv.FormatInt(n.Add(1), 10))
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			runSteps(b, pb, step, false)
+		})
+	}
+}
+
+// hotKey runs op from RunParallel's goroutines, all on one key, prepared
+// once: a grant that loses the key to another goroutine (ErrLeaseHeld)
+// counts as an operation.
+func hotKey(op benchOp) func(*testing.B, *fencing.Coordinator) {
+	return func(b *testing.B, c *fencing.Coordinator) {
+		step, err := op(context.Background(), c, "hot")
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.RunParallel(func(pb *testing.PB) {
+			runSteps(b, pb, step, true)
+		})
+	}
+}
+
+// runSteps runs step until pb is done, on a RunParallel goroutine: an
+// error is recorded with b.Error (not Fatal: this is not the benchmark's
+// goroutine) and ends the goroutine's loop.
+func runSteps(b *testing.B, pb *testing.PB, step func(context.Context) error, lostIsOp bool) {
+	ctx := context.Background()
+	for pb.Next() {
+		if err := step(ctx); err != nil && !(lostIsOp && errors.Is(err, fencing.ErrLeaseHeld)) {
+			b.Error(err)
+			return
+		}
+	}
+}
+
+// grantMany takes keys in one GrantMany.
+func grantMany(ctx context.Context, c *fencing.Coordinator, keys []string) ([]fencing.Lease, error) {
+	return c.GrantMany(ctx, keys, benchTTL)
+}
+
+// grantEach takes keys with one Grant each.
+func grantEach(ctx context.Context, c *fencing.Coordinator, keys []string) ([]fencing.Lease, error) {
+	leases := make([]fencing.Lease, len(keys))
+	for i, k := range keys {
+		var err error
+		if leases[i], err = c.Grant(ctx, k, benchTTL); err != nil {
+			return nil, err
+		}
+	}
+	return leases, nil
+}
+
+// grantKeys times grant of three keys; the releases are not timed.
+func grantKeys(grant func(context.Context, *fencing.Coordinator, []string) ([]fencing.Lease, error)) func(*testing.B, *fencing.Coordinator) {
+	return func(b *testing.B, c *fencing.Coordinator) {
 		ctx := context.Background()
+		keys := []string{"m/a", "m/b", "m/c"}
 		for b.Loop() {
-			leases, err := c.GrantMany(ctx, manyKeys, timeout)
+			leases, err := grant(ctx, c, keys)
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			releaseAll(b, c, leases)
-			b.StartTimer()
-		}
-	})
-	b.Run("Grant3", func(b *testing.B) {
-		c := newManyCoordinator(b, h)
-		ctx := context.Background()
-		leases := make([]fencing.Lease, len(manyKeys))
-		for b.Loop() {
-			for i, k := range manyKeys {
-				var err error
-				if leases[i], err = c.Grant(ctx, k, timeout); err != nil {
+			for _, l := range leases {
+				if err := c.Release(ctx, l.Key, l.ID); err != nil {
 					b.Fatal(err)
 				}
 			}
-			b.StopTimer()
-			releaseAll(b, c, leases)
 			b.StartTimer()
 		}
-	})
-	b.Run("Renew", func(b *testing.B) {
-		c := newCoordinator(b)
-		ctx := context.Background()
-		lease, err := c.Grant(ctx, "k", timeout)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			if _, err := c.Renew(ctx, "k", lease.ID, timeout); err != nil {
-				b.Fatal(err)
-			}
-		}
-	})
-	b.Run("CheckToken", func(b *testing.B) {
-		c := newCoordinator(b)
-		ctx := context.Background()
-		lease, err := c.Grant(ctx, "k", timeout)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for b.Loop() {
-			if ok, err := c.CheckToken(ctx, "k", lease.Token); err != nil || !ok {
-				b.Fatalf("CheckToken = %v, %v", ok, err)
-			}
-		}
-	})
+	}
+}
 
-	// Handoff: from the holder's Release to the waiting Lock returning,
-	// against one round trip of the store (a Token read) and the wake-up of
-	// a parked goroutine, in the same iterations. Each iteration lets the
-	// waiter settle into waiting first, so ns/op is mostly that pause: read
-	// the custom metrics.
-	b.Run("Handoff", func(b *testing.B) {
-		c := newCoordinator(b)
+// handoff measures Lock's handoff: from the holder's Release to the
+// waiting Lock returning, against one round trip of the store (a Token
+// read) and the wake-up of a parked goroutine, in the same iterations. Each
+// iteration lets the waiter settle into waiting first (longer on a real
+// server, for its watch or subscription), so ns/op is mostly that pause:
+// read the custom metrics.
+func handoff(realServer bool) func(*testing.B, *fencing.Coordinator) {
+	return func(b *testing.B, c *fencing.Coordinator) {
 		ctx := context.Background()
 		settle := 5 * time.Millisecond
-		if h.Traits().Now == nil {
-			settle = 50 * time.Millisecond // a real server: let the watch or subscription settle
+		if realServer {
+			settle = 50 * time.Millisecond
 		}
 		var handoff, fromCall, roundtrip, wake time.Duration
 		for i := 0; i < b.N; i++ {
-			holder, err := c.Hold(ctx, "handoff", timeout)
+			holder, err := c.Hold(ctx, "handoff", benchTTL)
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -122,7 +213,7 @@ func RunBenchmarks(b *testing.B, h Harness) {
 			var next *fencing.Held
 			var lockErr error
 			go func() {
-				next, lockErr = c.Lock(ctx, "handoff", timeout)
+				next, lockErr = c.Lock(ctx, "handoff", benchTTL)
 				locked <- time.Now()
 			}()
 			time.Sleep(settle)
@@ -157,116 +248,7 @@ func RunBenchmarks(b *testing.B, h Harness) {
 		b.ReportMetric(float64(wake.Nanoseconds())/float64(b.N), "wake-ns")
 		// That, beyond waking a parked goroutine, in store round trips.
 		b.ReportMetric(float64(max(fromCall-wake, 0))/float64(max(roundtrip, 1)), "(release-to-lock-wake)/roundtrip")
-	})
-
-	// Parallel, disjoint keys: each goroutine has keys of its own.
-	b.Run("ParallelGrantRelease", func(b *testing.B) {
-		c := newCoordinator(b)
-		nextKey := keySource()
-		b.RunParallel(func(pb *testing.PB) {
-			ctx := context.Background()
-			key := nextKey()
-			for pb.Next() {
-				if err := grantRelease(ctx, c, key, timeout); err != nil {
-					b.Error(err) // not Fatal: this is not the benchmark's goroutine
-					return
-				}
-			}
-		})
-	})
-	b.Run("ParallelRenew", func(b *testing.B) {
-		c := newCoordinator(b)
-		nextKey := keySource()
-		b.RunParallel(func(pb *testing.PB) {
-			ctx := context.Background()
-			key := nextKey()
-			lease, err := c.Grant(ctx, key, timeout)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			for pb.Next() {
-				if _, err := c.Renew(ctx, key, lease.ID, timeout); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	})
-	b.Run("ParallelCheckToken", func(b *testing.B) {
-		c := newCoordinator(b)
-		nextKey := keySource()
-		b.RunParallel(func(pb *testing.PB) {
-			ctx := context.Background()
-			key := nextKey()
-			lease, err := c.Grant(ctx, key, timeout)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			for pb.Next() {
-				if ok, err := c.CheckToken(ctx, key, lease.Token); err != nil || !ok {
-					b.Errorf("CheckToken = %v, %v", ok, err)
-					return
-				}
-			}
-		})
-	})
-
-	// Parallel, one hot key.
-	b.Run("HotKeyGrantRelease", func(b *testing.B) {
-		c := newCoordinator(b)
-		b.RunParallel(func(pb *testing.PB) {
-			ctx := context.Background()
-			for pb.Next() {
-				lease, err := c.Grant(ctx, "hot", timeout)
-				if errors.Is(err, fencing.ErrLeaseHeld) {
-					continue
-				}
-				if err != nil {
-					b.Error(err)
-					return
-				}
-				if err := c.Release(ctx, "hot", lease.ID); err != nil {
-					b.Error(err)
-					return
-				}
-			}
-		})
-	})
-	b.Run("HotKeyCheckToken", func(b *testing.B) {
-		c := newCoordinator(b)
-		lease, err := c.Grant(context.Background(), "hot", timeout)
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.RunParallel(func(pb *testing.PB) {
-			ctx := context.Background()
-			for pb.Next() {
-				if ok, err := c.CheckToken(ctx, "hot", lease.Token); err != nil || !ok {
-					b.Errorf("CheckToken = %v, %v", ok, err)
-					return
-				}
-			}
-		})
-	})
-}
-
-// keySource returns a function that gives each caller (each RunParallel
-// goroutine) a key of its own.
-func keySource() func() string {
-	var n atomic.Int64
-	return func() string { return "k" + strconv.FormatInt(n.Add(1), 10) }
-}
-
-// grantRelease grants key and releases it. It returns its error rather
-// than failing b: RunParallel's goroutines may not call b.Fatal.
-func grantRelease(ctx context.Context, c *fencing.Coordinator, key string, timeout time.Duration) error {
-	lease, err := c.Grant(ctx, key, timeout)
-	if err != nil {
-		return err
 	}
-	return c.Release(ctx, key, lease.ID)
 }
 
 // wakeParked returns how long a goroutine parked on a channel for settle
@@ -284,11 +266,13 @@ func wakeParked(settle time.Duration) time.Duration {
 	return (<-woke).Sub(sent)
 }
 
-// newManyCoordinator returns a Coordinator over a backend for the cases of
-// several keys (see ManyHarness), skipping without backend.MultiGranter.
-func newManyCoordinator(b *testing.B, h Harness) *fencing.Coordinator {
+// newBenchCoordinator returns a Coordinator over a backend h makes, closed
+// when b ends. For a case of several keys (many) the backend comes from
+// ManyHarness when h implements it, and the case is skipped without
+// backend.MultiGranter.
+func newBenchCoordinator(b *testing.B, h Harness, many bool) *fencing.Coordinator {
 	mk := h.NewBackend
-	if mh, ok := h.(ManyHarness); ok {
+	if mh, ok := h.(ManyHarness); ok && many {
 		mk = mh.NewManyBackend
 	}
 	be, err := mk(context.Background(), b)
@@ -296,16 +280,8 @@ func newManyCoordinator(b *testing.B, h Harness) *fencing.Coordinator {
 		b.Fatalf("NewBackend: %v", err)
 	}
 	b.Cleanup(func() { be.Close() })
-	if _, ok := be.(backend.MultiGranter); !ok {
+	if _, ok := be.(backend.MultiGranter); many && !ok {
 		b.Skip("the backend does not implement backend.MultiGranter")
 	}
 	return fencing.New(be)
-}
-
-func releaseAll(b *testing.B, c *fencing.Coordinator, leases []fencing.Lease) {
-	for _, l := range leases {
-		if err := c.Release(context.Background(), l.Key, l.ID); err != nil {
-			b.Fatal(err)
-		}
-	}
 }

@@ -69,6 +69,9 @@ func Run(t *testing.T, h Harness) {
 		{"HoldManySettlesUnknownGrant", s.testHoldManySettlesUnknownGrant},
 		{"LockManyWaits", s.testLockManyWaits},
 		{"LockManyOverlapping", s.testLockManyOverlapping},
+		{"LockAnyWaits", s.testLockAnyWaits},
+		{"LockAnyFIFO", s.testLockAnyFIFO},
+		{"LockAnyOverlapping", s.testLockAnyOverlapping},
 		{"Inspect", s.testInspect},
 		{"ForceRelease", s.testForceRelease},
 		{"List", s.testList},
@@ -90,6 +93,7 @@ func Run(t *testing.T, h Harness) {
 		{"LockManyWaiters", s.testLockManyWaiters},
 		{"LockCanceled", s.testLockCanceled},
 		{"DoRenews", s.testDoRenews},
+		{"ResumeAfterRestart", s.testResumeAfterRestart},
 		{"RetentionChurn", s.testRetentionChurn},
 		{"RetentionRace", s.testRetentionRace},
 	}

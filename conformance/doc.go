@@ -39,8 +39,8 @@
 //   - bad input and done contexts change nothing and get typed errors;
 //   - odd keys (separators, braces, bytes) are distinct keys;
 //   - a randomized concurrent history over a few keys (grants, renewals,
-//     releases, checks, stale calls from older leases, resent grants, Lock
-//     and Hold, forced releases where the backend has them, with some
+//     releases, checks, stale calls from older leases, resent grants, Lock,
+//     LockAny and Hold, forced releases where the backend has them, with some
 //     responses lost) is linearizable against a
 //     sequential model of the lease contract, checked with porcupine (see
 //     CheckHistory, which your own fault tests can call with a Recorder);
@@ -81,7 +81,17 @@
 //     ErrLeaseLost, and settles a grant whose answer was lost (Settled only
 //     when its release came through); Lock wakes on release and expiry, hands the key to many
 //     waiters one at a time in token order, and gives up with its context;
-//     Do holds its lease while fn runs.
+//     LockAny takes a free key of several, waits for whichever is released,
+//     waits in every key's line with WithFIFO and leaves the others at its
+//     grant, and never lets two waiters hold one key;
+//     Do holds its lease while fn runs;
+//   - Resume (ResumeAfterRestart): a new backend and Coordinator, as a
+//     restarted holder makes them, take a saved live lease back with its
+//     token and renew it; an expired lease gets ErrLeaseExpired, a
+//     superseded one, a foreign ID and another key's ID ErrLeaseNotFound,
+//     and none changes anything. A harness that implements Reopener makes
+//     the new backend on the first one's key space (else the Observer's, or
+//     a new Coordinator over the same backend).
 //
 // A backend whose store has no clock (backend.ObservedExpiry) is held to
 // the observed-expiry rule instead: with a harness that implements
@@ -103,11 +113,19 @@
 //
 // RunRestart kills a server of the test's own and starts it again (a
 // Restarter says how), and checks what the crash must not lose: tokens, a
-// lease live across it, and the end of one that expired meanwhile.
+// lease live across it (resumed by a new backend and Coordinator), and the
+// end of one that expired meanwhile.
 // RunRestartWait, on a Restarter whose server comes back at the same
 // address, checks that waiters (Lock, LockMany, Lock WithFIFO) wait
 // through the crash and get their keys once the server is back, and that a
 // wait that ends while it is down wraps the store's last error.
+//
+// # Stepping the server's clock
+//
+// RunClockStep steps the wall clock of a server of the test's own an hour
+// forward and back mid-lease (a ClockStepper says how), and checks that no
+// token is reissued, no ended lease comes back, and only the live lease's
+// token is admitted (by the store's own check too, on a StoreAdmitter).
 //
 // # Checking your own histories
 //

@@ -67,10 +67,10 @@ var historyKeys = []string{"h0", "h1", "h2"}
 // testLinearizableMany) on a backend of ManyHarness's.
 func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int, many bool) []Op {
 	b := s.backend(t)
-	keys, choices := historyKeys, 21
+	keys, choices := historyKeys, 22
 	if many {
 		// More keys, so that sets of several are often free together.
-		b, choices = s.manyBackend(t), 26
+		b, choices = s.manyBackend(t), 27
 		keys = append(slices.Clip(historyKeys), "h3", "h4")
 		capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	}
@@ -153,6 +153,14 @@ func (s suite) randomHistory(t *testing.T, seed uint64, opsPerWorker int, many b
 					client.Grant(ctx, backend.Request{Key: key, LeaseID: lease.ID, Timeout: timeout, Margin: margin})
 				case r < 17:
 					s.lockBriefly(t, c, holdTTL, holdMargin, key)
+				case r == choices-1:
+					// LockAny of two or three keys in a random order.
+					perm := rng.Perm(len(keys))[:2+rng.IntN(2)]
+					set := make([]string, len(perm))
+					for i, k := range perm {
+						set[i] = keys[k]
+					}
+					s.lockAnyBriefly(t, c, holdTTL, holdMargin, set...)
 				case r >= 21 && r <= 24:
 					// Two or three keys in a random order.
 					perm := rng.Perm(len(keys))[:2+rng.IntN(2)]
@@ -215,6 +223,28 @@ func (s suite) lockBriefly(t *testing.T, c *fencing.Coordinator, ttl, margin tim
 			t.Errorf("Lock(%q): %v", keys, err)
 		}
 		return
+	}
+	time.Sleep(time.Millisecond)
+	h.Release(context.Background())
+}
+
+// lockAnyBriefly waits a little for one of keys with LockAny, holds it for
+// a moment and releases it: its grants join the history.
+func (s suite) lockAnyBriefly(t *testing.T, c *fencing.Coordinator, ttl, margin time.Duration, keys ...string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	opts := []fencing.LockOption{fencing.WithMargin(margin), fencing.WithPollInterval(10 * time.Millisecond)}
+	h, err := c.LockAny(ctx, keys, ttl, opts...)
+	if err != nil {
+		var oe *fencing.OutcomeError
+		// As Lock's (lockBriefly).
+		if !errors.Is(err, context.DeadlineExceeded) && !errors.As(err, &oe) {
+			t.Errorf("LockAny(%q): %v", keys, err)
+		}
+		return
+	}
+	if !slices.Contains(keys, h.Lease().Key) {
+		t.Errorf("LockAny(%q) got key %q", keys, h.Lease().Key)
 	}
 	time.Sleep(time.Millisecond)
 	h.Release(context.Background())

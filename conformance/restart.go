@@ -35,6 +35,8 @@ type Restarter interface {
 // (still live with its token, renewable, held against other grants), and
 // the end of a lease that expired while the server was down (superseded by
 // the next grant: its renewal refused, its token no longer checking true).
+// A new backend and Coordinator, as a restarted holder makes them, take the
+// live lease back with Resume and are refused the expired one.
 func RunRestart(t *testing.T, r Restarter) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -123,7 +125,23 @@ func RunRestart(t *testing.T, r Restarter) {
 	if _, err := c.Grant(ctx, "long", time.Minute); !errors.Is(err, fencing.ErrLeaseHeld) {
 		t.Errorf("Grant of the key held across the restart: %v, want ErrLeaseHeld", err)
 	}
-	if err := c.Release(ctx, "long", long.ID); err != nil {
+
+	// The holder, restarted too, takes its saved lease back (Resume); the
+	// expired one's is refused.
+	if _, err := c.Resume(ctx, saved(t, short)); !errors.Is(err, fencing.ErrLeaseNotFound) {
+		t.Errorf("Resume of a lease that expired while the server was down, superseded since: %v, want ErrLeaseNotFound", err)
+	}
+	h, err := c.Resume(ctx, saved(t, long))
+	if err != nil {
+		t.Fatalf("Resume of the lease live across the restart: %v", err)
+	}
+	if h.Token() != long.Token {
+		t.Errorf("Resume of the lease live across the restart = token %d, want %d", h.Token(), long.Token)
+	}
+	if ok, err := c.CheckToken(ctx, "long", long.Token); err != nil || !ok {
+		t.Errorf("CheckToken of the resumed lease's token = %v, %v; want true", ok, err)
+	}
+	if err := h.Release(ctx); err != nil {
 		t.Errorf("Release of the lease live across the restart: %v", err)
 	}
 }

@@ -2,6 +2,7 @@ package conformance
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -26,26 +27,38 @@ func CheckSlowReplies(t *testing.T, b backend.Backend, delay, timeout, margin ti
 	defer cancel()
 	tolerance := delay / 2 // timers fire late on a loaded machine
 
-	sent := time.Now()
-	l, err := c.Grant(ctx, "slow", timeout, margin)
-	if err != nil {
-		t.Fatalf("Grant: %v", err)
-	}
-	if took := time.Since(sent); took < delay {
-		t.Fatalf("Grant took %v, under the reply delay %v: the replies are not slow", took, delay)
-	}
-	if limit := lastSent(rec, "slow").Add(timeout); l.Deadline.After(limit) {
-		t.Fatalf("Grant's Deadline is %v after send time + timeout: counted from the reply?", l.Deadline.Sub(limit))
-	}
-	r, err := c.Renew(ctx, "slow", l.ID, timeout, margin)
-	if err != nil {
-		t.Fatalf("Renew: %v", err)
-	}
-	if limit := lastSent(rec, "slow").Add(timeout); r.Deadline.After(limit) {
-		t.Fatalf("Renew's Deadline is %v after send time + timeout: counted from the reply?", r.Deadline.Sub(limit))
-	}
-	if err := c.Release(ctx, "slow", l.ID); err != nil {
-		t.Fatalf("Release: %v", err)
+	for try := 0; ; try++ {
+		sent := time.Now()
+		l, err := c.Grant(ctx, "slow", timeout, margin)
+		if err != nil {
+			t.Fatalf("Grant: %v", err)
+		}
+		if took := time.Since(sent); took < delay {
+			t.Fatalf("Grant took %v, under the reply delay %v: the replies are not slow", took, delay)
+		}
+		if limit := lastSent(rec, "slow").Add(timeout); l.Deadline.After(limit) {
+			t.Fatalf("Grant's Deadline is %v after send time + timeout: counted from the reply?", l.Deadline.Sub(limit))
+		}
+		r, err := c.Renew(ctx, "slow", l.ID, timeout, margin)
+		if took := time.Since(sent); errors.Is(err, backend.ErrLeaseExpired) && took > timeout && try < 3 {
+			// The renewal came back later than the TTL after the grant
+			// was sent: this host (a loaded one) may have been slower
+			// than the lease, so the verdict says nothing. Seen at load 50
+			// with a 1.5 s TTL and 600 ms replies.
+			t.Logf("Renew came back %v after the grant was sent, past the TTL %v, and found the lease expired: again with a TTL of %v", took, timeout, 2*timeout)
+			timeout *= 2
+			continue
+		}
+		if err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+		if limit := lastSent(rec, "slow").Add(timeout); r.Deadline.After(limit) {
+			t.Fatalf("Renew's Deadline is %v after send time + timeout: counted from the reply?", r.Deadline.Sub(limit))
+		}
+		if err := c.Release(ctx, "slow", l.ID); err != nil {
+			t.Fatalf("Release: %v", err)
+		}
+		break
 	}
 
 	h, err := c.Hold(ctx, "held", timeout, fencing.WithMargin(margin))

@@ -147,7 +147,14 @@ func (b *Backend) probe(ctx context.Context) error {
 	return fmt.Errorf("etcdbackend: checking etcd at %v: %w", b.cli.Endpoints(), err)
 }
 
-func (b *Backend) ready(ctx context.Context) error {
+// ready opens every operation: it returns ctx's error, then
+// backend.ErrClosed after Close or the etcd client's, then args: the error of the operation's
+// argument check, a backend.Check function called on the operation's
+// arguments (nil for an operation with none to check). The backends are
+// the one layer that checks arguments (the Coordinator and the conformance
+// suite rely on it), and this is where each operation does; a call refused
+// here sends and changes nothing.
+func (b *Backend) ready(ctx context.Context, args error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -159,7 +166,7 @@ func (b *Backend) ready(ctx context.Context) error {
 		// connection for seconds before giving up.
 		return errClientClosed
 	}
-	return nil
+	return args
 }
 
 // errClientClosed is returned after the etcd client was closed: the backend

@@ -30,6 +30,13 @@ func (h *harness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, 
 	return etcdbackend.New(context.Background(), h.cli, etcdbackend.WithPrefix(prefix))
 }
 
+// Reopen implements conformance.Reopener: a backend on b's prefix, with a
+// client of its own.
+func (h *harness) Reopen(ctx context.Context, t testing.TB, b backend.Backend) (backend.Backend, error) {
+	cli := etcdtest.NewClient(t, h.cli.Endpoints())
+	return etcdbackend.New(ctx, cli, etcdbackend.WithPrefix(etcdbackend.Prefix(b.(*etcdbackend.Backend))))
+}
+
 func (h *harness) Wait(ctx context.Context, d time.Duration) error {
 	return conformance.Sleep(ctx, d)
 }

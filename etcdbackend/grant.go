@@ -15,10 +15,7 @@ import (
 
 // Grant implements backend.Backend.
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)

@@ -31,10 +31,7 @@ import (
 // only by the grant Txn that creates a lease key, so its ModRevision is the
 // token of the most recent lease, live or ended.
 func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.KeyState{}, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return backend.KeyState{}, err
 	}
 	k := b.keys(key)
@@ -123,7 +120,7 @@ const DefaultListLimit = 100
 // while it has an ID record: a reclaimed key (see Retention in the package
 // doc) is not.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return nil, "", err
 	}
 	if limit <= 0 {

@@ -20,10 +20,7 @@ var _ backend.MultiGranter = (*Backend)(nil)
 // Each lease has an etcd lease of its own, so that each is renewed and
 // released as any lease is; their tokens are the write Txn's revision.
 func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckMany(reqs); err != nil {
+	if err := b.ready(ctx, backend.CheckMany(reqs)); err != nil {
 		return nil, err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)

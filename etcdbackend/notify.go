@@ -29,10 +29,7 @@ import (
 // oldest revision left, so a deletion after the compaction is not missed.
 // The channel is closed when the backend or the etcd client is closed.
 func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return nil, err
 	}
 	if err := b.addSub(); err != nil {
@@ -105,7 +102,7 @@ func (b *Backend) created(ctx context.Context, wch clientv3.WatchChan) (int64, e
 	case resp, ok := <-wch:
 		switch {
 		case !ok:
-			if err := b.ready(ctx); err != nil {
+			if err := b.ready(ctx, nil); err != nil {
 				return 0, err
 			}
 			return 0, errors.New("etcdbackend: watch: closed before it was created")

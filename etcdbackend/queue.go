@@ -113,10 +113,7 @@ func entryKey(k keys, waiterID string) string {
 // is zero: the watch of NotifyTurn sees an entry's expiry, so a waiter need
 // not look again.
 func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Place{}, err
-	}
-	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
+	if err := b.ready(ctx, backend.CheckEnqueue(key, waiterID, ttl)); err != nil {
 		return backend.Place{}, err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
@@ -337,10 +334,7 @@ func (b *Backend) move(ctx context.Context, me string, kv *mvccpb.KeyValue, aske
 // Dequeue implements backend.Queuer with one Txn that deletes the entry; its
 // etcd lease, which then carries nothing, goes to the pool (see pool.go).
 func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckWaiter(key, waiterID); err != nil {
+	if err := b.ready(ctx, backend.CheckWaiter(key, waiterID)); err != nil {
 		return err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
@@ -360,10 +354,7 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 // entry whose etcd lease ran out counts until etcd's revoke deletes it, up
 // to 500ms after its TTL, as it counts as ahead for Enqueue.
 func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, err
 	}
 	resp, err := b.kv.Get(ctx, b.keys(key).line, clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -388,10 +379,7 @@ func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
 // watches anew, with a growing pause while that fails. The channel is
 // closed when the backend or the etcd client is closed.
 func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend.Subscription, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckWaiter(key, waiterID); err != nil {
+	if err := b.ready(ctx, backend.CheckWaiter(key, waiterID)); err != nil {
 		return nil, err
 	}
 	if err := b.addSub(); err != nil {

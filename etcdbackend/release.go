@@ -13,10 +13,7 @@ import (
 
 // Release implements backend.Backend.
 func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckRelease(key, leaseID); err != nil {
+	if err := b.ready(ctx, backend.CheckRelease(key, leaseID)); err != nil {
 		return err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)
@@ -105,10 +102,7 @@ var errBusy = errors.New("etcdbackend: force release: the key's lease kept chang
 // it, so that the delay runs from the Txn, or a little later; the record's
 // old etcd lease is revoked with the lease key's.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return false, err
 	}
 	ctx = clientv3.WithRequireLeader(ctx)

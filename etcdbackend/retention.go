@@ -309,7 +309,7 @@ func (b *Backend) sweepGroups(ctx context.Context, groups []idleGroup, rev int64
 // deleted since New; the sweeps of other backends on the prefix count
 // theirs.
 func (b *Backend) Size(ctx context.Context) (backend.StoreSize, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return backend.StoreSize{}, err
 	}
 	resp, err := b.kv.Get(ctx, b.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())

@@ -11,10 +11,7 @@ import (
 // Token implements backend.Backend with one linearizable read. A lease whose
 // TTL ran out but which etcd has not yet revoked is reported live.
 func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, false, err
 	}
 	resp, err := b.kv.Get(ctx, b.keys(key).lease, clientv3.WithKeysOnly())

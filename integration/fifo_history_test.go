@@ -130,10 +130,23 @@ func (h *history) join(ctx context.Context) {
 		if err := held.Release(context.Background()); err != nil {
 			// A release served after the lease's end finds nothing to
 			// release; it can only have been, if it came back after the
-			// holder's Deadline (the store's end is no earlier).
-			if deadline := held.Lease().Deadline; (errors.Is(err, fencing.ErrLeaseNotFound) || errors.Is(err, fencing.ErrLeaseExpired)) && time.Now().After(deadline) {
+			// holder's Deadline (the store's end is no earlier). A Held
+			// whose Deadline passed before its release (the grant's answer
+			// or the renewals slower than the lease) reports that loss.
+			//
+			// A release the store did not answer within the request
+			// timeout (one SQLite file's writers take turns in its busy
+			// handler, which lets a newcomer pass a waiter: on a loaded
+			// host one can wait longer than that) leaves the lease to
+			// expire: the next grant's check counts the release's time as
+			// the store's (busyWithin), and the order check still holds.
+			deadline := held.Lease().Deadline
+			switch {
+			case (errors.Is(err, fencing.ErrLeaseNotFound) || errors.Is(err, fencing.ErrLeaseExpired) || errors.Is(err, fencing.ErrLeaseLost)) && time.Now().After(deadline):
 				t.Logf("waiter %d: Release came back %v after the lease's Deadline and found it ended (%v): a store slower than the lease", wt.n, time.Since(deadline), err)
-			} else {
+			case errors.Is(err, fencing.ErrNoAnswer):
+				t.Logf("waiter %d: Release was not answered (%v): the lease expires by itself", wt.n, err)
+			default:
 				t.Errorf("waiter %d: Release: %v", wt.n, err)
 			}
 		}
@@ -253,20 +266,33 @@ func (h *history) check() {
 		}
 		// A dead waiter that joined before g may have stood ahead of it
 		// until its entry expired.
+		handoff := []*timed{g.w.calls, prev.w.calls}
 		for _, wt := range h.waiters[:joinIndex[g.w]] {
 			if !wt.killedAt.IsZero() && wt.killedAt.Before(g.at) {
 				free = later(free, wt.killedAt.Add(historyTTL+expirySlack(h.w)))
 			}
-			// One that gave up leaves before its Lock returns: from then.
+			// One that gave up leaves before its Lock returns: from then,
+			// and its Dequeue is part of the handoff.
 			if wt.grant == nil && !wt.canceledAt.IsZero() && wt.canceledAt.Before(g.at) {
 				free = later(free, wt.canceledAt)
+				handoff = append(handoff, wt.calls)
+			}
+			// One whose entry went longer than its TTL without a
+			// renewal (its keeper waited on a loaded store) stood ahead
+			// until the entry expired, and joined again at the end.
+			if wt.grant == nil || wt.grant.token > g.token {
+				if end := wt.calls.lapsed(g.at, historyTTL); !end.IsZero() {
+					free = later(free, end.Add(expirySlack(h.w)))
+					handoff = append(handoff, wt.calls)
+				}
 			}
 		}
-		// The time the store took over the handoff (the releaser's and the
-		// next waiter's calls, on a loaded machine a SQLite write waits
-		// seconds for the file) is not a lost wake-up: count the rest.
+		// The time the store took over the handoff (the releaser's, the
+		// next waiter's and, ahead of it, the leaving waiters' calls: on a
+		// loaded machine a SQLite write waits seconds for the file) is not
+		// a lost wake-up: count the rest.
 		late := g.at.Sub(free)
-		busy := busyWithin(free, g.at, g.w.calls, prev.w.calls)
+		busy := busyWithin(free, g.at, handoff...)
 		idle := late - busy
 		worst = max(worst, idle)
 		if idle > wakeBound {
@@ -452,6 +478,31 @@ func (b *timed) unrenewed(until time.Time) time.Duration {
 		gap = max(gap, next.Sub(e[0]))
 	}
 	return gap
+}
+
+// lapsed returns the latest moment, before until, at which this waiter's
+// entry may have expired for want of a renewal within ttl (an Enqueue is
+// served at the latest when it is answered), or the zero time if it never
+// went ttl without one.
+func (b *timed) lapsed(until time.Time, ttl time.Duration) time.Time {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var end time.Time
+	for i, e := range b.enqueues {
+		if !e[0].Before(until) {
+			break
+		}
+		next := until
+		if i+1 < len(b.enqueues) && b.enqueues[i+1][0].Before(until) {
+			next = b.enqueues[i+1][1]
+		}
+		if next.Sub(e[0]) > ttl {
+			if exp := e[1].Add(ttl); exp.Before(until) {
+				end = later(end, exp)
+			}
+		}
+	}
+	return end
 }
 
 // busyWithin returns how much of [from, to] some call of these stores was

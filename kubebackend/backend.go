@@ -159,9 +159,14 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// start fails with backend.ErrClosed after Close and with ctx's error when
-// ctx is done, so that neither changes anything.
-func (b *Backend) start(ctx context.Context) error {
+// ready opens every operation: it returns backend.ErrClosed after Close,
+// then ctx's error (wrapped), then args: the error of the operation's
+// argument check, a backend.Check function called on the operation's
+// arguments (nil for an operation with none to check). The backends are
+// the one layer that checks arguments (the Coordinator and the conformance
+// suite rely on it), and this is where each operation does; a call refused
+// here sends and changes nothing.
+func (b *Backend) ready(ctx context.Context, args error) error {
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
@@ -171,7 +176,7 @@ func (b *Backend) start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("kubebackend: %w", err)
 	}
-	return nil
+	return args
 }
 
 // Namespace is the namespace the backend keeps its Leases in.

@@ -19,10 +19,7 @@ import (
 // the Lease is unchanged since the read, so of racing grants one wins. The
 // token is the replaced state's resourceVersion (see nextToken).
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	if err := b.start(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	name, idHash := LeaseName(req.Key), hashID(req.LeaseID)

@@ -19,10 +19,7 @@ import (
 // documentation). A Lease held by another writer (a LeaderElector) is live
 // with token zero and its holderIdentity as Owner.
 func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
-	if err := b.start(ctx); err != nil {
-		return backend.KeyState{}, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return backend.KeyState{}, err
 	}
 	_, s, err := b.read(ctx, key)
@@ -48,10 +45,7 @@ type Observation struct {
 // InspectObserved is Inspect, with how the backend has timed the state it
 // read: what it knows, where KeyState's times are what it estimates.
 func (b *Backend) InspectObserved(ctx context.Context, key string) (backend.KeyState, Observation, error) {
-	if err := b.start(ctx); err != nil {
-		return backend.KeyState{}, Observation{}, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return backend.KeyState{}, Observation{}, err
 	}
 	_, s, err := b.read(ctx, key)
@@ -87,10 +81,7 @@ func keyState(s status) backend.KeyState {
 // read. A lease with a lock delay leaves the key closed for that delay, from
 // when each observer first sees the release.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := b.start(ctx); err != nil {
-		return false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return false, err
 	}
 	for {
@@ -112,7 +103,7 @@ func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
 // backend.ErrInvalidCursor). A page may hold fewer than limit keys when prefix leaves
 // some out.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
-	if err := b.start(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return nil, "", err
 	}
 	if limit <= 0 {

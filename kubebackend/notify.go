@@ -22,10 +22,7 @@ import (
 // resourceVersion seen, with a wake-up in between in case an event fell in
 // the gap.
 func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
-	if err := b.start(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return nil, err
 	}
 	name := LeaseName(key)

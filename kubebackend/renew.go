@@ -14,10 +14,7 @@ import (
 // Lease's renewTime (and its ttl) in an update conditional on the state it
 // read, so an observer sees the Lease change and starts timing it afresh.
 func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	if err := b.start(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	name, idHash := LeaseName(req.Key), hashID(req.LeaseID)

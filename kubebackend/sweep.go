@@ -210,7 +210,7 @@ func (b *Backend) forgetUnlisted(listed map[string]bool, start time.Time) {
 // of 500 at a time (one request per page, read from etcd); Reclaimed is the
 // number of Leases this backend deleted since New.
 func (b *Backend) Size(ctx context.Context) (backend.StoreSize, error) {
-	if err := b.start(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return backend.StoreSize{}, err
 	}
 	var n int64

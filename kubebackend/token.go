@@ -33,10 +33,7 @@ func (b *Backend) read(ctx context.Context, key string) (*coordinationv1.Lease, 
 // Token returns the token of key's live lease. A Lease that another writer
 // holds (a LeaderElector) is live with token zero, which no check matches.
 func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
-	if err := b.start(ctx); err != nil {
-		return 0, false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, false, err
 	}
 	_, s, err := b.read(ctx, key)

@@ -119,14 +119,21 @@ func (b *Backend) locate(key string) (uint64, *shard) {
 
 func (b *Backend) fingerprint(leaseID string) uint64 { return maphash.String(b.idSeed, leaseID) }
 
-func (b *Backend) ready(ctx context.Context) error {
+// ready opens every operation: it returns ctx's error, then
+// backend.ErrClosed after Close, then args: the error of the operation's
+// argument check, a backend.Check function called on the operation's
+// arguments (nil for an operation with none to check). The backends are
+// the one layer that checks arguments (the Coordinator and the conformance
+// suite rely on it), and this is where each operation does; a call refused
+// here sends and changes nothing.
+func (b *Backend) ready(ctx context.Context, args error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if b.closed.Load() {
 		return backend.ErrClosed
 	}
-	return nil
+	return args
 }
 
 func (b *Backend) leaseOf(key string, token uint64, l *liveLease) backend.Lease {

@@ -10,10 +10,7 @@ import (
 
 // Grant implements backend.Backend.
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	h, s := b.locate(req.Key)
@@ -33,10 +30,7 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 // shards in one order, so neither waits on the other in a cycle), checks
 // every key in key order, and grants only when none refuses.
 func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckMany(reqs); err != nil {
+	if err := b.ready(ctx, backend.CheckMany(reqs)); err != nil {
 		return nil, err
 	}
 	hashes := make([]uint64, len(reqs))

@@ -11,10 +11,7 @@ import (
 
 // Inspect implements backend.Inspector.
 func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.KeyState{}, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return backend.KeyState{}, err
 	}
 	h, s := b.locate(key)
@@ -50,7 +47,7 @@ const DefaultListLimit = 100
 // List implements backend.Lister: keys in byte order; the cursor is the
 // last key of the page before.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return nil, "", err
 	}
 	if limit <= 0 {

@@ -38,10 +38,7 @@ func (s *subscription) Close() error {
 // clock is read, not run); a waiter sleeps until the holder's time is up, as
 // backend.HeldError tells. Subscriptions cost no goroutine.
 func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return nil, err
 	}
 	sub := &subscription{b: b, key: key, freed: make(chan struct{}, 1)}

@@ -83,10 +83,7 @@ func (ln *line) index(waiter string) int {
 
 // Enqueue implements backend.Queuer.
 func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Place{}, err
-	}
-	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
+	if err := b.ready(ctx, backend.CheckEnqueue(key, waiterID, ttl)); err != nil {
 		return backend.Place{}, err
 	}
 	b.lines.mu.Lock()
@@ -110,10 +107,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 // Dequeue implements backend.Queuer. It wakes the waiter directly behind
 // the entry it removes, and no other.
 func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return err
 	}
 	if backend.CheckLeaseID(waiterID) != nil {
@@ -170,10 +164,7 @@ func (s *turnSub) Close() error {
 // not run, so a waiter that hears nothing looks again after its Place's
 // AheadRemaining. Subscriptions cost no goroutine.
 func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend.Subscription, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckWaiter(key, waiterID); err != nil {
+	if err := b.ready(ctx, backend.CheckWaiter(key, waiterID)); err != nil {
 		return nil, err
 	}
 	sub := &turnSub{b: b, key: key, waiter: waiterID, turn: make(chan struct{}, 1)}
@@ -195,10 +186,7 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 
 // LineLength implements backend.LineReader.
 func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, err
 	}
 	b.lines.mu.Lock()

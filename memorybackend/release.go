@@ -8,10 +8,7 @@ import (
 
 // Release implements backend.Backend.
 func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckRelease(key, leaseID); err != nil {
+	if err := b.ready(ctx, backend.CheckRelease(key, leaseID)); err != nil {
 		return err
 	}
 	h, s := b.locate(key)
@@ -55,10 +52,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 // backend.ErrLeaseNotFound. A lease with a lock delay keeps its key closed
 // for that delay from now.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return false, err
 	}
 	h, s := b.locate(key)

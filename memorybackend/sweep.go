@@ -222,7 +222,7 @@ func (s *shard) compact() {
 // reclaimed since New. It locks each shard in turn, so the count is each
 // shard's at its moment, not one instant's.
 func (b *Backend) Size(ctx context.Context) (backend.StoreSize, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return backend.StoreSize{}, err
 	}
 	var n int64

@@ -154,14 +154,21 @@ func ownReadBound(client redis.UniversalClient) time.Duration {
 	return 0
 }
 
-func (b *Backend) ready(ctx context.Context) error {
+// ready opens every operation: it returns ctx's error, then
+// backend.ErrClosed after Close, then args: the error of the operation's
+// argument check, a backend.Check function called on the operation's
+// arguments (nil for an operation with none to check). The backends are
+// the one layer that checks arguments (the Coordinator and the conformance
+// suite rely on it), and this is where each operation does; a call refused
+// here sends and changes nothing.
+func (b *Backend) ready(ctx context.Context, args error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if b.closed.Load() {
 		return backend.ErrClosed
 	}
-	return nil
+	return args
 }
 
 // Close implements backend.Backend: later calls return backend.ErrClosed,

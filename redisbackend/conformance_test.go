@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -25,6 +26,7 @@ type harness struct {
 	name   string // of the prefixes
 	opts   []redisbackend.Option
 	n      atomic.Int64
+	spaces sync.Map // backend.Backend → its prefix, for Reopen
 }
 
 func newHarness(t testing.TB) *harness {
@@ -35,11 +37,33 @@ func newHarness(t testing.TB) *harness {
 }
 
 func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
-	opts := append([]redisbackend.Option{
-		redisbackend.WithPrefix(fmt.Sprintf("%s%d:", h.name, h.n.Add(1))),
-		redisbackend.WithLogger(quietLogger()),
-	}, h.opts...)
-	return redisbackend.New(ctx, h.client, opts...)
+	prefix := fmt.Sprintf("%s%d:", h.name, h.n.Add(1))
+	b, err := h.newBackend(ctx, h.client, prefix)
+	if err == nil {
+		h.spaces.Store(b, prefix)
+	}
+	return b, err
+}
+
+func (h *harness) newBackend(ctx context.Context, client redis.UniversalClient, prefix string) (backend.Backend, error) {
+	opts := append([]redisbackend.Option{redisbackend.WithPrefix(prefix), redisbackend.WithLogger(quietLogger())}, h.opts...)
+	return redisbackend.New(ctx, client, opts...)
+}
+
+// Reopen implements conformance.Reopener: a backend on b's prefix, with a
+// client of its own on a standalone server.
+func (h *harness) Reopen(ctx context.Context, t testing.TB, b backend.Backend) (backend.Backend, error) {
+	prefix, ok := h.spaces.Load(b)
+	if !ok {
+		return nil, fmt.Errorf("Reopen: a backend NewBackend did not make")
+	}
+	client := h.client
+	if c, ok := h.client.(*redis.Client); ok {
+		c = redis.NewClient(c.Options())
+		t.Cleanup(func() { c.Close() })
+		client = c
+	}
+	return h.newBackend(ctx, client, prefix.(string))
 }
 
 // NewManyBackend implements conformance.ManyHarness: a prefix with a hash

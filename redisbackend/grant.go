@@ -19,10 +19,7 @@ func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease
 }
 
 func (b *Backend) grantOrRenew(ctx context.Context, op string, s *script, req backend.Request) (backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	ttl := ceil(req.Timeout, time.Millisecond)

@@ -21,10 +21,7 @@ import (
 // LockDelay is the record's; during a lock delay DelayedUntil is its end
 // on the server's clock, computed as the grant script computes it.
 func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.KeyState{}, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return backend.KeyState{}, err
 	}
 	reply, err := inspectScript.run(ctx, b.batch, b.RedisKey(key)).Slice()
@@ -63,7 +60,7 @@ const minScanCount = 100
 // honoursDeadlines), a listing whose context can end runs on a goroutine
 // of its own, which List stops waiting for when the context ends.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return nil, "", err
 	}
 	if !b.batch.detach || ctx.Done() == nil {

@@ -34,10 +34,7 @@ var ErrCrossSlot = fmt.Errorf("%w: keys in different Redis Cluster hash slots (g
 // the server). On a Redis Cluster every record must be in one hash slot
 // (see ErrCrossSlot).
 func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckMany(reqs); err != nil {
+	if err := b.ready(ctx, backend.CheckMany(reqs)); err != nil {
 		return nil, err
 	}
 	order := backend.KeyOrder(reqs)

@@ -46,10 +46,7 @@ const (
 //
 // Backend.Close ends every subscription and closes its Freed channel.
 func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return nil, err
 	}
 	return b.notifier.subscribe(ctx, b.channel(key))

@@ -37,10 +37,7 @@ import (
 // entry. A resend after an unknown outcome is safe: it renews the entry
 // the first attempt made.
 func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Place{}, err
-	}
-	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
+	if err := b.ready(ctx, backend.CheckEnqueue(key, waiterID, ttl)); err != nil {
 		return backend.Place{}, err
 	}
 	ttl = ceil(ttl, time.Microsecond)
@@ -65,7 +62,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 // removes waiterID's and publishes on the channel of the waiter that was
 // directly behind it. A resend is safe.
 func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
-	if err := b.checkLine(ctx, key, waiterID); err != nil {
+	if err := b.ready(ctx, backend.CheckWaiter(key, waiterID)); err != nil {
 		return err
 	}
 	if err := dequeueScript.runKeys(ctx, b.batch, b.lineKeys(key), b.lineArgs(key, waiterID)...).Err(); err != nil {
@@ -83,7 +80,7 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 // next script; the waiter looks again when its Place.AheadRemaining has
 // passed.
 func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend.Subscription, error) {
-	if err := b.checkLine(ctx, key, waiterID); err != nil {
+	if err := b.ready(ctx, backend.CheckWaiter(key, waiterID)); err != nil {
 		return nil, err
 	}
 	return b.notifier.subscribe(ctx, b.turnChannel(key, waiterID))
@@ -92,10 +89,7 @@ func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend
 // LineLength implements backend.LineReader: one read-only script counts
 // the entries whose time has not run out on the server's clock.
 func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, err
 	}
 	n, err := lineLengthScript.runKeys(ctx, b.batch, b.lineKeys(key)).Int()
@@ -103,13 +97,6 @@ func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
 		return 0, sendError(ctx, "line length", err)
 	}
 	return n, nil
-}
-
-func (b *Backend) checkLine(ctx context.Context, key, waiterID string) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	return backend.CheckWaiter(key, waiterID)
 }
 
 // lineKeys returns the names of key's line and due times.

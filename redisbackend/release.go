@@ -9,10 +9,7 @@ import (
 // Release implements backend.Backend. Ending a live lease publishes on the
 // key's channel (see NotifyFree), in the same script.
 func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckRelease(key, leaseID); err != nil {
+	if err := b.ready(ctx, backend.CheckRelease(key, leaseID)); err != nil {
 		return err
 	}
 	b.drive()
@@ -31,10 +28,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 // token. An ambiguous error wraps backend.ErrOutcomeUnknown; resending is
 // safe, and reports false if the first attempt ended the lease.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return false, err
 	}
 	n, err := forceReleaseScript.run(ctx, b.batch, b.RedisKey(key), b.channel(key), b.publish).Int64()

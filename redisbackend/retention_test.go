@@ -62,13 +62,27 @@ func idleRecords(t *testing.T, client redis.Cmdable, b *redisbackend.Backend) []
 	ctx := context.Background()
 	old := make([]int, 20_000)
 	idle := "r" + strconv.FormatInt(time.Now().Add(-time.Hour).UnixMicro(), 10)
-	pipe := client.Pipeline()
 	for i := range old {
 		old[i] = 1 + i%97
-		pipe.HSet(ctx, b.RedisKey(key(i)), "token", old[i], "id", "old-"+strconv.Itoa(i), "exp", idle)
 	}
-	if _, err := pipe.Exec(ctx); err != nil {
-		t.Fatal(err)
+	// In pipelines of 500: one of 20,000 took longer than the client's
+	// write timeout on a loaded host ("write tcp ...: i/o timeout"). An
+	// HSET is idempotent, so a pipeline that failed is sent again.
+	const chunk = 500
+	for lo := 0; lo < len(old); lo += chunk {
+		var err error
+		for range 5 {
+			pipe := client.Pipeline()
+			for i := lo; i < min(lo+chunk, len(old)); i++ {
+				pipe.HSet(ctx, b.RedisKey(key(i)), "token", old[i], "id", "old-"+strconv.Itoa(i), "exp", idle)
+			}
+			if _, err = pipe.Exec(ctx); err == nil {
+				break
+			}
+		}
+		if err != nil {
+			t.Fatalf("writing records %d-%d: %v", lo, lo+chunk-1, err)
+		}
 	}
 	return old
 }

@@ -227,7 +227,7 @@ func (b *Backend) reclaim(ctx context.Context, rks []string) error {
 // round trip; it is a figure for metrics and operators, not for every
 // request. Reclaimed is the keys this backend's passes deleted since New.
 func (b *Backend) Size(ctx context.Context) (backend.StoreSize, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return backend.StoreSize{}, err
 	}
 	var total int64

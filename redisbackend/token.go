@@ -22,10 +22,7 @@ import (
 // script, which reads both at one instant. On other clients (a Cluster, a
 // Ring), which could send TIME to another server, it is the script alone.
 func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, false, err
 	}
 	rk := b.RedisKey(key)

@@ -78,12 +78,11 @@ func (l *RWLock) Name() string { return l.name }
 // RLock waits until the lock can be read (no writer inside or ahead in
 // line, and a reader slot free), then holds it for reading until Release,
 // renewing its lease in the background. ctx bounds both the wait and the
-// hold, as for fencing.Coordinator.Lock. opts are Lock's: the held leases'
-// options (fencing.WithOwner...) apply to the turnstile and the reader
-// slot; the wait's (fencing.WithWaitTimeout, fencing.WithPollInterval)
-// to the wait in the turnstile's line, the wait for a slot being bounded
-// by ctx alone. fencing.WithFIFO is always on (see the package
-// documentation for backends without a line).
+// hold, as for fencing.Coordinator.Lock. opts are Lock's: they apply to
+// the turnstile and to the reader slot (semaphore.Semaphore.Acquire), so
+// fencing.WithWaitTimeout bounds each of the two waits. fencing.WithFIFO
+// is always on the turnstile (see the package documentation for backends
+// without a line).
 func (l *RWLock) RLock(ctx context.Context, ttl time.Duration, opts ...fencing.LockOption) (*Reader, error) {
 	for {
 		r, err := l.rlock(ctx, ttl, opts)
@@ -102,13 +101,7 @@ func (l *RWLock) rlock(ctx context.Context, ttl time.Duration, opts []fencing.Lo
 	if err != nil {
 		return nil, err
 	}
-	var holdOpts []fencing.HoldOption
-	for _, o := range opts {
-		if h, ok := o.(fencing.HoldOption); ok {
-			holdOpts = append(holdOpts, h)
-		}
-	}
-	slot, err := acquire(l.slots.Acquire, ctx, ttl, holdOpts)
+	slot, err := l.slots.Acquire(ctx, ttl, opts...)
 	if err == nil {
 		err = l.stillHeld(t, slot)
 	}
@@ -141,17 +134,6 @@ func (l *RWLock) stillHeld(t *fencing.Held, slots interface{ Release(context.Con
 	}
 	_ = slots.Release(context.Background()) // best effort: they expire anyway
 	return fmt.Errorf("%w (%w)", errTurnstileLost, context.Cause(t.Context()))
-}
-
-// acquire calls the semaphore's Acquire with opts, whatever the option type
-// Acquire takes (fencing.HoldOption, or fencing.LockOption: every
-// HoldOption is one).
-func acquire[O any](f func(context.Context, time.Duration, ...O) (*fencing.Held, error), ctx context.Context, ttl time.Duration, opts []fencing.HoldOption) (*fencing.Held, error) {
-	conv := make([]O, len(opts))
-	for i, o := range opts {
-		conv[i] = any(o).(O)
-	}
-	return f(ctx, ttl, conv...)
 }
 
 // Lock waits until the lock can be written (every holder ahead in line

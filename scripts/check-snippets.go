@@ -85,6 +85,7 @@ var imports = map[string]string{
 	"hmac":    "crypto/hmac",
 	"http":    "net/http",
 	"io":      "io",
+	"json":    "encoding/json",
 	"log":     "log",
 	"os":      "os",
 	"sha256":  "crypto/sha256",

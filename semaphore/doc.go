@@ -22,20 +22,23 @@
 //
 // # Waiting
 //
-// Acquire waits without polling, as fencing.Coordinator.Lock does: it
-// subscribes to every slot (Coordinator.NotifyFree) before its first
-// attempt, tries a slot again the moment its release is announced, and
-// otherwise when a refused grant said the slot's lease would end
-// (backend.HeldError), with a fallback poll (WithPollInterval) for a missed
+// Acquire is fencing.Coordinator.LockAny over the slot keys: it waits as
+// Lock does, without polling. It subscribes to every slot
+// (Coordinator.NotifyFree) before its first attempt, tries a slot again
+// the moment its release is announced, and otherwise when a refused grant
+// said the slot's lease would end (backend.HeldError), with a fallback poll
+// (WithPollInterval, or fencing.WithPollInterval per call) for a missed
 // notification. The subscriptions cost per backend: memory, none beyond a
 // map entry per slot; etcd, one watcher per slot on the client's one watch
 // stream; Redis, one channel per slot on the backend's one pub/sub
 // connection. On a backend that cannot notify, waiters poll.
 //
-// Waiters of one Semaphore take turns: only the first in line talks to the
-// backend, the others wait in process, in FIFO order, and the first hands
-// its subscriptions and what it learned of each slot's expiry to the next.
-// So a release wakes one grant attempt per Semaphore value (per process),
-// not one per waiting goroutine. Separate Semaphore values (separate
-// processes) on one name each send an attempt per announced release.
+// Waiters on one Coordinator take turns: only the first in line talks to
+// the backend, the others wait in process, in FIFO order, so a release
+// wakes one grant attempt per Coordinator (per process), not one per
+// waiting goroutine. With fencing.WithFIFO each waiter instead waits in
+// every slot's line in the store (backend.Queuer): permits go to waiters in
+// the order their waits began, across processes, and a release wakes the
+// waiter at the head of that slot's line; each waiter then keeps an entry
+// in Size lines while it waits.
 package semaphore

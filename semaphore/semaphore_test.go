@@ -228,25 +228,40 @@ func TestSizeDisagreement(t *testing.T) {
 }
 
 // TestHandoffAttempts measures the grant attempts per handoff with 32
-// waiters for 2 permits: in one process (one Semaphore), where waiters take
-// turns, and in 32 processes (a Semaphore each), where every process's
-// first waiter tries on each release.
+// waiters for 2 permits: in one process (one Coordinator), where LockAny's
+// waiters take turns, each first waiter trying every slot once and then
+// one attempt per release (so at most size+1 = 3 per handoff), and in 32
+// processes (a Coordinator each), where every process's first waiter tries
+// on each release; and with WithFIFO in one process, where each waiter
+// waits in the slots' lines.
 func TestHandoffAttempts(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
-		for _, procs := range []int{1, 32} {
+		for _, run := range []struct {
+			procs int
+			fifo  bool
+		}{{1, false}, {32, false}, {1, true}} {
 			cb := &counting{Backend: w.NewBackend(t)}
-			c := fencing.New(cb)
-			sems := make([]*semaphore.Semaphore, procs)
+			var b backend.Backend = cb
+			var opts []fencing.LockOption
+			if run.fifo {
+				if _, ok := cb.Backend.(backend.Queuer); !ok {
+					continue
+				}
+				b = countingQueue{cb}
+				opts = append(opts, fencing.WithFIFO())
+			}
+			name := fmt.Sprintf("handoff-%d-%v", run.procs, run.fifo)
+			sems := make([]*semaphore.Semaphore, run.procs)
 			for i := range sems {
-				sems[i] = newSem(t, c, fmt.Sprintf("handoff-%d", procs), 2)
+				sems[i] = newSem(t, fencing.New(b), name, 2)
 			}
 			ctx := context.Background()
 			const waiters = 32
 			var wg sync.WaitGroup
 			for i := range waiters {
-				s := sems[i%procs]
+				s := sems[i%run.procs]
 				wg.Go(func() {
-					h, err := s.Acquire(ctx, 30*time.Second)
+					h, err := s.Acquire(ctx, 30*time.Second, opts...)
 					if err != nil {
 						t.Errorf("Acquire: %v", err)
 						return
@@ -257,9 +272,10 @@ func TestHandoffAttempts(t *testing.T) {
 			}
 			wg.Wait()
 			per := float64(cb.grants.Load()) / waiters
-			t.Logf("%s, %d process(es): %d grant attempts for %d permits, %.2f per handoff", w.Name, procs, cb.grants.Load(), waiters, per)
-			if procs == 1 && per > 2.5 {
-				t.Errorf("one process: %.2f grant attempts per handoff, want at most 2.5 (waiters take turns)", per)
+			t.Logf("%s, %d process(es), FIFO %v: %d grant attempts for %d permits, %.2f per handoff", w.Name, run.procs, run.fifo, cb.grants.Load(), waiters, per)
+			// Measured on a loaded 2-core host: 1.5 to 2.8 in one process.
+			if run.procs == 1 && !run.fifo && per > 3 {
+				t.Errorf("one process: %.2f grant attempts per handoff, want at most 3 (waiters take turns)", per)
 			}
 		}
 	})
@@ -410,4 +426,67 @@ func TestAcquireWaitsWhileStoreIsAway(t *testing.T) {
 		t.Fatalf("Acquire after the store came back and the holder released: %v", err)
 	}
 	h.Release(ctx)
+}
+
+// TestAcquireFIFO: with fencing.WithFIFO, permits go to waiters in the
+// order their waits began; with fencing.WithWaitTimeout, a waiter gives up
+// after it with an error wrapping fencing.ErrLeaseHeld, holding nothing.
+func TestAcquireFIFO(t *testing.T) {
+	b := recipetest.Memory(t).NewBackend(t)
+	lr := b.(backend.LineReader)
+	ctx := context.Background()
+	s := newSem(t, fencing.New(b), "fifo", 1)
+	holder, err := s.TryAcquire(ctx, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Acquire(ctx, time.Hour, fencing.WithWaitTimeout(50*time.Millisecond)); !errors.Is(err, fencing.ErrLeaseHeld) {
+		t.Fatalf("Acquire past its wait timeout: %v, want ErrLeaseHeld", err)
+	}
+	// Behind another waiter of this process (its turn not come), too.
+	actx, cancel := context.WithCancel(ctx)
+	first := make(chan error, 1)
+	go func() {
+		_, err := s.Acquire(actx, time.Hour)
+		first <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	if _, err := s.Acquire(ctx, time.Hour, fencing.WithWaitTimeout(50*time.Millisecond)); !errors.Is(err, fencing.ErrLeaseHeld) {
+		t.Fatalf("Acquire past its wait timeout behind another waiter: %v, want ErrLeaseHeld", err)
+	}
+	cancel()
+	if err := <-first; !errors.Is(err, context.Canceled) {
+		t.Fatalf("Acquire canceled: %v", err)
+	}
+	const waiters = 4
+	got := make(chan int, waiters)
+	var wg sync.WaitGroup
+	for i := range waiters {
+		// Each on a Coordinator of its own (a process), joining the line
+		// after the one before.
+		s := newSem(t, fencing.New(b), "fifo", 1)
+		wg.Go(func() {
+			h, err := s.Acquire(ctx, time.Hour, fencing.WithFIFO())
+			if err != nil {
+				t.Errorf("waiter %d: %v", i, err)
+				return
+			}
+			got <- i
+			time.Sleep(time.Millisecond)
+			h.Release(ctx)
+		})
+		for n, _ := lr.LineLength(ctx, semaphore.SlotKey("fifo", 0)); n < i+1; n, _ = lr.LineLength(ctx, semaphore.SlotKey("fifo", 0)) {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	holder.Release(ctx)
+	wg.Wait()
+	close(got)
+	want := 0
+	for i := range got {
+		if i != want {
+			t.Fatalf("waiter %d got a permit when waiter %d was next in line", i, want)
+		}
+		want++
+	}
 }

@@ -3,6 +3,7 @@ package semaphore_test
 import (
 	"context"
 	"sync/atomic"
+	"time"
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/testing/recipetest"
@@ -34,4 +35,20 @@ func (c *counting) Inspect(ctx context.Context, key string) (backend.KeyState, e
 
 func (c *counting) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
 	return c.Backend.(backend.Lister).List(ctx, prefix, cursor, limit)
+}
+
+// countingQueue is counting with the store's lines (backend.Queuer), for
+// WithFIFO.
+type countingQueue struct{ *counting }
+
+func (c countingQueue) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
+	return c.Backend.(backend.Queuer).Enqueue(ctx, key, waiterID, ttl)
+}
+
+func (c countingQueue) Dequeue(ctx context.Context, key, waiterID string) error {
+	return c.Backend.(backend.Queuer).Dequeue(ctx, key, waiterID)
+}
+
+func (c countingQueue) NotifyTurn(ctx context.Context, key, waiterID string) (backend.Subscription, error) {
+	return c.Backend.(backend.Queuer).NotifyTurn(ctx, key, waiterID)
 }

@@ -28,6 +28,21 @@ func (b *Backend) ReadTurns(ctx context.Context, sub backend.Subscription) (appl
 	return func() { b.hub.applyTurns(subs, places, err, began) }
 }
 
+// HoldWriter takes b's turn to write (rowTx), as a transaction of b that
+// runs would: b's next transaction waits until release is called.
+func (b *Backend) HoldWriter() (release func()) {
+	b.writer <- struct{}{}
+	return func() { <-b.writer }
+}
+
+// Telling reports whether an Enqueue or a Dequeue of sub's waiter (a
+// NotifyTurn subscription) through b is under way.
+func (b *Backend) Telling(sub backend.Subscription) bool {
+	b.hub.mu.Lock()
+	defer b.hub.mu.Unlock()
+	return sub.(*subscription).telling > 0
+}
+
 // SlowClockRead holds up the first read of Token (and Inspect on MySQL)
 // for d between taking the row and reading the server's clock, as a busy
 // server can: SLEEP in MySQL's statement, which the process list shows as

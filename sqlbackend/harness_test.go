@@ -113,6 +113,7 @@ type harness struct {
 	clock   *fakeClock // SQLite only; nil: the system clock
 	opts    []sqlbackend.Option
 	n       atomic.Int64
+	spaces  sync.Map // backend.Backend → its table prefix, for Reopen
 }
 
 func (h *harness) NewBackend(ctx context.Context, t testing.TB) (backend.Backend, error) {
@@ -130,8 +131,27 @@ func (h *harness) Records(ctx context.Context, b backend.Backend) (int, error) {
 	return int(st.Records), err
 }
 
+// Reopen implements conformance.Reopener: a backend on b's tables, over
+// the harness's pool.
+func (h *harness) Reopen(ctx context.Context, _ testing.TB, b backend.Backend) (backend.Backend, error) {
+	prefix, ok := h.spaces.Load(b)
+	if !ok {
+		return nil, fmt.Errorf("Reopen: a backend NewBackend did not make")
+	}
+	return h.newBackendOn(ctx, prefix.(string), h.opts...)
+}
+
 func (h *harness) newBackend(ctx context.Context, extra ...sqlbackend.Option) (backend.Backend, error) {
-	opts := append([]sqlbackend.Option{sqlbackend.WithTablePrefix(fmt.Sprintf("t%d_", h.n.Add(1)))}, extra...)
+	prefix := fmt.Sprintf("t%d_", h.n.Add(1))
+	b, err := h.newBackendOn(ctx, prefix, extra...)
+	if err == nil {
+		h.spaces.Store(b, prefix)
+	}
+	return b, err
+}
+
+func (h *harness) newBackendOn(ctx context.Context, prefix string, extra ...sqlbackend.Option) (backend.Backend, error) {
+	opts := append([]sqlbackend.Option{sqlbackend.WithTablePrefix(prefix)}, extra...)
 	if h.clock != nil {
 		opts = append(opts, sqlbackend.WithHostClock(h.clock))
 	}

@@ -442,3 +442,65 @@ func TestNotifyTurnPollOlderThanEnqueueDoesNotWake(t *testing.T) {
 		t.Fatal("not woken by a poll after the entry ahead left")
 	}
 }
+
+// A leave ahead that the waiter's own Enqueue reads first still wakes the
+// waiter. Under load a renewal waits for the file behind the Dequeue of the
+// entry ahead and then reads the new place; the poll skips the place while
+// the Enqueue is under way, and afterwards compares with what the Enqueue
+// recorded, so it sees no change. The Enqueue's caller may not read the
+// place (package fencing's keeper renews the entry and looks only at the
+// error): without a wake-up, a waiter now at the head slept until the entry
+// that had been ahead would have expired (TestLockFIFOHistory/sqlite's lost
+// wake-up).
+func TestNotifyTurnLeaveReadByRenewalWakes(t *testing.T) {
+	b, path := sharedFile(t)
+	ctx := context.Background()
+	other, err := sqlbackend.New(context.Background(), openSQLitePath(t, path), sqlbackend.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Enqueue(ctx, "k", "head", time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	sub, err := b.NotifyTurn(ctx, "k", "w")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if p, err := b.Enqueue(ctx, "k", "w", time.Minute); err != nil || p.Ahead != 1 {
+		t.Fatalf("Enqueue: %+v, %v", p, err)
+	}
+	b.ReadTurns(ctx, sub)() // a poll: w is behind head, as its Enqueue said
+	select {
+	case <-sub.Freed():
+		t.Fatal("woken before the entry ahead left")
+	default:
+	}
+	release := b.HoldWriter() // the renewal waits for the file
+	type renewal struct {
+		p   backend.Place
+		err error
+	}
+	renewed := make(chan renewal, 1)
+	go func() {
+		p, err := b.Enqueue(ctx, "k", "w", time.Minute)
+		renewed <- renewal{p, err}
+	}()
+	for !b.Telling(sub) {
+		time.Sleep(time.Millisecond)
+	}
+	if err := other.Dequeue(ctx, "k", "head"); err != nil {
+		t.Fatal(err)
+	}
+	release()
+	if r := <-renewed; r.err != nil || r.p.Ahead != 0 {
+		t.Fatalf("the renewal after the leave: %+v, %v", r.p, r.err)
+	}
+	b.ReadTurns(ctx, sub)() // the next poll
+	select {
+	case <-sub.Freed():
+	default:
+		t.Fatal("the waiter now at the head was not woken: only its renewal, whose place its caller may not read, saw the entry ahead leave")
+	}
+}

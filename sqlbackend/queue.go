@@ -353,11 +353,25 @@ func (h *hub) applyTurns(subs []*subscription, places []int64, err error, began 
 
 // sawTurn records what an Enqueue (or a Dequeue) through this Backend told
 // waiterID of its place, so that the poll wakes it only when that changes.
+//
+// Where the poll watches the lines, an Enqueue that found the entry ahead
+// changed since the place recorded before (it left, or expired) also wakes
+// the waiter, as the poll would have: the poll compares with the place
+// recorded here, so it will not, and the Enqueue's caller may not read the
+// place (package fencing's keeper renews the entry and looks only at the
+// error). Under load that is the common case: a renewal waits for the file
+// behind the Dequeue of the entry ahead, and the poll skips the place while
+// the renewal is under way. A join (no place recorded before) wakes
+// nothing.
 func (h *hub) sawTurn(key, waiterID string, aheadSeq int64) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	polls := h.b.dialect == SQLite || h.b.listenDSN == ""
 	for sub := range h.turns[key] {
 		if sub.waiterID == waiterID {
+			if polls && sub.seen >= 0 && aheadSeq >= 0 && turnWakes(sub.seen, aheadSeq) {
+				sub.wake()
+			}
 			sub.seen = aheadSeq
 		}
 	}

@@ -113,7 +113,10 @@ type statements struct {
 	// deletes the waiters' entries dead since that moment. PostgreSQL:
 	// reclaim calls the reclaim function.
 	records, floor, raiseFloor, idleKeys, dropDead, reclaim string
-	lockKeys, deleteKeys                                    [2]string
+	// lockFloor locks the floor row for an update (MySQL: a grant run
+	// again after a deadlock, see mysqlTx).
+	lockFloor            string
+	lockKeys, deleteKeys [2]string
 
 	// PostgreSQL: the cluster (cluster.go).
 	adopt, clusterIDs string

@@ -17,7 +17,7 @@ import (
 )
 
 // TestKube runs the command with --backend kube against a real
-// kube-apiserver and etcd (skipped without them, except in CI), as a user
+// kube-apiserver and etcd (found or built by kubetest.Binaries), as a user
 // whose only permission is the Role on leases of docs/kubernetes.md, named
 // by a kubeconfig whose context gives the namespace.
 func TestKube(t *testing.T) {

@@ -139,7 +139,11 @@ func runPermit(cmd *cobra.Command, s *session, tf termFlags, sem *semaphore.Sema
 	var err error
 	if wait {
 		spin := startSpinner(cmd.ErrOrStderr(), "waiting for a permit of "+quote(sem.Name()))
-		h, err = sem.Acquire(ctx, tf.ttl, tf.holdOptions()...)
+		var opts []fencing.LockOption
+		for _, o := range tf.holdOptions() {
+			opts = append(opts, o)
+		}
+		h, err = sem.Acquire(ctx, tf.ttl, opts...)
 		spin.Stop()
 	} else {
 		h, err = sem.TryAcquire(ctx, tf.ttl, tf.holdOptions()...)

@@ -9,11 +9,11 @@ import (
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/internal/storeopt"
 )
 
 // DefaultPrefix is the prefix of the fence keys unless WithPrefix gives
@@ -23,10 +23,9 @@ const DefaultPrefix = "fencing-fence/"
 // Guard fences resources whose data is in etcd. It is safe for concurrent
 // use.
 type Guard struct {
-	cli     *clientv3.Client
-	prefix  string
-	metrics *guard.Metrics
-	mint    *guard.MintCheck
+	cli    *clientv3.Client
+	prefix string
+	opts   storeopt.Shared
 }
 
 // Option configures a Guard.
@@ -41,23 +40,18 @@ func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefi
 // mp (guard.MetricStaleTokens; without this option the global provider, a
 // no-op until an OpenTelemetry SDK is installed; a nil mp records nothing).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "etcdguard") }
+	return func(g *Guard) { g.opts.SetMeterProvider(mp) }
 }
 
 // WithMintCheck makes the Guard refuse a token the lock store never minted,
 // with an error wrapping guard.ErrNotMinted, before it sends anything (see
 // guard.MintCheck). Use it when tokens come from the network.
-func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.mint = mc } }
+func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.opts.Mint = mc } }
 
 // New returns a Guard on cli. The Guard never closes cli.
 func New(cli *clientv3.Client, opts ...Option) *Guard {
 	g := &Guard{cli: cli, prefix: DefaultPrefix}
-	for _, opt := range opts {
-		opt(g)
-	}
-	if g.metrics == nil {
-		g.metrics = guard.NewMetrics(otel.GetMeterProvider(), "etcdguard")
-	}
+	storeopt.Apply(g, &g.opts, "etcdguard", opts)
 	return g
 }
 
@@ -97,7 +91,7 @@ func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ..
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	if err := g.mint.Check(ctx, resource, token); err != nil {
+	if err := g.opts.Mint.Check(ctx, resource, token); err != nil {
 		return nil, err
 	}
 	admit := append([]clientv3.Op{clientv3.OpPut(key, val)}, ops...)
@@ -120,7 +114,7 @@ func (g *Guard) Write(ctx context.Context, resource string, token uint64, ops ..
 	if !resp.Succeeded {
 		inner := resp.Responses[0].GetResponseTxn()
 		if inner.Succeeded {
-			return nil, g.metrics.Observe(ctx, stale(resource, token, inner))
+			return nil, g.opts.Metrics.Observe(ctx, stale(resource, token, inner))
 		}
 		responses = inner.Responses
 	}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/internal/carrier"
 	"github.com/fencing-go/fencing/guard/internal/header"
 )
 
@@ -29,7 +30,7 @@ const (
 )
 
 // Option configures the server interceptors.
-type Option interface{ server(*config) }
+type Option interface{ server(*carrier.Config) }
 
 // ClientOption configures the client interceptors. Every ClientOption is
 // an Option too: it configures both ends of the carrier alike.
@@ -39,16 +40,9 @@ type ClientOption interface {
 }
 
 // option is an Option of the server interceptors alone.
-type option func(*config)
+type option func(*carrier.Config)
 
-func (o option) server(c *config) { o(c) }
-
-type config struct {
-	writer     guard.Writer
-	require    bool
-	mint       *guard.MintCheck
-	propagator propagation.TextMapPropagator // nil: none
-}
+func (o option) server(c *carrier.Config) { o(c) }
 
 type clientConfig struct {
 	propagator propagation.TextMapPropagator // nil: none
@@ -68,8 +62,8 @@ func WithPropagator(p propagation.TextMapPropagator) ClientOption {
 
 type propagatorOption struct{ p propagation.TextMapPropagator }
 
-func (o propagatorOption) server(c *config)       { c.propagator = o.p }
-func (o propagatorOption) client(c *clientConfig) { c.propagator = o.p }
+func (o propagatorOption) server(c *carrier.Config) { c.Propagator = o.p }
+func (o propagatorOption) client(c *clientConfig)   { c.propagator = o.p }
 
 // metadataCarrier is a propagation.TextMapCarrier on gRPC metadata (whose
 // keys are lower case, as the propagators' are).
@@ -94,7 +88,7 @@ func (m metadataCarrier) Keys() []string {
 
 // RequireToken makes the server interceptors refuse a call without a
 // token with codes.FailedPrecondition (the handler is not called).
-func RequireToken() Option { return option(func(c *config) { c.require = true }) }
+func RequireToken() Option { return option(carrier.RequireToken) }
 
 // WithWriter makes the server interceptors run the handler under w (a
 // *guard.Memory): the call's token is admitted for its resource and the
@@ -104,7 +98,7 @@ func RequireToken() Option { return option(func(c *config) { c.require = true })
 // it returns an error. For a resource in the server's own memory only: a
 // database write is fenced by the store guard inside the handler.
 func WithWriter(w guard.Writer) Option {
-	return option(func(c *config) { c.writer, c.require = w, true })
+	return option(carrier.WithWriter(w))
 }
 
 // WithMintCheck makes the server interceptors refuse a token the lock
@@ -116,7 +110,7 @@ func WithWriter(w guard.Writer) Option {
 // this process. It is the default to use for a service that accepts tokens
 // from the network; it does not authenticate the caller (see
 // docs/across-services.md).
-func WithMintCheck(mc *guard.MintCheck) Option { return option(func(c *config) { c.mint = mc }) }
+func WithMintCheck(mc *guard.MintCheck) Option { return option(carrier.WithMintCheck(mc)) }
 
 // UnaryClientInterceptor returns an interceptor that sends the context's
 // token (guard.TokenFromContext, fencing.Held.Context) in the fencing-token
@@ -210,12 +204,12 @@ func UnaryServerInterceptor(opts ...Option) grpc.UnaryServerInterceptor {
 		if err != nil {
 			return nil, err
 		}
-		if c.writer == nil || resource == "" {
+		if c.Writer == nil || resource == "" {
 			reply, err := handler(ctx, req)
 			return reply, Status(err)
 		}
 		var reply any
-		err = c.writer.Write(ctx, resource, token, func() error {
+		err = c.Writer.Write(ctx, resource, token, func() error {
 			var err error
 			reply, err = handler(ctx, req)
 			return err
@@ -235,10 +229,10 @@ func StreamServerInterceptor(opts ...Option) grpc.StreamServerInterceptor {
 			return err
 		}
 		ss = serverStream{ss, ctx}
-		if c.writer == nil || resource == "" {
+		if c.Writer == nil || resource == "" {
 			return Status(handler(srv, ss))
 		}
-		return Status(c.writer.Write(ctx, resource, token, func() error { return handler(srv, ss) }))
+		return Status(c.Writer.Write(ctx, resource, token, func() error { return handler(srv, ss) }))
 	}
 }
 
@@ -249,10 +243,13 @@ type serverStream struct {
 
 func (s serverStream) Context() context.Context { return s.ctx }
 
+// config is the server interceptors' options, which incoming reads.
+type config struct{ carrier.Config }
+
 func newConfig(opts []Option) *config {
 	c := &config{}
 	for _, o := range opts {
-		o.server(c)
+		o.server(&c.Config)
 	}
 	return c
 }
@@ -262,15 +259,15 @@ func newConfig(opts []Option) *config {
 // call's trace context is read first, so the mint check and the handler
 // run in the caller's trace.
 func (c *config) incoming(ctx context.Context) (_ context.Context, resource string, token uint64, err error) {
-	if c.propagator != nil {
+	if c.Propagator != nil {
 		md, _ := metadata.FromIncomingContext(ctx)
-		ctx = c.propagator.Extract(ctx, metadataCarrier(md))
+		ctx = c.Propagator.Extract(ctx, metadataCarrier(md))
 	}
 	vs := metadata.ValueFromIncomingContext(ctx, TokenKey)
 	switch {
 	case len(vs) > 1:
 		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %d values, want one", TokenKey, len(vs))
-	case len(vs) == 0 && c.require:
+	case len(vs) == 0 && c.Require:
 		return nil, "", 0, status.Errorf(codes.FailedPrecondition, "%v: send %s metadata", guard.ErrNoToken, TokenKey)
 	case len(vs) == 0:
 		return ctx, "", 0, nil
@@ -282,7 +279,7 @@ func (c *config) incoming(ctx context.Context) (_ context.Context, resource stri
 	if err := guard.CheckAdmit(resource, token); err != nil {
 		return nil, "", 0, status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %v", TokenKey, err)
 	}
-	if err := c.mint.Check(ctx, resource, token); err != nil {
+	if err := c.Mint.Check(ctx, resource, token); err != nil {
 		return nil, "", 0, Status(err)
 	}
 	return guard.ContextWithToken(ctx, resource, token), resource, token, nil

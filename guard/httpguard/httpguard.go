@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/internal/carrier"
 	"github.com/fencing-go/fencing/guard/internal/header"
 )
 
@@ -147,7 +148,7 @@ func WriteStale(w http.ResponseWriter, resource string, err error) bool {
 }
 
 // Option configures Middleware.
-type Option interface{ middleware(*config) }
+type Option interface{ middleware(*carrier.Config) }
 
 // TransportOption configures Transport. Every TransportOption is an Option
 // too: it configures both ends of the carrier alike.
@@ -157,16 +158,9 @@ type TransportOption interface {
 }
 
 // option is an Option of Middleware alone.
-type option func(*config)
+type option func(*carrier.Config)
 
-func (o option) middleware(c *config) { o(c) }
-
-type config struct {
-	writer     guard.Writer
-	require    bool
-	mint       *guard.MintCheck
-	propagator propagation.TextMapPropagator // nil: none
-}
+func (o option) middleware(c *carrier.Config) { o(c) }
 
 // WithPropagator makes Transport send each request's trace context in
 // the request's headers, written by p (propagation.TraceContext{} for the
@@ -181,12 +175,12 @@ func WithPropagator(p propagation.TextMapPropagator) TransportOption {
 
 type propagatorOption struct{ p propagation.TextMapPropagator }
 
-func (o propagatorOption) middleware(c *config)   { c.propagator = o.p }
-func (o propagatorOption) transport(t *transport) { t.propagator = o.p }
+func (o propagatorOption) middleware(c *carrier.Config) { c.Propagator = o.p }
+func (o propagatorOption) transport(t *transport)       { t.propagator = o.p }
 
 // RequireToken makes Middleware answer a request without a Fencing-Token
 // header with 428 Precondition Required (the handler is not called).
-func RequireToken() Option { return option(func(c *config) { c.require = true }) }
+func RequireToken() Option { return option(carrier.RequireToken) }
 
 // WithWriter makes Middleware run the handler under w (a *guard.Memory):
 // the request's token is admitted for its resource and the handler runs
@@ -200,7 +194,7 @@ func RequireToken() Option { return option(func(c *config) { c.require = true })
 // a file it alone writes). It does not make a database write atomic with
 // the check: see the package doc.
 func WithWriter(w guard.Writer) Option {
-	return option(func(c *config) { c.writer, c.require = w, true })
+	return option(carrier.WithWriter(w))
 }
 
 // WithMintCheck makes Middleware refuse a token the lock store never
@@ -212,7 +206,7 @@ func WithWriter(w guard.Writer) Option {
 // process. It is the default to use for a service that accepts tokens from
 // the network; it does not authenticate the caller (see
 // docs/across-services.md).
-func WithMintCheck(mc *guard.MintCheck) Option { return option(func(c *config) { c.mint = mc }) }
+func WithMintCheck(mc *guard.MintCheck) Option { return option(carrier.WithMintCheck(mc)) }
 
 // WriteRefused answers a request refused by a guard: a stale token as
 // WriteStale does (409), a token never minted with 403 Forbidden, one that
@@ -244,20 +238,20 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 // (see WriteRefused). Under WithPropagator the request's trace context is
 // read first, so the mint check and next run in the caller's trace.
 func Middleware(next http.Handler, opts ...Option) http.Handler {
-	var c config
+	var c carrier.Config
 	for _, o := range opts {
 		o.middleware(&c)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if c.propagator != nil {
-			r = r.WithContext(c.propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
+		if c.Propagator != nil {
+			r = r.WithContext(c.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 		}
 		vs := r.Header.Values(TokenHeader)
 		switch {
 		case len(vs) > 1:
 			http.Error(w, fmt.Sprintf("%v: %d headers, want one", ErrMalformedHeader, len(vs)), http.StatusBadRequest)
 			return
-		case len(vs) == 0 && c.require:
+		case len(vs) == 0 && c.Require:
 			http.Error(w, fmt.Sprintf("%v: send a %s header", guard.ErrNoToken, TokenHeader), http.StatusPreconditionRequired)
 			return
 		case len(vs) == 0:
@@ -269,17 +263,17 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 			http.Error(w, oneLine(err), http.StatusBadRequest)
 			return
 		}
-		if err := c.mint.Check(r.Context(), resource, token); err != nil {
+		if err := c.Mint.Check(r.Context(), resource, token); err != nil {
 			WriteRefused(w, resource, err)
 			return
 		}
 		ctx := guard.ContextWithToken(r.Context(), resource, token)
 		r = r.WithContext(ctx)
-		if c.writer == nil {
+		if c.Writer == nil {
 			next.ServeHTTP(w, r)
 			return
 		}
-		err = c.writer.Write(ctx, resource, token, func() error {
+		err = c.Writer.Write(ctx, resource, token, func() error {
 			next.ServeHTTP(w, r)
 			return nil
 		})

@@ -9,11 +9,11 @@ import (
 	"strings"
 
 	"github.com/redis/go-redis/v9"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/internal/storeopt"
 )
 
 var (
@@ -56,8 +56,7 @@ type Guard struct {
 	client  redis.Scripter
 	cluster bool
 	prefix  string
-	metrics *guard.Metrics
-	mint    *guard.MintCheck
+	opts    storeopt.Shared
 }
 
 // Option configures a Guard.
@@ -71,13 +70,13 @@ func WithPrefix(prefix string) Option { return func(g *Guard) { g.prefix = prefi
 // mp (guard.MetricStaleTokens; without this option the global provider, a
 // no-op until an OpenTelemetry SDK is installed; a nil mp records nothing).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "redisguard") }
+	return func(g *Guard) { g.opts.SetMeterProvider(mp) }
 }
 
 // WithMintCheck makes the Guard refuse a token the lock store never minted,
 // with an error wrapping guard.ErrNotMinted, before it sends anything (see
 // guard.MintCheck). Use it when tokens come from the network.
-func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.mint = mc } }
+func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.opts.Mint = mc } }
 
 // New returns a Guard on client: a *redis.Client, a *redis.ClusterClient, or
 // any client that runs scripts. On a *redis.ClusterClient every written key
@@ -85,12 +84,7 @@ func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.mint 
 func New(client redis.Scripter, opts ...Option) *Guard {
 	_, cluster := client.(*redis.ClusterClient)
 	g := &Guard{client: client, cluster: cluster, prefix: DefaultPrefix}
-	for _, opt := range opts {
-		opt(g)
-	}
-	if g.metrics == nil {
-		g.metrics = guard.NewMetrics(otel.GetMeterProvider(), "redisguard")
-	}
+	storeopt.Apply(g, &g.opts, "redisguard", opts)
 	return g
 }
 
@@ -206,7 +200,7 @@ func (g *Guard) check(ctx context.Context, resource string, token uint64, keys [
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return g.mint.Check(ctx, resource, token)
+	return g.opts.Mint.Check(ctx, resource, token)
 }
 
 // run runs script and turns a stale reply into guard.ErrStaleToken.
@@ -218,9 +212,9 @@ func (g *Guard) run(ctx context.Context, script *redis.Script, resource string, 
 	if redis.HasErrorPrefix(err, staleReply) {
 		fence, perr := strconv.ParseUint(strings.TrimSpace(strings.TrimPrefix(err.Error(), staleReply)), 10, 64)
 		if perr == nil {
-			return nil, g.metrics.Observe(ctx, guard.StaleError(resource, token, fence))
+			return nil, g.opts.Metrics.Observe(ctx, guard.StaleError(resource, token, fence))
 		}
-		return nil, g.metrics.Observe(ctx, fmt.Errorf("%w: token %d", guard.ErrStaleToken, token))
+		return nil, g.opts.Metrics.Observe(ctx, fmt.Errorf("%w: token %d", guard.ErrStaleToken, token))
 	}
 	return nil, fmt.Errorf("redisguard: %w", err)
 }

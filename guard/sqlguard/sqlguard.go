@@ -10,11 +10,11 @@ import (
 	"strconv"
 
 	"github.com/go-sql-driver/mysql"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/guard/internal/storeopt"
 )
 
 // Dialect is the SQL spoken by one kind of database: Postgres, SQLite or
@@ -106,8 +106,7 @@ type Guard struct {
 	table                                      string
 	create, admitQL, fenceQL, lowerQL, clearQL string
 	dropQL, equalQL                            string
-	metrics                                    *guard.Metrics
-	mint                                       *guard.MintCheck
+	opts                                       storeopt.Shared
 }
 
 // Option configures a Guard.
@@ -121,13 +120,13 @@ func WithTable(name string) Option { return func(g *Guard) { g.table = name } }
 // mp (guard.MetricStaleTokens; without this option the global provider, a
 // no-op until an OpenTelemetry SDK is installed; a nil mp records nothing).
 func WithMeterProvider(mp metric.MeterProvider) Option {
-	return func(g *Guard) { g.metrics = guard.NewMetrics(mp, "sqlguard") }
+	return func(g *Guard) { g.opts.SetMeterProvider(mp) }
 }
 
 // WithMintCheck makes the Guard refuse a token the lock store never minted,
 // with an error wrapping guard.ErrNotMinted, before it sends anything (see
 // guard.MintCheck). Use it when tokens come from the network.
-func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.mint = mc } }
+func WithMintCheck(mc *guard.MintCheck) Option { return func(g *Guard) { g.opts.Mint = mc } }
 
 var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Za-z0-9_]{0,62})?$`)
 
@@ -136,9 +135,7 @@ var tableName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,62}(\.[A-Za-z_][A-Z
 // the error of every backend's New for a bad argument.
 func New(d Dialect, opts ...Option) (*Guard, error) {
 	g := &Guard{dialect: d, table: DefaultTable}
-	for _, opt := range opts {
-		opt(g)
-	}
+	storeopt.Apply(g, &g.opts, "sqlguard", opts)
 	if d.name == "" {
 		return nil, fmt.Errorf("sqlguard: %w: no dialect (use sqlguard.Postgres, sqlguard.SQLite or sqlguard.MySQL)", backend.ErrInvalidConfig)
 	}
@@ -153,9 +150,6 @@ func New(d Dialect, opts ...Option) (*Guard, error) {
 	g.dropQL = fmt.Sprintf(d.drop, g.table)
 	if d.equal != "" {
 		g.equalQL = fmt.Sprintf(d.equal, g.table)
-	}
-	if g.metrics == nil {
-		g.metrics = guard.NewMetrics(otel.GetMeterProvider(), "sqlguard")
 	}
 	return g, nil
 }
@@ -240,7 +234,7 @@ func (g *Guard) admit(ctx context.Context, ex queryExecer, resource string, toke
 		}
 	}
 	if n == 0 {
-		return g.metrics.Observe(ctx, g.stale(ctx, ex, resource, token))
+		return g.opts.Metrics.Observe(ctx, g.stale(ctx, ex, resource, token))
 	}
 	return nil
 }
@@ -255,7 +249,7 @@ func (g *Guard) check(ctx context.Context, resource string, token uint64) error 
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return g.mint.Check(ctx, resource, token)
+	return g.opts.Mint.Check(ctx, resource, token)
 }
 
 // stale returns the error for a refused token, naming the fence when it
