@@ -64,6 +64,7 @@ var imports = map[string]string{
 	"conformance":   "github.com/fencing-go/fencing/conformance",
 	"election":      "github.com/fencing-go/fencing/election",
 	"semaphore":     "github.com/fencing-go/fencing/semaphore",
+	"rwlock":        "github.com/fencing-go/fencing/rwlock",
 	"memorybackend": "github.com/fencing-go/fencing/memorybackend",
 	"etcdbackend":   "github.com/fencing-go/fencing/etcdbackend",
 	"redisbackend":  "github.com/fencing-go/fencing/redisbackend",
