@@ -38,10 +38,7 @@ import (
 // a serialization failure when the lease row changed since its snapshot:
 // retry the transaction.
 func (b *Backend) AdmitTx(ctx context.Context, tx *sql.Tx, key string, token uint64) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return err
 	}
 	if tx == nil {

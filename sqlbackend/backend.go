@@ -190,7 +190,7 @@ func New(ctx context.Context, db *sql.DB, dialect Dialect, opts ...Option) (*Bac
 // the write lock of BEGIN IMMEDIATE orders them; on MySQL the tables'
 // metadata locks. Each finds the work of the one before it done.
 func (b *Backend) CreateTables(ctx context.Context) error {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return err
 	}
 	return b.dialect.createTables(ctx)
@@ -207,12 +207,19 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-func (b *Backend) ready(ctx context.Context) error {
+// ready opens every operation: it returns ctx's error, then
+// backend.ErrClosed after Close, then args: the error of the operation's
+// argument check, a backend.Check function called on the operation's
+// arguments (nil for an operation with none to check). The backends are
+// the one layer that checks arguments (the Coordinator and the conformance
+// suite rely on it), and this is where each operation does; a call refused
+// here sends and changes nothing.
+func (b *Backend) ready(ctx context.Context, args error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	if b.closed.Load() {
 		return backend.ErrClosed
 	}
-	return nil
+	return args
 }

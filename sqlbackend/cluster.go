@@ -40,7 +40,7 @@ func (e *ClusterError) Unwrap() error { return ErrClusterChanged }
 // old cluster has stopped granting; it is the same as
 // SELECT <prefix>adopt_cluster().
 func (b *Backend) AdoptCluster(ctx context.Context) (epoch uint32, err error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return 0, err
 	}
 	if _, ok := b.dialect.(*postgres); !ok {

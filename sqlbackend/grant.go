@@ -12,10 +12,7 @@ import (
 // the live lease judged, the counter raised); on SQLite one BEGIN
 // IMMEDIATE transaction; on MySQL one transaction that locks the row.
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	defer b.driveSweep()

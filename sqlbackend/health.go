@@ -57,7 +57,7 @@ type HorizonHolder struct {
 // reads of statistics views, for a health endpoint or a metric
 // (RegisterHealthMetrics), not for every request.
 func (b *Backend) Health(ctx context.Context) (Health, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return Health{}, err
 	}
 	if _, ok := b.dialect.(*postgres); !ok {

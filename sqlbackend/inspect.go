@@ -10,10 +10,7 @@ import (
 // MySQL in readLive's one or two, or on SQLite in one read of a live
 // lease's row or else one transaction.
 func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.KeyState{}, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return backend.KeyState{}, err
 	}
 	return b.dialect.inspect(ctx, key)
@@ -25,7 +22,7 @@ const DefaultListLimit = 100
 // List implements backend.Lister: keys in byte order, in one statement per
 // page; the cursor is the last key of the page before.
 func (b *Backend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return nil, "", err
 	}
 	if limit <= 0 {

@@ -17,10 +17,7 @@ var _ backend.MultiGranter = (*Backend)(nil)
 // neither waits on the other in a cycle. A lost answer to the COMMIT is an
 // unknown outcome, as for any grant.
 func (b *Backend) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckMany(reqs); err != nil {
+	if err := b.ready(ctx, backend.CheckMany(reqs)); err != nil {
 		return nil, err
 	}
 	defer b.driveSweep()

@@ -93,10 +93,7 @@ type hub struct {
 // NotifyFree implements backend.Notifier (see the package documentation for
 // how each dialect learns of a release).
 func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return nil, err
 	}
 	sub := &subscription{h: &b.hub, key: key, freed: make(chan struct{}, 1)}

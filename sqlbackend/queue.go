@@ -61,10 +61,7 @@ func turnTag(waiterID string) string {
 // drops the key's expired entries and puts a new one at the end, and reads
 // the place, in one statement (PostgreSQL) or one transaction (SQLite).
 func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Place{}, err
-	}
-	if err := backend.CheckEnqueue(key, waiterID, ttl); err != nil {
+	if err := b.ready(ctx, backend.CheckEnqueue(key, waiterID, ttl)); err != nil {
 		return backend.Place{}, err
 	}
 	defer b.hub.telling(key, waiterID)()
@@ -80,10 +77,7 @@ func (b *Backend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Du
 // removes waiterID's and wakes the waiter now directly behind it (see the
 // top of this file).
 func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckWaiter(key, waiterID); err != nil {
+	if err := b.ready(ctx, backend.CheckWaiter(key, waiterID)); err != nil {
 		return err
 	}
 	defer b.hub.telling(key, waiterID)()
@@ -102,10 +96,7 @@ func (b *Backend) Dequeue(ctx context.Context, key, waiterID string) error {
 // polls, it reads the waiter's place before it returns, so that a leave
 // after NotifyTurn returns is told from that reading.
 func (b *Backend) NotifyTurn(ctx context.Context, key, waiterID string) (backend.Subscription, error) {
-	if err := b.ready(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckWaiter(key, waiterID); err != nil {
+	if err := b.ready(ctx, backend.CheckWaiter(key, waiterID)); err != nil {
 		return nil, err
 	}
 	sub := &subscription{h: &b.hub, key: key, freed: make(chan struct{}, 1), turn: true, waiterID: waiterID, tag: turnTag(waiterID), seen: seenUnknown}
@@ -247,10 +238,7 @@ func (h *hub) wakeTurn(key, tag string) {
 // entries, outside any transaction, on the server's clock (PostgreSQL,
 // MySQL) or the host's (SQLite).
 func (b *Backend) LineLength(ctx context.Context, key string) (int, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, err
 	}
 	return b.dialect.lineLength(ctx, key)

@@ -11,10 +11,7 @@ import (
 // function; both notify listening waiters when they commit), one BEGIN
 // IMMEDIATE transaction on SQLite.
 func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
-	if err := b.ready(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckRelease(key, leaseID); err != nil {
+	if err := b.ready(ctx, backend.CheckRelease(key, leaseID)); err != nil {
 		return err
 	}
 	defer b.driveSweep()
@@ -29,10 +26,7 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 // then returns nil (its lease reads as released) and leaves the lock delay
 // running, its renewals and resent grants get backend.ErrLeaseNotFound.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return false, err
 	}
 	ended, err := b.dialect.forceRelease(ctx, key)

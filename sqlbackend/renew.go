@@ -9,10 +9,7 @@ import (
 // Renew implements backend.Backend: one statement on PostgreSQL (the renew
 // function), one BEGIN IMMEDIATE transaction on SQLite.
 func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	if err := b.ready(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	defer b.driveSweep()

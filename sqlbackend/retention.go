@@ -166,7 +166,7 @@ func (b *Backend) sweepPass() {
 // rows (count(*) over its table, the floor row left out: a scan of the
 // primary key's index), Reclaimed the keys this Backend's passes deleted.
 func (b *Backend) Size(ctx context.Context) (backend.StoreSize, error) {
-	if err := b.ready(ctx); err != nil {
+	if err := b.ready(ctx, nil); err != nil {
 		return backend.StoreSize{}, err
 	}
 	var n int64

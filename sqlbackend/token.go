@@ -13,10 +13,7 @@ import (
 // SELECT that reads the server's clock after the row, and a second one
 // under a shared lock when the first shows a lease ended (readLive).
 func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
-	if err := b.ready(ctx); err != nil {
-		return 0, false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, false, err
 	}
 	return b.dialect.token(ctx, key)
