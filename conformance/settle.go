@@ -82,13 +82,31 @@ func (s suite) testHoldManySettlesUnknownGrant(t *testing.T) {
 	b := s.manyBackend(t)
 	mg := capability[backend.MultiGranter](t, b, "backend.MultiGranter")
 	c := fencing.New(&manyAnswerLost{Backend: b, mg: mg}, fencing.WithOutcomeRetries(1))
-	keys := []string{"settle/b", "settle/a", "settle/c"}
-	_, err := c.HoldMany(ctx, keys, ttl, fencing.WithMargin(margin))
-	var oe *fencing.OutcomeError
-	if !errors.As(err, &oe) || !oe.Settled || len(oe.Keys) != len(keys) || oe.LeaseID == "" {
-		t.Fatalf("HoldMany with the grant's answer lost: %v (%+v), want a settled *OutcomeError with every key", err, oe)
-	}
-	for _, k := range keys {
-		wantFree(t, fencing.New(b), k)
+	for run := 1; ; run++ {
+		keys := []string{"settle/b", "settle/a", "settle/c"}
+		if run > 1 {
+			for i := range keys {
+				keys[i] = fmt.Sprintf("%s-%d", keys[i], run)
+			}
+		}
+		_, err := c.HoldMany(ctx, keys, ttl, fencing.WithMargin(margin))
+		if errors.Is(err, fencing.ErrLeaseExpired) && run < 3 {
+			// The resend found the lease the lost answer granted, and
+			// expired: this host took longer than the TTL between the
+			// two (seen on SQLite at load 30-60 with a 400 ms TTL). The
+			// outcome is known then, with nothing to settle; what this
+			// case checks needs a resend within the TTL.
+			t.Logf("run %d, TTL %v: the resent grant found the lease expired (%v): again with a TTL of %v", run, ttl, err, 4*ttl)
+			ttl, margin = 4*ttl, 4*margin
+			continue
+		}
+		var oe *fencing.OutcomeError
+		if !errors.As(err, &oe) || !oe.Settled || len(oe.Keys) != len(keys) || oe.LeaseID == "" {
+			t.Fatalf("HoldMany with the grant's answer lost: %v (%+v), want a settled *OutcomeError with every key", err, oe)
+		}
+		for _, k := range keys {
+			wantFree(t, fencing.New(b), k)
+		}
+		return
 	}
 }
