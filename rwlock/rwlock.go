@@ -277,6 +277,14 @@ func (c writerContext) Done() <-chan struct{} {
 // every earlier holder's on the lock.
 func (w *Writer) Token() uint64 { return w.t.Token() }
 
+// Leases returns the writer's leases as of their latest confirmed grant or
+// renewal: the turnstile's (whose Token is the writer's), then the reader
+// slots' in slot order. A supervisor that must stop work before the
+// writer's hold ends watches the earliest Deadline among them.
+func (w *Writer) Leases() []fencing.Lease {
+	return append([]fencing.Lease{w.t.Lease()}, w.slots.Leases()...)
+}
+
 // Context returns a context that ends when any of the writer's leases
 // does. Its cause (context.Cause) says why, as a fencing.Held's does. It
 // carries the lock's name and the writer's token (guard.TokenFromContext).

@@ -408,6 +408,15 @@ func TestReadersShare(t *testing.T) {
 		if err := wr.Context().Err(); err != nil {
 			t.Errorf("writer's context ended while held: %v", err)
 		}
+		leases := wr.Leases()
+		if len(leases) != rwlock.DefaultReaders+1 || leases[0].Key != "share" || leases[0].Token != wr.Token() {
+			t.Fatalf("writer's leases %+v: want the turnstile's (token %d), then %d slots'", leases, wr.Token(), rwlock.DefaultReaders)
+		}
+		for i, le := range leases[1:] {
+			if want := fmt.Sprintf("share/r/%d", i); le.Key != want {
+				t.Errorf("writer's lease %d is %q's, want %q's", i+1, le.Key, want)
+			}
+		}
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/fencing-go/fencing"
+	"github.com/fencing-go/fencing/rwlock"
 )
 
 // releaseTimeout bounds hold's release after its command ended (or
@@ -28,6 +29,11 @@ type holdFlags struct {
 	grace         time.Duration
 	renewInterval time.Duration
 	maxHold       time.Duration
+	// rw is "read" or "write" for a side of the read-write lock KEY
+	// (package rwlock), "" for a plain lease; readers is its
+	// rwlock.WithReaders.
+	rw      string
+	readers int
 }
 
 func holdCommand() *cobra.Command {
@@ -69,6 +75,16 @@ before the lease's deadline, whichever is first; should hold be stopped
 (SIGSTOP, a debugger) as the deadline nears, it stops the command the same way,
 before the deadline.
 
+With --rw read or --rw write (and --wait), KEY is a read-write lock (package
+rwlock): hold waits in its line and holds it for reading, shared with the other
+readers (at most --readers at once), or for writing, alone, while the command
+runs, with the same supervision and exit statuses. FENCING_KEY is KEY and
+FENCING_TOKEN the holder's token: a writer's is above every earlier holder's, and
+fences writes as a lock's does; a reader's lies between the tokens of the writers
+before and after it, so a resource may let the reader act while its token is at
+least the highest writer token it has seen (without raising it). Every process
+using KEY must give the same --readers.
+
 With several keys, hold takes them all in one atomic grant or none (with --wait,
 it waits until it can take them all; --fifo waits in each key's line in turn, in
 key order), gives the command FENCING_KEYS (how many), and FENCING_KEY_n and
@@ -86,6 +102,7 @@ after --wait-timeout); 4 the lease was lost; 5 the server is unreachable (with
 --wait: still unreachable when --wait-timeout ended); 2 bad flags; 127 the command
 could not be started.`,
 		Example: `  fencing hold jobs/nightly --ttl 30s -- ./nightly.sh
+  fencing hold reports/daily --ttl 30s --wait --rw read -- ./report.sh
   fencing hold jobs/nightly --ttl 30s --wait --wait-timeout 10m -- sh -c 'run --token "$FENCING_TOKEN"'
   fencing hold jobs/deploy --ttl 30s --wait --fifo -- ./deploy.sh
   fencing hold jobs/nightly --ttl 30s --max-hold 2h -- ./nightly.sh
@@ -108,6 +125,8 @@ could not be started.`,
 	cmd.Flags().DurationVar(&hf.waitTimeout, "wait-timeout", 0, "with --wait: give up after this long (0: wait until interrupted)")
 	cmd.Flags().DurationVar(&hf.grace, "grace", 10*time.Second, "after the lease is lost: how long the command has between SIGTERM and SIGKILL")
 	cmd.Flags().DurationVar(&hf.renewInterval, "renew-interval", 0, "renew this long after each confirmed renewal (default a third of --ttl)")
+	cmd.Flags().StringVar(&hf.rw, "rw", "", "read or write: hold KEY, a read-write lock, for reading (shared) or writing (alone); with --wait")
+	cmd.Flags().IntVar(&hf.readers, "readers", rwlock.DefaultReaders, fmt.Sprintf("with --rw: how many readers may hold KEY at once (at most %d; the same in every process)", rwlock.MaxReaders))
 	cmd.Flags().DurationVar(&hf.maxHold, "max-hold", 0, "hold the lease for at most this long in all, from its grant, then stop the command as on a loss (0: no limit)")
 	conn = addBackendFlags(cmd)
 	addOwnerFlag(cmd, conn)
@@ -127,6 +146,9 @@ func hold(cmd *cobra.Command, conn *connFlags, hf holdFlags, keys []string, argv
 		return fmt.Errorf("%w: --wait-timeout goes with --wait", errUsage)
 	case hf.fifo && !hf.wait:
 		return fmt.Errorf("%w: --fifo goes with --wait", errUsage)
+	}
+	if err := hf.checkRW(cmd, keys); err != nil {
+		return err
 	}
 	s, err := conn.open(cmd.Context(), cmd.ErrOrStderr())
 	if err != nil {
@@ -209,6 +231,8 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, keys []string) (h hel
 		}
 	}
 	switch {
+	case hf.rw != "":
+		h, err = acquireRW(ctx, cmd, s, hf, key, lockOpts)
 	case len(keys) > 1 && hf.wait:
 		spin := startSpinner(cmd.ErrOrStderr(), "waiting for "+quote(key)+" and "+strconv.Itoa(len(keys)-1)+" more keys")
 		var m *fencing.HeldMany
@@ -251,6 +275,88 @@ func acquire(cmd *cobra.Command, s *session, hf holdFlags, keys []string) (h hel
 	return h, stop, nil
 }
 
+// checkRW refuses --rw and --readers with flags and arguments that make
+// no sense with them.
+func (hf holdFlags) checkRW(cmd *cobra.Command, keys []string) error {
+	switch {
+	case hf.rw == "" && cmd.Flags().Changed("readers"):
+		return fmt.Errorf("%w: --readers goes with --rw", errUsage)
+	case hf.rw == "":
+		return nil
+	case hf.rw != "read" && hf.rw != "write":
+		return fmt.Errorf("%w: --rw %q: want read or write", errUsage, hf.rw)
+	case len(keys) > 1:
+		return fmt.Errorf("%w: --rw takes one key, the read-write lock's name", errUsage)
+	case !hf.wait:
+		return fmt.Errorf("%w: --rw goes with --wait: a side of a read-write lock is waited for in its line", errUsage)
+	case hf.fifo:
+		return fmt.Errorf("%w: --rw always waits in the lock's line: drop --fifo", errUsage)
+	case hf.readers < 1 || hf.readers > rwlock.MaxReaders:
+		return fmt.Errorf("%w: --readers %d is not in [1, %d]", errUsage, hf.readers, rwlock.MaxReaders)
+	}
+	return nil
+}
+
+// acquireRW waits for the side hf.rw of the read-write lock key, as
+// acquire's Lock does for a plain lease.
+func acquireRW(ctx context.Context, cmd *cobra.Command, s *session, hf holdFlags, key string, opts []fencing.LockOption) (heldLeases, error) {
+	l, err := rwlock.New(s.c, key, rwlock.WithReaders(hf.readers))
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	spin := startSpinner(cmd.ErrOrStderr(), "waiting to "+hf.rw+" "+quote(key))
+	defer spin.Stop()
+	if hf.rw == "read" {
+		r, err := l.RLock(ctx, hf.ttl, opts...)
+		if err != nil {
+			return nil, err
+		}
+		return heldReader{r, key}, nil
+	}
+	w, err := l.Lock(ctx, hf.ttl, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return heldWriter{w, key}, nil
+}
+
+// heldReader is a reader of the read-write lock name. Its Lease is its
+// reader slot's, whose Deadline ends the reader's hold.
+type heldReader struct {
+	*rwlock.Reader
+	name string
+}
+
+func (h heldReader) Lease() fencing.Lease { return h.Slot() }
+
+func (h heldReader) env() []string {
+	return tokenEnv(fencing.Lease{Key: h.name, Token: h.Token()})
+}
+
+// heldWriter is a writer of the read-write lock name. Its Lease is the one
+// of its leases whose Deadline comes first.
+type heldWriter struct {
+	*rwlock.Writer
+	name string
+}
+
+func (h heldWriter) Lease() fencing.Lease { return earliest(h.Leases()) }
+
+func (h heldWriter) env() []string {
+	return tokenEnv(fencing.Lease{Key: h.name, Token: h.Token()})
+}
+
+// earliest returns the lease of leases whose Deadline comes first.
+func earliest(leases []fencing.Lease) fencing.Lease {
+	first := leases[0]
+	for _, l := range leases[1:] {
+		if l.Deadline.Before(first.Deadline) {
+			first = l
+		}
+	}
+	return first
+}
+
 // heldLeases is what runHeld runs a command under: one held lease, or
 // several taken together.
 type heldLeases interface {
@@ -274,16 +380,7 @@ func tokenEnv(l fencing.Lease) []string {
 
 type heldMany struct{ *fencing.HeldMany }
 
-func (h heldMany) Lease() fencing.Lease {
-	leases := h.Leases()
-	first := leases[0]
-	for _, l := range leases[1:] {
-		if l.Deadline.Before(first.Deadline) {
-			first = l
-		}
-	}
-	return first
-}
+func (h heldMany) Lease() fencing.Lease { return earliest(h.Leases()) }
 
 func (h heldMany) env() []string {
 	leases := h.Leases()
