@@ -127,11 +127,17 @@ func soakRun(t *testing.T, cfg soakConfig, name string, st *soakStore) string {
 	cells, growth := creep(samples, total)
 
 	if dir := os.Getenv("SOAK_CSV"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Error(err)
+		}
 		if err := smp.csv(filepath.Join(dir, "soak-"+name+".csv")); err != nil {
 			t.Error(err)
 		}
 	}
 	if dir := os.Getenv("SOAK_PLOTS"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Error(err)
+		}
 		title := fmt.Sprintf("soak: %s, %v, TTL %v, %d workers, load %s", name, total.Round(time.Second), cfg.ttl, cfg.workers, loadAvg())
 		if err := smp.plot(filepath.Join(dir, "soak-"+name+".png"), title); err != nil {
 			t.Error(err)
