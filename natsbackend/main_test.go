@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/conformance"
+	"github.com/fencing-go/fencing/internal/testing/contentiontest"
 	"github.com/fencing-go/fencing/natsbackend"
 	"github.com/fencing-go/fencing/natsbackend/natstest"
 )
@@ -83,4 +84,29 @@ func (h *harness) Traits() conformance.Traits {
 
 func TestConformance(t *testing.T) {
 	conformance.Run(t, newHarness(t))
+}
+
+// newBackend is a backend on a fresh bucket of the shared server, closed
+// in t's cleanup.
+func newBackend(t testing.TB) *natsbackend.Backend {
+	t.Helper()
+	_, js := natstest.Shared(t).Connect(t)
+	b, err := open(js, natstest.Bucket(t, js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b
+}
+
+// TestContention checks the spans and contention metrics of a contention
+// on this backend (see contentiontest.Run).
+func TestContention(t *testing.T) {
+	contentiontest.Run(t, newHarness(t))
+}
+
+// BenchmarkConformance: grant+release, renew, token check, handoff and the
+// parallel cases, on the shared server.
+func BenchmarkConformance(b *testing.B) {
+	conformance.RunBenchmarks(b, newHarness(b))
 }
