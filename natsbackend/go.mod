@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/fencing-go/fencing v0.0.0-00010101000000-000000000000
 	github.com/nats-io/nats.go v1.56.0
+	go.uber.org/goleak v1.3.0
 )
 
 require (

@@ -89,8 +89,10 @@ func (s *subscription) run(ctx context.Context, w jetstream.KeyWatcher) {
 				s.wake()
 				continue
 			}
+			// An empty entry is the one a key's first grant creates
+			// before it writes the holder: no lease ended.
 			r, err := parse(e.Value(), e.Revision())
-			if err != nil || !r.Held {
+			if err != nil || (!r.Held && len(e.Value()) > 0) {
 				s.wake()
 			}
 		}
