@@ -369,16 +369,9 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	if f.redisAddr == "" {
 		return fmt.Errorf("%w: the redis backend needs --redis-addr (or FENCING_REDIS_ADDR)", errUsage)
 	}
-	var mode backend.CheckMode
-	switch f.redisConfigCheck {
-	case "refuse":
-		mode = backend.CheckRefuse
-	case "warn":
-		mode = backend.CheckWarn
-	case "ignore":
-		mode = backend.CheckSkip
-	default:
-		return fmt.Errorf("%w: --redis-config-check %q: want refuse, warn or ignore", errUsage, f.redisConfigCheck)
+	mode, err := checkMode("redis-config-check", f.redisConfigCheck)
+	if err != nil {
+		return err
 	}
 	client, addr, err := f.redisClient()
 	if err != nil {
@@ -407,6 +400,20 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	s.b, s.close = b, func() { b.Close(); client.Close() }
 	s.client = client
 	return nil
+}
+
+// checkMode reads the value of a backend's safety-check flag (refuse, warn
+// or ignore).
+func checkMode(flag, value string) (backend.CheckMode, error) {
+	switch value {
+	case "refuse":
+		return backend.CheckRefuse, nil
+	case "warn":
+		return backend.CheckWarn, nil
+	case "ignore":
+		return backend.CheckSkip, nil
+	}
+	return 0, fmt.Errorf("%w: --%s %q: want refuse, warn or ignore", errUsage, flag, value)
 }
 
 // reworded is err with the message msg.

@@ -43,16 +43,9 @@ func (f *connFlags) openNATS(ctx context.Context, s *session) error {
 	if f.nats.url == "" {
 		return fmt.Errorf("%w: the nats backend needs --nats-url (or FENCING_NATS_URL)", errUsage)
 	}
-	var mode backend.CheckMode
-	switch f.nats.check {
-	case "refuse":
-		mode = backend.CheckRefuse
-	case "warn":
-		mode = backend.CheckWarn
-	case "ignore":
-		mode = backend.CheckSkip
-	default:
-		return fmt.Errorf("%w: --nats-check %q: want refuse, warn or ignore", errUsage, f.nats.check)
+	mode, err := checkMode("nats-check", f.nats.check)
+	if err != nil {
+		return err
 	}
 	s.where = fmt.Sprintf("NATS at %s (bucket %s)", f.nats.url, f.nats.bucket)
 	opts := []nats.Option{nats.Name("fencing"), nats.Timeout(f.requestTimeout), nats.MaxReconnects(-1), nats.ReconnectWait(100 * time.Millisecond)}
