@@ -24,9 +24,12 @@ type Backend struct {
 	bucket string
 	stream string // the bucket's stream, KV_<bucket>
 	api    string // the JetStream API prefix, ending in a dot
-	now    func() time.Time
-	check  backend.CheckMode
-	logger *slog.Logger
+	// timeout bounds a read whose context has no deadline: the
+	// JetStream's DefaultTimeout, as its own requests are bounded.
+	timeout time.Duration
+	now     func() time.Time
+	check   backend.CheckMode
+	logger  *slog.Logger
 
 	mu     sync.Mutex
 	closed bool
@@ -86,13 +89,14 @@ func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Opt
 		return nil, fmt.Errorf("natsbackend: %w: empty bucket name", backend.ErrInvalidConfig)
 	}
 	b := &Backend{
-		js:     js,
-		nc:     js.Conn(),
-		bucket: bucket,
-		stream: "KV_" + bucket,
-		api:    apiPrefix(js.Options()),
-		now:    time.Now,
-		seen:   make(map[string]observation),
+		js:      js,
+		nc:      js.Conn(),
+		bucket:  bucket,
+		stream:  "KV_" + bucket,
+		api:     apiPrefix(js.Options()),
+		timeout: js.Options().DefaultTimeout,
+		now:     time.Now,
+		seen:    make(map[string]observation),
 	}
 	for _, o := range opts {
 		o(b)
@@ -108,6 +112,9 @@ func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Opt
 	}
 	if b.logger == nil {
 		b.logger = slog.Default()
+	}
+	if b.timeout <= 0 {
+		b.timeout = 5 * time.Second
 	}
 	kv, err := js.KeyValue(ctx, bucket)
 	switch {

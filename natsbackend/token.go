@@ -33,6 +33,13 @@ type msgGetResponse struct {
 // marker, whose revision a write must name) is a zero record at the
 // marker's revision.
 func (b *Backend) read(ctx context.Context, key string) (status, bool, error) {
+	if _, ok := ctx.Deadline(); !ok {
+		// As the jetstream package bounds its own requests: a reply
+		// lost in a reconnect would otherwise be waited for for ever.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b.timeout)
+		defer cancel()
+	}
 	subject := "$KV." + b.bucket + "." + kvKey(key)
 	req, _ := json.Marshal(msgGetRequest{LastBySubject: subject})
 	msg, err := b.nc.RequestWithContext(ctx, b.api+"STREAM.MSG.GET."+b.stream, req)
