@@ -9,7 +9,8 @@
 // A Coordinator does defaults, lease IDs, resends and local deadlines; a
 // backend.Backend (in memory, etcd, Redis, SQL on PostgreSQL, MySQL or
 // MariaDB, or SQLite, Kubernetes Lease objects in kubebackend, a module of
-// its own, or your own) checks the arguments (backend.CheckRequest) and does the atomic
+// its own, a NATS JetStream key-value bucket in natsbackend, another, or
+// your own) checks the arguments (backend.CheckRequest) and does the atomic
 // work against the coordinator's clock, the only clock that decides expiry.
 //
 // # Time

@@ -16,7 +16,7 @@
 //
 // writes one file per package under DIR (api/fencing.txt for the root
 // package, api/<path>.txt for the others). The packages are every package
-// of the library's modules (the root module and kubebackend) that is
+// of the library's modules (the root module, kubebackend, natsbackend) that is
 // neither a command (package main) nor internal, examples or scripts.
 //
 // It reads the compiler's export data (go list -export), so it sees what a
@@ -39,7 +39,7 @@ import (
 )
 
 // modules are the library's Go modules, relative to the repository's root.
-var modules = []string{".", "kubebackend"}
+var modules = []string{".", "kubebackend", "natsbackend"}
 
 const rootPath = "github.com/fencing-go/fencing"
 

@@ -8,19 +8,22 @@
 #                   kube-apiserver and internal/testing/etcdtest
 #   etcdutl         go.etcd.io/etcd/etcdutl/v3 (testimages/etcdutl, a module
 #                   of its own), for etcdtest's snapshot restore
+#   nats-server     github.com/nats-io/nats-server/v2 (testimages/natsserver,
+#                   a module of its own naming it as a tool: about 1 minute
+#                   cold), for natsbackend/natstest
 #
 # Each is built with CGO_ENABLED=0 go build -trimpath into
 # ~/.cache/fencing-test-bin/<hash>/, the hash covering the Go version and the
 # go.mod, go.sum and main.go files it is built from (etcd and kube-apiserver
-# share one hash, etcdutl has its own), so a second run rebuilds nothing. It
+# share one hash, etcdutl and nats-server have their own), so a second run rebuilds nothing. It
 # prints the environment for the tests on stdout, and its progress on stderr:
 #
 #   eval "$(scripts/build-kube-binaries.sh)"
 #   (cd kubebackend && go test ./...)
 #
-# Arguments name the binaries to build (default: all three); etcdtest builds
+# Arguments name the binaries to build (default: all four); etcdtest builds
 # etcd and etcdutl this way on first use when FENCING_ETCD or FENCING_ETCDUTL
-# is not set. Concurrent runs wait for each other (flock).
+# is not set, natstest nats-server when FENCING_NATS_SERVER is not set. Concurrent runs wait for each other (flock).
 #
 # Options: --force (rebuild even when the cache has the binaries).
 set -euo pipefail
@@ -31,7 +34,7 @@ for arg in "$@"; do
 	case $arg in
 	--print-env) ;;
 	--force) force=true ;;
-	etcd | etcdutl | kube-apiserver) want+=("$arg") ;;
+	etcd | etcdutl | kube-apiserver | nats-server) want+=("$arg") ;;
 	-h | --help)
 		sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'
 		exit 0
@@ -50,7 +53,7 @@ export GOWORK=off GOFLAGS="-mod=readonly -buildvcs=false" CGO_ENABLED=0
 log() { echo "build-kube-binaries: $*" >&2; }
 
 if [[ ${#want[@]} -eq 0 ]]; then
-	want=(etcd etcdutl kube-apiserver)
+	want=(etcd etcdutl kube-apiserver nats-server)
 fi
 
 # cachedir prints the cache directory of a build from the files given
@@ -89,6 +92,7 @@ for bin in "${want[@]}"; do
 		dir=$(cachedir go.mod go.sum etcd/main.go kubeapiserver/go.mod kubeapiserver/go.sum kubeapiserver/main.go)
 		;;
 	etcdutl) dir=$(cachedir etcdutl/go.mod etcdutl/go.sum) ;;
+	nats-server) dir=$(cachedir natsserver/go.mod natsserver/go.sum) ;;
 	esac
 	case $bin in
 	etcd)
@@ -102,6 +106,10 @@ for bin in "${want[@]}"; do
 	kube-apiserver)
 		build "$dir/kube-apiserver" "$images/kubeapiserver" .
 		echo "export FENCING_KUBE_APISERVER=$dir/kube-apiserver"
+		;;
+	nats-server)
+		build "$dir/nats-server" "$images/natsserver" github.com/nats-io/nats-server/v2
+		echo "export FENCING_NATS_SERVER=$dir/nats-server"
 		;;
 	esac
 done

@@ -409,7 +409,7 @@ func declared(cands []*pkgDecls, name, member string) bool {
 // dialectNames those of the SQL dialects (sqlbackend's and sqlguard's
 // Dialect variables), by variable.
 var (
-	storeNames   = map[string]string{"memorybackend": "memory", "etcdbackend": "etcd", "redisbackend": "Redis", "kubebackend": "Kubernetes"}
+	storeNames   = map[string]string{"memorybackend": "memory", "etcdbackend": "etcd", "redisbackend": "Redis", "kubebackend": "Kubernetes", "natsbackend": "NATS"}
 	dialectNames = map[string]string{"Postgres": "PostgreSQL", "MySQL": "MySQL", "SQLite": "SQLite"}
 )
 

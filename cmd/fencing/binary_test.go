@@ -298,7 +298,7 @@ func TestBadFlags(t *testing.T) {
 		{[]string{"renew", "k", "--ttl", "1s"}, "--lease-id"},
 		{[]string{"release", "k"}, "--lease-id"},
 		{[]string{"release", "k", "--lease-id", "x", "--force"}, "not both"},
-		{[]string{"get", "k", "--backend", "zookeeper"}, "want one of sqlite, postgres, mysql, memory, etcd, redis, kube"},
+		{[]string{"get", "k", "--backend", "zookeeper"}, "want one of sqlite, postgres, mysql, memory, etcd, redis, kube, nats"},
 		{[]string{"get", "k", "--backend", "etcd"}, "--etcd-endpoints"},
 		{[]string{"get", "k", "--backend", "sqlite", "--key-prefix", "app/"}, "--key-prefix (or FENCING_KEY_PREFIX) applies to etcd and Redis only, not to --backend sqlite"},
 		{[]string{"get", "k", "--postgres-dsn", "postgres://127.0.0.1:1/x", "--key-prefix", "app/"}, "not to --backend postgres"},

@@ -35,10 +35,10 @@ const envAnnotation = "fencing_env"
 
 // otherKeySpaces says how the backends without --key-prefix keep key
 // spaces apart.
-const otherKeySpaces = "the SQL backends keep keys in their tables (sqlbackend.WithTablePrefix), kube in the namespace (--kube-namespace), memory in the process"
+const otherKeySpaces = "the SQL backends keep keys in their tables (sqlbackend.WithTablePrefix), kube in the namespace (--kube-namespace), nats in the bucket (--nats-bucket), memory in the process"
 
 // backendKinds are the values of --backend.
-var backendKinds = []string{"sqlite", "postgres", "mysql", "memory", "etcd", "redis", "kube"}
+var backendKinds = []string{"sqlite", "postgres", "mysql", "memory", "etcd", "redis", "kube", "nats"}
 
 // connFlags are the flags that choose and reach a backend.
 type connFlags struct {
@@ -73,6 +73,7 @@ type connFlags struct {
 
 	sql  sqlFlags  // sqlconn.go
 	kube kubeFlags // kubeconn.go
+	nats natsFlags // natsconn.go
 }
 
 // addConnFlags declares the backend flags on cmd and arranges for their
@@ -93,7 +94,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 			fs.SetAnnotation(n, envAnnotation, []string{envName(n)})
 		}
 	}
-	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, mysql, memory, etcd, redis or kube (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, mysql if --mysql-dsn is, else sqlite)")
+	fs.StringVar(&f.backend, "backend", "", "the backend: sqlite, postgres, mysql, memory, etcd, redis, kube or nats (default: etcd if --etcd-endpoints is set, redis if --redis-addr is, postgres if --postgres-dsn is, mysql if --mysql-dsn is, else sqlite)")
 	fs.StringVar(&f.prefix, "key-prefix", "", fmt.Sprintf("prefix of the backend's keys in etcd or Redis (default: the backend's, %q on etcd, %q on Redis); an error with another backend", etcdbackend.DefaultPrefix, redisbackend.DefaultPrefix))
 	fs.DurationVar(&f.requestTimeout, "request-timeout", 5*time.Second, "how long to wait for the server to answer one request")
 	fs.BoolVarP(&f.verbose, "verbose", "v", false, "log the library's requests (never lease IDs) on stderr")
@@ -123,6 +124,7 @@ func addBackendFlags(cmd *cobra.Command) *connFlags {
 		"redis-tls-insecure", "redis-sentinel-master", "redis-sentinel-password", "redis-cluster", "redis-config-check")
 	f.sql.add(fs)
 	f.kube.add(fs)
+	f.nats.add(fs)
 	cmd.PreRunE = func(cmd *cobra.Command, args []string) error { return applyEnv(cmd.Flags()) }
 	return f
 }
@@ -156,7 +158,7 @@ func applyEnv(fs *pflag.FlagSet) error {
 type session struct {
 	c       *fencing.Coordinator
 	b       backend.Backend
-	name    string // sqlite, postgres, mysql, memory, etcd, redis or kube
+	name    string // sqlite, postgres, mysql, memory, etcd, redis, kube or nats
 	where   string // what to name in "unreachable" errors
 	timeout time.Duration
 	close   func()
@@ -270,6 +272,8 @@ func (f *connFlags) open(ctx context.Context, logTo io.Writer) (*session, error)
 		err = f.openMySQL(ctx, s)
 	case "kube":
 		err = f.openKube(ctx, s)
+	case "nats":
+		err = f.openNATS(ctx, s)
 	default:
 		return nil, fmt.Errorf("%w: --backend %q: want one of %s", errUsage, kind, strings.Join(backendKinds, ", "))
 	}
@@ -365,16 +369,9 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	if f.redisAddr == "" {
 		return fmt.Errorf("%w: the redis backend needs --redis-addr (or FENCING_REDIS_ADDR)", errUsage)
 	}
-	var mode backend.CheckMode
-	switch f.redisConfigCheck {
-	case "refuse":
-		mode = backend.CheckRefuse
-	case "warn":
-		mode = backend.CheckWarn
-	case "ignore":
-		mode = backend.CheckSkip
-	default:
-		return fmt.Errorf("%w: --redis-config-check %q: want refuse, warn or ignore", errUsage, f.redisConfigCheck)
+	mode, err := checkMode("redis-config-check", f.redisConfigCheck)
+	if err != nil {
+		return err
 	}
 	client, addr, err := f.redisClient()
 	if err != nil {
@@ -403,6 +400,20 @@ func (f *connFlags) openRedis(ctx context.Context, s *session) error {
 	s.b, s.close = b, func() { b.Close(); client.Close() }
 	s.client = client
 	return nil
+}
+
+// checkMode reads the value of a backend's safety-check flag (refuse, warn
+// or ignore).
+func checkMode(flag, value string) (backend.CheckMode, error) {
+	switch value {
+	case "refuse":
+		return backend.CheckRefuse, nil
+	case "warn":
+		return backend.CheckWarn, nil
+	case "ignore":
+		return backend.CheckSkip, nil
+	}
+	return 0, fmt.Errorf("%w: --%s %q: want refuse, warn or ignore", errUsage, flag, value)
 }
 
 // reworded is err with the message msg.

@@ -17,6 +17,7 @@ import (
 	"github.com/fencing-go/fencing/etcdbackend"
 	"github.com/fencing-go/fencing/kubebackend"
 	"github.com/fencing-go/fencing/memorybackend"
+	"github.com/fencing-go/fencing/natsbackend"
 	"github.com/fencing-go/fencing/redisbackend"
 	"github.com/fencing-go/fencing/sqlbackend"
 )
@@ -49,6 +50,7 @@ var stores = []struct {
 	{"etcd", "etcd", reflect.TypeFor[*etcdbackend.Backend](), true},
 	{"redis", "Redis", reflect.TypeFor[*redisbackend.Backend](), true},
 	{"kube", "Kubernetes", reflect.TypeFor[*kubebackend.Backend](), true},
+	{"nats", "NATS", reflect.TypeFor[*natsbackend.Backend](), true},
 }
 
 // TestDocsStores: the stores the code opens are the ones listed above, and

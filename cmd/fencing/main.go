@@ -108,11 +108,12 @@ func rootCommand() *cobra.Command {
 		Use:   "fencing",
 		Short: "Leases with fencing tokens, from the shell",
 		Long: `fencing takes, inspects and breaks leases with fencing tokens on a SQLite file,
-PostgreSQL, MySQL or MariaDB, etcd, Redis, Kubernetes (Lease objects) or the
-in-memory backend, and runs commands under a lease.
+PostgreSQL, MySQL or MariaDB, etcd, Redis, Kubernetes (Lease objects), NATS
+(a JetStream key-value bucket) or the in-memory backend, and runs commands
+under a lease.
 
 Choose the backend with --backend or FENCING_BACKEND (sqlite, postgres, mysql,
-memory, etcd, redis, kube); with neither, --etcd-endpoints, --redis-addr, --postgres-dsn
+memory, etcd, redis, kube, nats); with neither, --etcd-endpoints, --redis-addr, --postgres-dsn
 or --mysql-dsn (or their environment variables) pick it, and without those the
 default is the SQLite file fencing.db in the user's state directory ($XDG_STATE_HOME/fencing, else
 ~/.local/state/fencing), so invocations on one machine exclude each other.

@@ -1,0 +1,252 @@
+// Package natstest runs real nats-server processes with JetStream for
+// tests: each a child process on loopback ports with its store in a
+// temporary directory and jetstream { sync_interval: always }, so that a
+// kill -9 and a restart are real and lose nothing acknowledged.
+//
+// The binary is the one $FENCING_NATS_SERVER names; without it the first
+// test that needs it builds it (scripts/build-kube-binaries.sh nats-server:
+// the server from its Go module in testimages/natsserver, cached in
+// ~/.cache/fencing-test-bin by a hash of that module's files and the Go
+// version), so go test needs nothing but Go. When it can be had neither
+// way a test skips with a message, or fails when CI is set.
+//
+// It serves the tests of natsbackend and of the fencing command's
+// --backend nats, which lives in a module of its own and so cannot import
+// an internal package of this one.
+package natstest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/fencing-go/fencing/internal/testing/childproc"
+)
+
+// startTimeout bounds a server's start-up, far above what it takes on a
+// loaded machine.
+const startTimeout = 2 * time.Minute
+
+// binary is the nats-server binary, found or built once per test binary.
+var binary = sync.OnceValues(func() (string, error) {
+	return childproc.Binary("nats-server", "FENCING_NATS_SERVER")
+})
+
+// Binary returns the path of nats-server (see the package doc), or skips
+// t (fails it when CI is set) when it can be had neither way.
+func Binary(t testing.TB) string {
+	t.Helper()
+	p, err := binary()
+	if err != nil {
+		msg := fmt.Sprintf("nats-server: %v\n(build it with eval \"$(scripts/build-kube-binaries.sh nats-server)\", which sets FENCING_NATS_SERVER)", err)
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return p
+}
+
+// Server is one nats-server with JetStream, a child process. Its ports and
+// store directory stay the same across Kill and Start.
+type Server struct {
+	// URL is the client URL, nats://127.0.0.1:port.
+	URL string
+
+	bin     string
+	conf    string
+	monitor string // http://127.0.0.1:port
+	log     string
+
+	mu   sync.Mutex
+	proc *childproc.Proc
+}
+
+// bindAttempts is how many times a server is started on fresh ports when
+// one it picked was taken in between (go test runs packages in parallel).
+const bindAttempts = 3
+
+// Start starts a server with a fresh store directory, and stops it in t's
+// cleanup.
+func Start(t testing.TB) *Server {
+	t.Helper()
+	bin := Binary(t)
+	for attempt := 1; ; attempt++ {
+		dir := t.TempDir()
+		port, mport := childproc.FreePort(t), childproc.FreePort(t)
+		s := &Server{
+			URL:     "nats://127.0.0.1:" + port,
+			bin:     bin,
+			conf:    filepath.Join(dir, "nats.conf"),
+			monitor: "http://127.0.0.1:" + mport,
+			log:     filepath.Join(dir, "nats.log"),
+		}
+		conf := fmt.Sprintf("listen: \"127.0.0.1:%s\"\nhttp: \"127.0.0.1:%s\"\n"+
+			"jetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", port, mport, filepath.Join(dir, "store"))
+		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(s.Stop)
+		err := s.Start()
+		if err == nil {
+			return s
+		}
+		if attempt == bindAttempts || !errors.Is(err, syscall.EADDRINUSE) {
+			t.Fatalf("natstest: %v", err)
+		}
+		s.Stop()
+	}
+}
+
+// Start starts (or restarts) the server's process on its store directory
+// and waits until JetStream serves. Starting a running server does
+// nothing.
+func (s *Server) Start() error {
+	s.mu.Lock()
+	if s.proc != nil {
+		s.mu.Unlock()
+		return nil
+	}
+	p, err := childproc.Start(exec.Command(s.bin, "-c", s.conf), s.log)
+	if err != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("start nats-server: %w", err)
+	}
+	s.proc = p
+	s.mu.Unlock()
+	if err := p.WaitHTTP(s.monitor+"/healthz", "", startTimeout); err != nil {
+		log, _ := os.ReadFile(s.log)
+		if strings.Contains(string(log), "address already in use") {
+			err = fmt.Errorf("%w (%v)", syscall.EADDRINUSE, err)
+		}
+		return fmt.Errorf("nats-server: %w; the end of its log:\n%s", err, tail(log, 2000))
+	}
+	return nil
+}
+
+func tail(b []byte, n int) []byte {
+	if len(b) > n {
+		return b[len(b)-n:]
+	}
+	return b
+}
+
+// Stop stops the server (SIGTERM), keeping its store. Stopping a stopped
+// server does nothing.
+func (s *Server) Stop() {
+	if p := s.detach(); p != nil {
+		p.Stop()
+	}
+}
+
+// Kill kills the server (SIGKILL: a crash), keeping its store. Killing a
+// stopped server does nothing.
+func (s *Server) Kill() {
+	if p := s.detach(); p != nil {
+		p.Kill()
+	}
+}
+
+func (s *Server) detach() *childproc.Proc {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.proc
+	s.proc = nil
+	return p
+}
+
+// Connect returns a connection to the server that reconnects for ever
+// (a test restarts the server under it), closed in t's cleanup, and its
+// JetStream.
+func (s *Server) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	nc, err := nats.Connect(s.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	if err != nil {
+		t.Fatalf("natstest: connect: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: jetstream: %v", err)
+	}
+	return nc, js
+}
+
+// Bucket creates a key-value bucket with a fresh name (file storage,
+// history 1, one replica) and returns its name.
+func Bucket(t testing.TB, js jetstream.JetStream) string {
+	t.Helper()
+	name := fmt.Sprintf("fencing_%d_%d", os.Getpid(), seq.Add(1))
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	defer cancel()
+	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.FileStorage}); err != nil {
+		t.Fatalf("natstest: create bucket %s: %v", name, err)
+	}
+	return name
+}
+
+// seq numbers the buckets of one test binary.
+var seq atomic.Int64
+
+var (
+	sharedMu sync.Mutex
+	shared   *Server
+	mainEnd  = &cleanups{}
+)
+
+// Shared returns the test binary's shared server, started on first use
+// and stopped at the end of Main.
+func Shared(t testing.TB) *Server {
+	t.Helper()
+	Binary(t) // skips or fails t, not the whole binary
+	sharedMu.Lock()
+	defer sharedMu.Unlock()
+	if shared == nil {
+		mainEnd.TB = t
+		shared = Start(mainEnd)
+	}
+	return shared
+}
+
+// Main runs the package's tests and then stops the shared server.
+func Main(m *testing.M) {
+	code := m.Run()
+	sharedMu.Lock()
+	for i := len(mainEnd.fns) - 1; i >= 0; i-- {
+		mainEnd.fns[i]()
+	}
+	sharedMu.Unlock()
+	os.Exit(code)
+}
+
+// cleanups is a testing.TB for the shared server, whose cleanups run at
+// the end of Main.
+type cleanups struct {
+	testing.TB
+	fns []func()
+}
+
+func (c *cleanups) Helper()                   {}
+func (c *cleanups) Cleanup(f func())          { c.fns = append(c.fns, f) }
+func (c *cleanups) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+func (c *cleanups) Fatal(a ...any)            { panic(fmt.Sprint(a...)) }
+func (c *cleanups) TempDir() string {
+	d, err := os.MkdirTemp("", "natstest")
+	if err != nil {
+		panic(err)
+	}
+	c.fns = append(c.fns, func() { os.RemoveAll(d) })
+	return d
+}
