@@ -172,9 +172,13 @@ func (b *Backend) Close() error {
 	return nil
 }
 
-// start fails with backend.ErrClosed after Close and with ctx's error when
-// ctx is done, so that neither changes anything.
-func (b *Backend) start(ctx context.Context) error {
+// ready opens every operation: it returns backend.ErrClosed after Close,
+// then ctx's error (wrapped), then args: the error of the operation's
+// argument check, a backend.Check function called on the operation's
+// arguments (nil for an operation with none to check). The backends are
+// the one layer that checks arguments, and this is where each operation
+// does; a call refused here sends and changes nothing.
+func (b *Backend) ready(ctx context.Context, args error) error {
 	b.mu.Lock()
 	closed := b.closed
 	b.mu.Unlock()
@@ -184,7 +188,7 @@ func (b *Backend) start(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("natsbackend: %w", err)
 	}
-	return nil
+	return args
 }
 
 // Bucket is the name of the bucket the backend keeps its leases in.

@@ -14,10 +14,7 @@ import (
 // it only if the entry is unchanged since, so of racing grants one wins.
 // The token is the replaced state's revision (see nextToken).
 func (b *Backend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	if err := b.start(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	idHash := hashID(req.LeaseID)

@@ -11,10 +11,7 @@ import (
 // stream's leader: ExpiresAt and DelayedUntil are estimates on the local
 // clock (see the package documentation).
 func (b *Backend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
-	if err := b.start(ctx); err != nil {
-		return backend.KeyState{}, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return backend.KeyState{}, err
 	}
 	s, _, err := b.read(ctx, key)
@@ -42,10 +39,7 @@ func keyState(s status) backend.KeyState {
 // read. A lease with a lock delay leaves the key closed for that delay,
 // from when each observer first sees the release.
 func (b *Backend) ForceRelease(ctx context.Context, key string) (bool, error) {
-	if err := b.start(ctx); err != nil {
-		return false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return false, err
 	}
 	for {

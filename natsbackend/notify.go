@@ -18,10 +18,7 @@ import (
 // re-creates by itself after a reconnect or a gap; the subscriber is woken
 // on every such re-creation in case an event fell in the gap.
 func (b *Backend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
-	if err := b.start(ctx); err != nil {
-		return nil, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return nil, err
 	}
 	// The watch lives until Close; ctx bounds only its setting up.

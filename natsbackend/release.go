@@ -11,10 +11,7 @@ import (
 // lease ID's hash stay, so that a resent release returns nil and the next
 // grant mints a larger token.
 func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
-	if err := b.start(ctx); err != nil {
-		return err
-	}
-	if err := backend.CheckRelease(key, leaseID); err != nil {
+	if err := b.ready(ctx, backend.CheckRelease(key, leaseID)); err != nil {
 		return err
 	}
 	idHash := hashID(leaseID)

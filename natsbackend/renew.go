@@ -11,10 +11,7 @@ import (
 // again (with the new ttl) in an update that names the revision it read, so
 // every observer sees a new revision and starts timing it afresh.
 func (b *Backend) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	if err := b.start(ctx); err != nil {
-		return backend.Lease{}, err
-	}
-	if err := backend.CheckRequest(req); err != nil {
+	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
 	idHash := hashID(req.LeaseID)

@@ -82,10 +82,7 @@ func (b *Backend) read(ctx context.Context, key string) (status, bool, error) {
 // Token returns the token of key's live lease, read from the stream's
 // leader.
 func (b *Backend) Token(ctx context.Context, key string) (uint64, bool, error) {
-	if err := b.start(ctx); err != nil {
-		return 0, false, err
-	}
-	if err := backend.CheckKey(key); err != nil {
+	if err := b.ready(ctx, backend.CheckKey(key)); err != nil {
 		return 0, false, err
 	}
 	s, _, err := b.read(ctx, key)
