@@ -65,8 +65,9 @@ var (
 	ErrInvalidOption = errors.New("invalid option")
 	// ErrNoAnswer: the backend did not answer a request attempt within the
 	// Coordinator's request timeout (WithRequestTimeout), a renewal of a
-	// held lease before its Deadline, or a Lock's grant (unanswered for a
-	// second or more) before its wait ended. The error also wraps the backend's
+	// held lease before its Deadline, or a Lock's grant (unanswered for four
+	// times the wait's slowest answer, at least 100ms, at most a second)
+	// before its wait ended. The error also wraps the backend's
 	// own, and ErrOutcomeUnknown when the request may have taken effect.
 	ErrNoAnswer = errors.New("no answer")
 )

@@ -46,8 +46,13 @@ import (
 // A grant whose outcome is unknown is resent with the same lease ID, so the
 // lease it may have taken is adopted (while its Deadline, counted from
 // that first send, has not passed); if the wait ends first, Lock releases
-// that lease and returns an *OutcomeError with Settled set. A canceled
-// waiter leaves no subscription or goroutine behind.
+// that lease and returns an *OutcomeError with Settled set. A lease whose
+// grant was sent so long before it took effect (a request that waited for
+// the store to come back) that its first renewal is already due is renewed
+// before Lock returns it, so the holder gets its TTL counted from that
+// renewal; one that ended before it could be renewed is never returned,
+// and the wait goes on. A canceled waiter leaves no subscription or
+// goroutine behind.
 func (c *Coordinator) Lock(ctx context.Context, key string, ttl time.Duration, opts ...LockOption) (*Held, error) {
 	return c.lockHeld(ctx, []string{key}, lockOne, ttl, opts)
 }
@@ -199,12 +204,13 @@ type lockCall struct {
 	set    *keySet
 	obs    *lockObs // the wait's traces and metrics (trace.go)
 
-	lastHeld     error     // the latest refusal for a live lease
-	lastErr      error     // the store's latest transient error (IsTransient), nil once it answers
-	away         backoff   // paces the attempts while the store is away
-	unknownSince time.Time // first send of req.LeaseID whose outcome is unknown
-	try          []int     // LockAny: the keys to try next, by index
-	leaveTurn    func()    // LockAny without WithFIFO: leaves the in-process line (turns)
+	lastHeld     error         // the latest refusal for a live lease
+	lastErr      error         // the store's latest transient error (IsTransient), nil once it answers
+	away         backoff       // paces the attempts while the store is away
+	unknownSince time.Time     // first send of req.LeaseID whose outcome is unknown
+	slowest      time.Duration // the longest an answered attempt took (unansweredAfter)
+	try          []int         // LockAny: the keys to try next, by index
+	leaveTurn    func()        // LockAny without WithFIFO: leaves the in-process line (turns)
 }
 
 // need is what a lockCall needs of its keys.
@@ -408,6 +414,9 @@ func (l *lockCall) grant() ([]Lease, error) {
 		sent := time.Now()
 		leases, err := l.send()
 		if err == nil {
+			leases, err = l.refresh(leases)
+		}
+		if err == nil {
 			return leases, nil
 		}
 		if err := l.next(err, sent); err != nil {
@@ -479,16 +488,77 @@ func (l *lockCall) send() ([]Lease, error) {
 	return leases, err
 }
 
+// unansweredAfter is how long an attempt in flight when the wait ends must
+// have gone unanswered for the store to count as away, when no attempt
+// since the last answer has failed otherwise: four times the slowest
+// answer this wait has had, within [100ms, maxBackoff]. A store that went
+// away while the waiter waited for a poll leaves it only the last attempt
+// to judge by, sent maybe a moment before the wait's end.
+func (l *lockCall) unansweredAfter() time.Duration {
+	return min(max(4*l.slowest, 100*time.Millisecond), maxBackoff)
+}
+
+// refresh renews, before the call returns them, the granted leases whose
+// first renewal is already due: a grant sent long before it took effect (a
+// request that waited for a connection while the store was away, an earlier
+// attempt with the same ID adopted) has its Deadline counted from that send,
+// and would reach its holder with little of its TTL left, to be lost at the
+// first slow renewal. Each comes back with its Deadline counted from the
+// renewal. When one ended before it could be used (ErrLeaseExpired,
+// ErrLeaseNotFound), the others are released and that error returned: the
+// wait goes on for a new lease. A renewal that fails otherwise leaves the
+// leases as granted (their Held's renewals go on trying), and so does
+// WithMaxHold, whose cap counts from the grant.
+func (l *lockCall) refresh(leases []Lease) ([]Lease, error) {
+	if l.cfg.maxHold > 0 {
+		return leases, nil
+	}
+	for i, lease := range leases {
+		if lease.Remaining() > l.ttl-l.cfg.interval {
+			continue
+		}
+		next, err := l.c.Renew(l.ctx, lease.Key, lease.ID, l.ttl, l.cfg.margin)
+		switch {
+		case err == nil:
+			leases[i] = next
+		case errors.Is(err, ErrLeaseExpired) || errors.Is(err, ErrLeaseNotFound):
+			l.releaseOthers(leases, i)
+			return nil, err
+		default:
+			return leases, nil
+		}
+	}
+	return leases, nil
+}
+
+// releaseOthers releases every lease but the i-th, which ended: a wait for
+// all the keys holds none of them while it waits. A release that fails
+// leaves its lease to expire.
+func (l *lockCall) releaseOthers(leases []Lease, i int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(l.ctx), l.ttl)
+	defer cancel()
+	for j, lease := range leases {
+		if j != i {
+			_ = l.c.Release(ctx, lease.Key, lease.ID)
+		}
+	}
+}
+
 // next takes the error of the grant sent at sent, and waits as it tells
 // before the next attempt: nil to try again, or the call's error.
 func (l *lockCall) next(err error, sent time.Time) error {
 	var held *backend.HeldError
 	var oe *OutcomeError
-	if l.wctx.Err() != nil && !definite(err) && time.Since(sent) >= maxBackoff {
+	took := time.Since(sent)
+	if errors.As(err, &held) || definite(err) {
+		l.slowest = max(l.slowest, took) // an answer
+	}
+	if l.wctx.Err() != nil && !definite(err) && (took >= maxBackoff || l.lastErr == nil && took >= l.unansweredAfter()) {
 		// The wait ended during an attempt that the store had left
 		// unanswered for a while (a client that waits for a connection,
-		// etcd's, fails no sooner): the store is away.
-		l.lastErr = &unansweredError{d: time.Since(sent), err: bareError(err)}
+		// etcd's, fails no sooner): the store is away. A short one
+		// counts only when no attempt has said more (a refused dial).
+		l.lastErr = &unansweredError{d: took, err: bareError(err)}
 	}
 	switch {
 	case errors.As(err, &held):

@@ -161,6 +161,42 @@ func TestLockWaitEndsDuringUnansweredGrant(t *testing.T) {
 	}
 }
 
+// stallsAfterFirst is a memory backend that answers the first grant, and
+// leaves every later one unanswered until its context ends (a store that
+// went away while the waiter waited for its next poll).
+type stallsAfterFirst struct {
+	*memorybackend.Backend
+	grants atomic.Int32
+}
+
+func (s *stallsAfterFirst) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if s.grants.Add(1) > 1 {
+		<-ctx.Done()
+		return backend.Lease{}, fmt.Errorf("test: grant: %w", ctx.Err())
+	}
+	return s.Backend.Grant(ctx, req)
+}
+
+// A wait whose last attempt, sent shortly before the wait ended, got no
+// answer while earlier ones were answered at once ends as a wait on a
+// store that is away, though that attempt was in flight for less than a
+// second: the judgment is against the answers the wait has seen.
+func TestLockWaitEndsDuringShortUnansweredGrant(t *testing.T) {
+	s := &stallsAfterFirst{Backend: memorybackend.New()}
+	defer s.Close()
+	c := fencing.New(s, fencing.WithRequestTimeout(0))
+	ctx := context.Background()
+	if _, err := s.Backend.Grant(ctx, backend.Request{Key: "k", LeaseID: "holder", Timeout: time.Minute}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	_, err := c.Lock(ctx, "k", time.Minute, fencing.WithWaitTimeout(900*time.Millisecond), fencing.WithPollInterval(50*time.Millisecond))
+	if !errors.Is(err, fencing.ErrNoAnswer) || errors.Is(err, fencing.ErrLeaseHeld) || s.grants.Load() != 2 {
+		t.Fatalf("Lock whose wait ended %v after it began, during its second grant (the first answered at once): %v after %d grants; want ErrNoAnswer, not ErrLeaseHeld",
+			time.Since(start).Round(time.Millisecond), err, s.grants.Load())
+	}
+}
+
 // An error that no wait cures ends the wait at once: a closed backend.
 func TestLockDefiniteErrorEndsWait(t *testing.T) {
 	s := newAwayStore()
@@ -200,5 +236,83 @@ func TestIsTransient(t *testing.T) {
 		if got := fencing.IsTransient(c.err); got != c.want {
 			t.Errorf("IsTransient(%v) = %v, want %v", c.err, got, c.want)
 		}
+	}
+}
+
+// queuedGrants is a memory backend whose grants can be held at a gate, as
+// a client holds a request that waits for its connection while the server
+// is away and sends it once the server is back, and whose renewals can be
+// held until the lease they renew has ended.
+type queuedGrants struct {
+	*memorybackend.Backend
+	gate      chan struct{} // grants wait until it is closed
+	entered   chan time.Time
+	lateRenew atomic.Bool // the next renewal waits for its lease's end
+}
+
+func (s *queuedGrants) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	s.entered <- time.Now()
+	<-s.gate
+	return s.Backend.Grant(ctx, req)
+}
+
+func (s *queuedGrants) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	if s.lateRenew.CompareAndSwap(true, false) {
+		l, err := s.Inspect(ctx, req.Key)
+		if err != nil {
+			return backend.Lease{}, err
+		}
+		time.Sleep(l.Remaining + 10*time.Millisecond) // on the store's own clock: past the lease's end
+	}
+	return s.Backend.Renew(ctx, req)
+}
+
+// A waiter's grant that was sent long before it took effect (it waited for
+// the store to come back) has its Deadline counted from the send: Lock
+// renews it before returning it, so the holder gets its whole TTL, counted
+// from after the grant took effect. A lease that ended before that renewal
+// is not returned: the wait goes on for a new one.
+func TestLockRenewsALateGrant(t *testing.T) {
+	for _, ended := range []bool{false, true} {
+		t.Run(fmt.Sprintf("ended=%v", ended), func(t *testing.T) {
+			s := &queuedGrants{Backend: memorybackend.New(), gate: make(chan struct{}), entered: make(chan time.Time, 16)}
+			defer s.Close()
+			s.lateRenew.Store(ended)
+			c := fencing.New(s)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			const ttl = 600 * time.Millisecond
+			type result struct {
+				h   *fencing.Held
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				h, err := c.Lock(ctx, "k", ttl)
+				done <- result{h, err}
+			}()
+			sent := <-s.entered
+			// Past the point where the lease's first renewal is due (a
+			// third of the TTL after the send), counted from the send.
+			time.Sleep(time.Until(sent.Add(ttl * 2 / 3)))
+			opened := time.Now()
+			close(s.gate)
+			r := <-done
+			if r.err != nil {
+				t.Fatalf("Lock: %v", r.err)
+			}
+			defer r.h.Release(ctx)
+			lease := r.h.Lease()
+			if lease.Deadline.Before(opened.Add(ttl)) {
+				t.Errorf("Lock returned a lease with %v of its %v left, its Deadline counted from the grant sent %v before it took effect",
+					time.Until(lease.Deadline).Round(time.Millisecond), ttl, opened.Sub(sent).Round(time.Millisecond))
+			}
+			if first := uint64(1); ended != (lease.Token > first) {
+				t.Errorf("token %d: the first grant's lease ended before its renewal = %v, want a new lease exactly then", lease.Token, ended)
+			}
+			if ok, err := c.CheckToken(ctx, "k", lease.Token); err != nil || !ok {
+				t.Errorf("CheckToken(%d) = %v, %v; want the held lease's token current", lease.Token, ok, err)
+			}
+		})
 	}
 }
