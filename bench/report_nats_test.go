@@ -37,6 +37,9 @@ import (
 //     KV Create+Delete (a Create over a delete marker is a refused write, a
 //     read and a write in the jetstream package).
 //
+// Grant+Release runs again with every contender on a memory bucket (store
+// "nats, memory buckets"): what the protocols cost without the syncs.
+//
 // CheckToken is compared with a KV Get (a direct get, which any server of
 // the stream may answer) and a bare STREAM.MSG.GET (the leader read ours
 // makes, without decoding the record).
@@ -44,32 +47,31 @@ func natsSection(t *testing.T, r *report) {
 	srv := natstest.Start(t)
 	nc, js := srv.Connect(t)
 	ctx := context.Background()
-	be, err := natsbackend.New(ctx, js, natstest.Bucket(t, js),
-		natsbackend.WithSafetyCheck(backend.CheckSkip), // one server: an R1 bucket
-		natsbackend.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatalf("natsbackend.New: %v", err)
-	}
-	t.Cleanup(func() { be.Close() })
-	coord := fencing.New(be)
+	coord := natsCoordinator(t, js, natstest.Bucket(t, js))
 	file := natsKV(t, js, natstest.Bucket(t, js))
-	nlockMem := newNlockPattern(t, js, jetstream.MemoryStorage)
-	nlockFile := newNlockPattern(t, js, jetstream.FileStorage)
-
-	for _, g := range []int{1, 32} {
-		keys := disjointKeys(g, 1)
-		peerKey := func(w int) string { return fmt.Sprintf("g%d.w%02d", g, w) }
-		r.compare(t, &comparison{
-			store: "nats", op: "Grant+Release", goroutines: g,
-			contenders: []contender{
-				{name: "ours", worker: grantReleaseWorker(coord, keys)},
-				{name: "nlock's pattern (memory bucket, as nlock makes it)", worker: nlockMem.worker(peerKey)},
-				{name: "nlock's pattern (file bucket)", worker: nlockFile.worker(peerKey)},
-				{name: "2 KV Updates", worker: kvUpdatesWorker(t, file, func(w int) string { return "u." + peerKey(w) })},
-				{name: "KV Create+Delete", worker: kvCreateDeleteWorker(file, func(w int) string { return "c." + peerKey(w) })},
-			},
-		})
+	grantRelease := func(store string, coord *fencing.Coordinator, nlockMem, nlockFile *nlockPattern, kv jetstream.KeyValue) {
+		for _, g := range []int{1, 32} {
+			keys := disjointKeys(g, 1)
+			peerKey := func(w int) string { return fmt.Sprintf("g%d.w%02d", g, w) }
+			c := &comparison{store: store, op: "Grant+Release", goroutines: g, contenders: []contender{{name: "ours", worker: grantReleaseWorker(coord, keys)}}}
+			if nlockMem != nil {
+				c.contenders = append(c.contenders, contender{name: "nlock's pattern (memory bucket, as nlock makes it)", worker: nlockMem.worker(peerKey)})
+			}
+			if nlockFile != nil {
+				c.contenders = append(c.contenders, contender{name: "nlock's pattern (file bucket)", worker: nlockFile.worker(peerKey)})
+			}
+			c.contenders = append(c.contenders,
+				contender{name: "2 KV Updates", worker: kvUpdatesWorker(t, kv, func(w int) string { return "u." + peerKey(w) })},
+				contender{name: "KV Create+Delete", worker: kvCreateDeleteWorker(kv, func(w int) string { return "c." + peerKey(w) })})
+			r.compare(t, c)
+		}
 	}
+	nlockMem := newNlockPattern(t, js, jetstream.MemoryStorage)
+	grantRelease("nats", coord, nlockMem, newNlockPattern(t, js, jetstream.FileStorage), file)
+	// Every contender on memory storage (nothing synced): what the
+	// protocols cost without the disk's syncs.
+	mem := natsBucket(t, js, jetstream.MemoryStorage, 0)
+	grantRelease("nats, memory buckets", natsCoordinator(t, js, natsBucket(t, js, jetstream.MemoryStorage, 0).Bucket()), nlockMem, nil, mem)
 
 	for _, g := range []int{1, 32} {
 		held, err := coord.Grant(ctx, fmt.Sprintf("checked/%d", g), leaseTTL)
@@ -117,6 +119,34 @@ func natsKV(t *testing.T, js jetstream.JetStream, bucket string) jetstream.KeyVa
 		t.Fatalf("bucket %s: %v", bucket, err)
 	}
 	return kv
+}
+
+// natsBucket creates a bucket with history 1 on storage, with a TTL
+// (MaxAge) unless ttl is 0.
+func natsBucket(t *testing.T, js jetstream.JetStream, storage jetstream.StorageType, ttl time.Duration) jetstream.KeyValue {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket: "bench_" + uuid.NewString()[:8], TTL: ttl, History: 1, Storage: storage,
+	})
+	if err != nil {
+		t.Fatalf("create bucket: %v", err)
+	}
+	return kv
+}
+
+// natsCoordinator returns a Coordinator over a NATS backend on bucket, the
+// safety check skipped (one server: R1 buckets, some on memory storage).
+func natsCoordinator(t *testing.T, js jetstream.JetStream, bucket string) *fencing.Coordinator {
+	t.Helper()
+	be, err := natsbackend.New(context.Background(), js, bucket, natsbackend.WithSafetyCheck(backend.CheckSkip),
+		natsbackend.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatalf("natsbackend.New: %v", err)
+	}
+	t.Cleanup(func() { be.Close() })
+	return fencing.New(be)
 }
 
 // kvUpdatesWorker writes each worker's key twice per operation, each an
@@ -210,15 +240,7 @@ type nlockPattern struct {
 
 func newNlockPattern(t *testing.T, js jetstream.JetStream, storage jetstream.StorageType) *nlockPattern {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	kv, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{
-		Bucket: fmt.Sprintf("nlock_%d_%s", storage, uuid.NewString()[:8]), TTL: leaseTTL, History: 1, Storage: storage,
-	})
-	if err != nil {
-		t.Fatalf("nlock bucket: %v", err)
-	}
-	return &nlockPattern{kv: kv, ttl: leaseTTL}
+	return &nlockPattern{kv: natsBucket(t, js, storage, leaseTTL), ttl: leaseTTL}
 }
 
 // worker acquires and releases key(w) once per operation.
