@@ -5,8 +5,11 @@ go 1.26.0
 require (
 	github.com/bsm/redislock v0.9.4
 	github.com/fencing-go/fencing v0.0.0-00010101000000-000000000000
+	github.com/fencing-go/fencing/natsbackend v0.0.0-00010101000000-000000000000
 	github.com/go-redsync/redsync/v4 v4.18.1
 	github.com/go-sql-driver/mysql v1.10.1
+	github.com/google/uuid v1.6.0
+	github.com/nats-io/nats.go v1.56.0
 	github.com/prometheus/client_golang v1.24.1
 	github.com/prometheus/client_model v0.6.2
 	github.com/redis/go-redis/v9 v9.23.0
@@ -19,6 +22,12 @@ require (
 	gonum.org/v1/plot v0.17.0
 	google.golang.org/grpc v1.83.2
 	modernc.org/sqlite v1.62.0
+)
+
+require (
+	github.com/klauspost/compress v1.20.0 // indirect
+	github.com/nats-io/nkeys v0.4.16 // indirect
+	github.com/nats-io/nuid v1.0.1 // indirect
 )
 
 require (
@@ -40,7 +49,6 @@ require (
 	github.com/golang/freetype v0.0.0-20170609003504-e2365dfdc4a0 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/google/go-cmp v0.7.0 // indirect
-	github.com/google/uuid v1.6.0 // indirect
 	github.com/gorilla/websocket v1.5.3 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus v1.1.0 // indirect
 	github.com/grpc-ecosystem/go-grpc-middleware/v2 v2.3.3 // indirect
@@ -97,3 +105,5 @@ require (
 )
 
 replace github.com/fencing-go/fencing => ../
+
+replace github.com/fencing-go/fencing/natsbackend => ../natsbackend

@@ -51,6 +51,7 @@ var reportSections = []struct {
 	{"etcd", etcdSection},             // vs concurrency.Mutex (fresh and shared Session), Txn and Get floors
 	{"sql", sqlSection},               // PostgreSQL vs pglock's table lease, advisory locks, SELECT 1; SQLite vs flock, the handoff too
 	{"mysql", mysqlSection},           // MariaDB vs GET_LOCK+RELEASE_LOCK, a one-row UPDATE commit, SELECT 1
+	{"nats", natsSection},             // NATS JetStream KV vs nlock's pattern, two KV Updates, Create+Delete, KV Get
 	{"contention", contentionSection}, // etcd: the Lock handoff with 1, 8 and 32 waiters, FIFO on and off, vs concurrency.Mutex
 }
 
