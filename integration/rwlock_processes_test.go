@@ -215,19 +215,38 @@ func readRWHolds(t *testing.T, file string) (holds []rwHold, open []string, errs
 
 // TestRWLockAcrossProcesses runs the workers above on the stores that
 // processes can share, with a worker stopped twice and one killed, each in
-// the middle of a hold. Not SQLite yet: under -race at load 20 its four
-// workers took 2 to 13 s to begin 10 holds, and in 3 of 4 runs none was
-// seen in the middle of a hold in the next 9 s (docs/rwlock.md).
+// the middle of a hold.
+//
+// On SQLite a worker stopped in the middle of a transaction keeps the
+// file's write lock (an fcntl lock on the -shm file) until it is continued:
+// every process's writes, renewals and grants included, wait for it. Under
+// -race that is the common case: modernc's SQLite is Go code the race
+// detector instruments, so a transaction holds the lock about 7 ms (0.3 ms
+// of statements and 0.7 ms of commit without -race, 4 ms and 2-3 ms with
+// it), and the four workers keep it about three quarters of the time; 7 of
+// 9 stopped workers held it (/proc/locks: WRITE at offset 120 of the -shm
+// file). Behind a frozen file SQLite keeps no line: the processes' BEGIN
+// IMMEDIATEs retry in its busy handler (sleeps of up to 100 ms), and one
+// waited 8.9 s. So on SQLite a stop counts one expiry more in
+// the bound for the others going on, and the workers run 6 expiries longer:
+// at load 13-24 on 2 cores, the workers took up to 9.5 s to begin 10 holds
+// and the first hold after a fault began up to 2.7 s after it (4.5 s with
+// no busy_timeout in the connection string) (docs/rwlock.md).
 func TestRWLockAcrossProcesses(t *testing.T) {
 	if testing.Short() {
 		t.Skip("-short: starts servers and processes")
 	}
-	for _, s := range []processStore{postgresStore, mysqlStore, redisStore, etcdStore} {
+	for _, s := range []processStore{sqliteStore, postgresStore, mysqlStore, redisStore, etcdStore} {
 		t.Run(s.name, func(t *testing.T) {
 			w, spec := s.open(t)
 			dir := t.TempDir()
 			expiry := w.TTL + w.Margin + expirySlack(w) // a stopped holder's leases have ended by then
-			run := 4*expiry + 8*time.Second             // SQLite's workers under -race were seen taking 8s to begin holding
+			bound := 2 * expiry                         // the others go on within it after a fault
+			run := 4*expiry + 8*time.Second
+			if s.name == "sqlite" {
+				bound += expiry   // the stop may freeze the file (see above)
+				run += 6 * expiry // slow starts and the waits behind a frozen file
+			}
 			until := time.Now().Add(run)
 			workers := make([]*childproc.Helper, rwProcWorkers)
 			files := make([]string, rwProcWorkers)
@@ -240,7 +259,7 @@ func TestRWLockAcrossProcesses(t *testing.T) {
 			// is in the middle of a hold, and returns it and the ids of
 			// its open holds.
 			stopMidHold := func(skip ...int) (int, []string) {
-				for time.Now().Before(until.Add(-2 * expiry)) {
+				for time.Now().Before(until.Add(-bound)) {
 					for i := range workers {
 						if slices.Contains(skip, i) {
 							continue
@@ -262,7 +281,7 @@ func TestRWLockAcrossProcesses(t *testing.T) {
 				return 0, nil
 			}
 			var stopped []time.Time // when each fault began
-			for begun := 0; begun < 10 && time.Now().Before(until.Add(-2*expiry)); time.Sleep(10 * time.Millisecond) {
+			for begun := 0; begun < 10 && time.Now().Before(until.Add(-bound)); time.Sleep(10 * time.Millisecond) {
 				begun = 0 // the workers start and contend
 				for _, f := range files {
 					hs, _, _ := readRWHolds(t, f)
@@ -305,7 +324,7 @@ func TestRWLockAcrossProcesses(t *testing.T) {
 				}
 			}
 			t.Logf("the last fault %v before the workers' end", until.Sub(stopped[len(stopped)-1]))
-			checkRWHolds(t, holds, stopped, expiry)
+			checkRWHolds(t, holds, stopped, bound)
 		})
 	}
 }
@@ -314,9 +333,9 @@ func TestRWLockAcrossProcesses(t *testing.T) {
 // readers held the lock together, tokens are distinct, writers' tokens
 // increase in the order of their holds, and a reader's token is above every
 // earlier writer's and below every later one's. It fails too unless other
-// holds began while each fault (a worker stopped or killed at a time in
-// faults) lasted, after the faulted holder's lease ended.
-func checkRWHolds(t *testing.T, holds []rwHold, faults []time.Time, expiry time.Duration) {
+// holds began within bound of each fault (a worker stopped or killed at a
+// time in faults).
+func checkRWHolds(t *testing.T, holds []rwHold, faults []time.Time, bound time.Duration) {
 	var live []rwHold
 	dead := 0
 	for _, h := range holds {
@@ -366,14 +385,21 @@ func checkRWHolds(t *testing.T, holds []rwHold, faults []time.Time, expiry time.
 		t.Fatalf("%d writers and %d pairs of readers together: the workers did not exercise the lock", writers, together)
 	}
 	for _, f := range faults {
-		n := 0
+		n, first := 0, time.Duration(-1)
 		for _, h := range live {
-			if h.began.After(f) && h.began.Before(f.Add(2*expiry)) {
+			if !h.began.After(f) {
+				continue
+			}
+			if d := h.began.Sub(f); first < 0 || d < first {
+				first = d
+			}
+			if h.began.Before(f.Add(bound)) {
 				n++
 			}
 		}
+		t.Logf("the fault at %v: the first hold after it began %v later, %d within %v", f.Format(time.StampMicro), first, n, bound)
 		if n == 0 {
-			t.Errorf("no hold began within %v of the fault at %v: the others did not go on", 2*expiry, f.Format(time.StampMicro))
+			t.Errorf("no hold began within %v of the fault at %v: the others did not go on", bound, f.Format(time.StampMicro))
 		}
 	}
 }
