@@ -47,11 +47,13 @@ type Backend struct {
 	publish     any // "spublish" on a Cluster, else "publish"
 	closed      atomic.Bool
 	notifier    notifier
-	batch       *batcher      // sends Grant, Renew, Release and Token
-	direct      int64         // requests in flight sent before batching starts
-	pipeToken   bool          // Token as HMGET and TIME, not a script (see Token)
-	retention   time.Duration // 0: records are kept for ever (sweep.go)
-	floors      *floors       // a Cluster's floor per slot (floor.go); nil: one floor
+	batch       *batcher                 // sends Grant, Renew, Release and Token
+	direct      int64                    // requests in flight sent before batching starts
+	pipeToken   bool                     // Token as HMGET and TIME, not a script (see Token)
+	retention   time.Duration            // 0: records are kept for ever (sweep.go)
+	floors      *floors                  // a Cluster's floor per slot (floor.go); nil: one floor
+	lastTimes   atomic.Pointer[timeArgs] // the last grant's or renewal's (grant.go)
+	floor       any                      // the one floor's name when every record has the same (floor.go); else nil
 	sweep       sweeper
 }
 
@@ -98,6 +100,9 @@ func New(ctx context.Context, client redis.UniversalClient, opts ...Option) (*Ba
 	}
 	if cluster {
 		b.floors = newFloors(b.prefix)
+	}
+	if b.floors == nil || b.floors.pinned {
+		b.floor = b.prefix + floorSuffix
 	}
 	if err := checkPrefix(b.prefix); err != nil {
 		return nil, err
@@ -193,24 +198,29 @@ func (b *Backend) Close() error {
 // op and returns its reply, waiting for minReplicas replicas when it is
 // positive. Errors are classified by sendError.
 func (b *Backend) runKeys(ctx context.Context, op string, s *script, rks []string, minReplicas int, args ...any) ([]any, error) {
+	return b.runArgv(ctx, op, s, s.argvKeys(rks, args), minReplicas)
+}
+
+// runArgv is runKeys on a command built by s.argv.
+func (b *Backend) runArgv(ctx context.Context, op string, s *script, a []any, minReplicas int) ([]any, error) {
 	if minReplicas <= 0 {
-		reply, err := s.runKeys(ctx, b.batch, rks, args...).Slice()
+		reply, err := s.runArgv(ctx, b.batch, a).Slice()
 		if err != nil {
 			return nil, sendError(ctx, op, err)
 		}
 		return reply, nil
 	}
-	return b.runReplicated(ctx, op, s, rks, args)
+	return b.runReplicated(ctx, op, s, a)
 }
 
-// runReplicated is run with WAIT for minReplicas (see runAndWait).
-func (b *Backend) runReplicated(ctx context.Context, op string, s *script, rks []string, args []any) ([]any, error) {
+// runReplicated is runArgv with WAIT for minReplicas (see runAndWait).
+func (b *Backend) runReplicated(ctx context.Context, op string, s *script, a []any) ([]any, error) {
 	if !b.batch.detach || ctx.Done() == nil {
-		return b.runAndWait(ctx, op, s, rks, args)
+		return b.runAndWait(ctx, op, s, a)
 	}
 	// The client would not end the exchange at ctx's end (see
 	// honoursDeadlines): wait for it on a goroutine of its own.
-	reply, err := await(b.batch, ctx, func() ([]any, error) { return b.runAndWait(ctx, op, s, rks, args) })
+	reply, err := await(b.batch, ctx, func() ([]any, error) { return b.runAndWait(ctx, op, s, a) })
 	if abandoned(err) || errors.As(err, new(notSentError)) {
 		return nil, sendError(ctx, op, err) // await's own: runAndWait's are classified
 	}

@@ -53,8 +53,17 @@ func newFloors(prefix string) *floors {
 
 // floorKey returns the name of the floor the record rk's scripts use.
 func (b *Backend) floorKey(rk string) string {
-	if b.floors == nil || b.floors.pinned {
-		return b.prefix + floorSuffix
+	if b.floor != nil {
+		return b.floor.(string)
+	}
+	return b.floors.of(keySlot(rk))
+}
+
+// floorArg is floorKey as a command's argument: boxed once, when every
+// record has the same floor.
+func (b *Backend) floorArg(rk string) any {
+	if b.floor != nil {
+		return b.floor
 	}
 	return b.floors.of(keySlot(rk))
 }

@@ -22,26 +22,58 @@ func (b *Backend) grantOrRenew(ctx context.Context, op string, s *script, req ba
 	if err := b.ready(ctx, backend.CheckRequest(req)); err != nil {
 		return backend.Lease{}, err
 	}
-	ttl := ceil(req.Timeout, time.Millisecond)
-	total := ceil(ttl+req.Margin, time.Microsecond)
-	delay := ceil(req.LockDelay, time.Microsecond)
+	d := b.timeArgs(req)
 	b.drive()
-	rks := []string{b.RedisKey(req.Key)}
+	rk := b.RedisKey(req.Key)
+	var a []any
 	if s == grantScript {
-		rks = append(rks, b.floorKey(rks[0]))
+		a = s.argv(2, 2+7)
+		a = append(a, rk, b.floorArg(rk))
+	} else {
+		a = s.argv(1, 1+7)
+		a = append(a, rk)
 	}
-	reply, err := b.runKeys(ctx, op, s, rks, b.minReplicas,
-		req.LeaseID, ttl.Milliseconds(), int64(req.Margin), total.Microseconds(), b.maxToken, req.Owner, delay.Microseconds())
+	a = append(a, req.LeaseID, d.ttlMs, d.marginNs, d.totalUs, b.maxToken, req.Owner, d.delayUs)
+	reply, err := b.runArgv(ctx, op, s, a, b.minReplicas)
 	if err != nil {
 		return backend.Lease{}, err
 	}
 	if err := statusError(reply); err != nil {
 		return backend.Lease{}, err
 	}
-	lease, err := parseLease(reply, req.Key, req.LeaseID, ttl, req.Margin)
+	lease, err := parseLease(reply, req.Key, req.LeaseID, d.ttl, req.Margin)
 	if err != nil {
 		// The script ran, but we cannot tell what it did.
 		return backend.Lease{}, fmt.Errorf("%w: redisbackend: %s: %w", backend.ErrOutcomeUnknown, op, err)
 	}
 	return lease, nil
+}
+
+// timeArgs are the time arguments of a grant or renewal script, boxed as
+// command arguments. Backend.timeArgs keeps the last ones made, since a
+// caller's requests mostly repeat their times: reusing them spares an
+// allocation per argument.
+type timeArgs struct {
+	timeout, margin, lockDelay time.Duration // the request's, as given
+
+	ttl                               time.Duration // the timeout rounded up to a millisecond
+	ttlMs, marginNs, totalUs, delayUs any           // ttl in ms, the margin in ns, ttl+margin and the lock delay in µs, rounded up
+}
+
+// timeArgs returns req's time arguments (see timeArgs).
+func (b *Backend) timeArgs(req backend.Request) *timeArgs {
+	if d := b.lastTimes.Load(); d != nil && d.timeout == req.Timeout && d.margin == req.Margin && d.lockDelay == req.LockDelay {
+		return d
+	}
+	ttl := ceil(req.Timeout, time.Millisecond)
+	d := &timeArgs{
+		timeout: req.Timeout, margin: req.Margin, lockDelay: req.LockDelay,
+		ttl:      ttl,
+		ttlMs:    ttl.Milliseconds(),
+		marginNs: int64(req.Margin),
+		totalUs:  ceil(ttl+req.Margin, time.Microsecond).Microseconds(),
+		delayUs:  ceil(req.LockDelay, time.Microsecond).Microseconds(),
+	}
+	b.lastTimes.Store(d)
+	return d
 }

@@ -85,13 +85,43 @@ func (b *Backend) RedisKey(key string) string { return b.name(key, recordSuffix)
 func (b *Backend) channel(key string) string { return b.name(key, channelSuffix) }
 
 func (b *Backend) name(key, suffix string) string {
+	n, _ := b.names(key, suffix, "")
+	return n
+}
+
+// names returns key's names with suffix1 and suffix2 (empty: none), made
+// in one allocation.
+func (b *Backend) names(key, suffix1, suffix2 string) (string, string) {
 	var sb strings.Builder
-	sb.Grow(len(b.prefix) + 1 + keyEncoding.EncodedLen(len(key)) + len(suffix))
+	base := len(b.prefix) + 1 + keyEncoding.EncodedLen(len(key))
+	if suffix2 == "" {
+		sb.Grow(base + len(suffix1))
+		b.writeName(&sb, key, suffix1)
+		return sb.String(), ""
+	}
+	sb.Grow(base + len(suffix1) + base + len(suffix2))
+	b.writeName(&sb, key, suffix1)
+	b.writeName(&sb, key, suffix2)
+	both := sb.String()
+	n1 := base + len(suffix1)
+	return both[:n1], both[n1:]
+}
+
+// writeName writes key's name with suffix to sb, allocating nothing of its
+// own: the key is encoded in pieces of a multiple of 3 bytes, whose
+// unpadded encodings joined are the whole key's.
+func (b *Backend) writeName(sb *strings.Builder, key, suffix string) {
 	sb.WriteString(b.prefix)
 	sb.WriteByte('{')
-	sb.WriteString(keyEncoding.EncodeToString([]byte(key)))
+	var src [48]byte
+	var dst [64]byte
+	for key != "" {
+		n := copy(src[:], key)
+		keyEncoding.Encode(dst[:], src[:n])
+		sb.Write(dst[:keyEncoding.EncodedLen(n)])
+		key = key[n:]
+	}
 	sb.WriteString(suffix)
-	return sb.String()
 }
 
 // decodeKey returns the key whose record is the Redis key rk, or false

@@ -13,7 +13,10 @@ func (b *Backend) Release(ctx context.Context, key, leaseID string) error {
 		return err
 	}
 	b.drive()
-	reply, err := b.runKeys(ctx, "release", releaseScript, []string{b.RedisKey(key)}, 0, leaseID, b.channel(key), b.publish)
+	rk, channel := b.names(key, recordSuffix, channelSuffix)
+	a := releaseScript.argv(1, 1+3)
+	a = append(a, rk, leaseID, channel, b.publish)
+	reply, err := b.runArgv(ctx, "release", releaseScript, a, 0)
 	if err != nil {
 		return err
 	}

@@ -46,8 +46,9 @@ func (b *Backend) checkWaitOptions() error {
 }
 
 // runAndWait sends the script and WAIT in one pipeline on one connection to
-// the primary that owns the key, so WAIT covers the script's writes.
-func (b *Backend) runAndWait(ctx context.Context, op string, s *script, keys []string, args []any) ([]any, error) {
+// the primary that owns the key, so WAIT covers the script's writes. a is
+// the script's command, built by s.argv.
+func (b *Backend) runAndWait(ctx context.Context, op string, s *script, a []any) ([]any, error) {
 	for attempt := 0; ; attempt++ {
 		var node *redis.Client
 		switch c := b.client.(type) {
@@ -55,14 +56,17 @@ func (b *Backend) runAndWait(ctx context.Context, op string, s *script, keys []s
 			node = c
 		case *redis.ClusterClient:
 			var err error
-			if node, err = c.MasterForKey(ctx, keys[0]); err != nil {
+			if node, err = c.MasterForKey(ctx, a[3].(string)); err != nil {
 				return nil, fmt.Errorf("redisbackend: %s: find the key's primary: %w", op, err)
 			}
 		default: // New rejects other clients
 			return nil, fmt.Errorf("redisbackend: %s: WithMinReplicas needs a *redis.Client or *redis.ClusterClient, not %T", op, b.client)
 		}
 		pipe := node.Pipeline()
-		eval := s.cmdKeys(ctx, attempt > 0, keys, args)
+		eval := onceCmd{redis.NewCmd(ctx, a...)}
+		if attempt > 0 {
+			eval = onceCmd{redis.NewCmd(ctx, s.withSource(a)...)}
+		}
 		_ = pipe.Process(ctx, eval)
 		wait := pipe.Do(ctx, "wait", b.minReplicas, ceil(b.waitTimeout, time.Millisecond).Milliseconds())
 		_, _ = pipe.Exec(ctx) // errors are on the commands

@@ -6,6 +6,7 @@ import (
 	_ "embed" // the scripts
 	"encoding/hex"
 	"errors"
+	"slices"
 	"strconv"
 
 	"github.com/redis/go-redis/v9"
@@ -96,19 +97,51 @@ func (s *script) cmd(ctx context.Context, source bool, key string, args []any) o
 
 // cmdKeys is cmd on several keys, all in one hash slot.
 func (s *script) cmdKeys(ctx context.Context, source bool, keys []string, args []any) onceCmd {
-	a := make([]any, 0, 3+len(keys)+len(args))
+	a := s.argvKeys(keys, args)
 	if source {
-		a = append(a, "eval", s.srcArg)
-	} else {
-		a = append(a, "evalsha", s.hashArg)
+		a[0], a[1] = evalArg, s.srcArg
 	}
-	// numkeys as a string: go-redis's Cluster routing reads it as one.
-	a = append(a, strconv.Itoa(len(keys)))
+	return onceCmd{redis.NewCmd(ctx, a...)}
+}
+
+// argvKeys is the script's EVALSHA command on keys with args.
+func (s *script) argvKeys(keys []string, args []any) []any {
+	a := s.argv(len(keys), len(keys)+len(args))
 	for _, k := range keys {
 		a = append(a, k)
 	}
-	a = append(a, args...)
-	return onceCmd{redis.NewCmd(ctx, a...)}
+	return append(a, args...)
+}
+
+// The command names and numkeys, boxed once, so that putting them in a
+// command's arguments does not allocate.
+var (
+	evalshaArg, evalArg any = "evalsha", "eval"
+	numKeysArgs             = [...]any{"0", "1", "2", "3"}
+)
+
+// argv returns the start of the script's EVALSHA command on nkeys keys,
+// with room for n more arguments, which the caller appends: the keys, all
+// in one hash slot, then the script's arguments. Built whole this way, the
+// command's arguments are one allocation (see runArgv).
+func (s *script) argv(nkeys, n int) []any {
+	a := make([]any, 3, 3+n)
+	a[0], a[1] = evalshaArg, s.hashArg
+	// numkeys as a string: go-redis's Cluster routing reads it as one.
+	if nkeys < len(numKeysArgs) {
+		a[2] = numKeysArgs[nkeys]
+	} else {
+		a[2] = strconv.Itoa(nkeys)
+	}
+	return a
+}
+
+// withSource returns the EVAL form of a, a command built by argv: a copy,
+// since a command already made of a keeps it.
+func (s *script) withSource(a []any) []any {
+	src := slices.Clone(a)
+	src[0], src[1] = evalArg, s.srcArg
+	return src
 }
 
 // run sends the script once by its SHA1, and its source if the server
@@ -119,12 +152,17 @@ func (s *script) run(ctx context.Context, c processor, key string, args ...any) 
 
 // runKeys is run on several keys, all in one hash slot.
 func (s *script) runKeys(ctx context.Context, c processor, keys []string, args ...any) *redis.Cmd {
-	cmd := s.cmdKeys(ctx, false, keys, args)
+	return s.runArgv(ctx, c, s.argvKeys(keys, args))
+}
+
+// runArgv is run on a command built by argv.
+func (s *script) runArgv(ctx context.Context, c processor, a []any) *redis.Cmd {
+	cmd := onceCmd{redis.NewCmd(ctx, a...)}
 	if err := c.Process(ctx, cmd); abandoned(err) {
 		return failed(ctx, err)
 	}
 	if isNoScript(cmd.Err()) { // nothing ran: send the source
-		cmd = s.cmdKeys(ctx, true, keys, args)
+		cmd = onceCmd{redis.NewCmd(ctx, s.withSource(a)...)}
 		if err := c.Process(ctx, cmd); abandoned(err) {
 			return failed(ctx, err)
 		}
