@@ -5,8 +5,18 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/internal/tokenctx"
 )
+
+// MaxTokensPerRequest is the most fencing tokens one request may carry to
+// the receiving end of a carrier (guard/httpguard's Middleware, the
+// guard/grpcguard server interceptors): as many as one fencing.HeldMany
+// holds (backend.MaxKeys). A request with more values is refused as
+// malformed (400 Bad Request, codes.InvalidArgument) before any is parsed,
+// mint-checked or written, since each could cost a read of the lock store
+// and a nested write.
+const MaxTokensPerRequest = backend.MaxKeys
 
 // ErrNoToken is returned by AdmitContext, and by the carriers in
 // guard/httpguard and guard/grpcguard when they require a token, for a

@@ -196,11 +196,12 @@ func (c *clientConfig) outgoing(ctx context.Context) (context.Context, error) {
 // UnaryServerInterceptor returns an interceptor that puts the call's
 // fencing-token metadata in the handler's context (guard.TokenFromContext
 // for one token, guard.TokensFromContext for several: a call may carry one
-// value per resource, as the client interceptors send a
-// fencing.HeldMany's tokens). Malformed metadata, token 0, a bad resource
-// name, or two values naming one resource with different tokens are
-// refused with codes.InvalidArgument; under WithMintCheck every token is
-// checked. A
+// value per resource, up to guard.MaxTokensPerRequest, as the client
+// interceptors send a fencing.HeldMany's tokens). Malformed metadata, token
+// 0, a bad resource name, more than guard.MaxTokensPerRequest values, or
+// two values naming one resource with different tokens are refused with
+// codes.InvalidArgument, before any token is mint-checked; under
+// WithMintCheck every token is checked. A
 // call without a token reaches the handler with none, for it to decide,
 // unless RequireToken or WithWriter was given. Under WithPropagator the
 // handler's context carries the call's trace context too.
@@ -282,7 +283,7 @@ func (c *config) incoming(ctx context.Context) (context.Context, []guard.Token, 
 		return ctx, nil, nil
 	}
 	toks, err := tokens.Parse(vs, parse)
-	if errors.Is(err, tokens.ErrConflict) {
+	if errors.Is(err, tokens.ErrConflict) || errors.Is(err, tokens.ErrTooMany) {
 		err = status.Errorf(codes.InvalidArgument, "grpcguard: malformed %s metadata: %v", TokenKey, err)
 	}
 	if err != nil {

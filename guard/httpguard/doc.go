@@ -12,7 +12,9 @@
 // # The header
 //
 // One header, one token (a request with several tokens, from a
-// fencing.HeldMany's context, carries one header line per resource):
+// fencing.HeldMany's context, carries one header line per resource, up to
+// guard.MaxTokensPerRequest; a line of several values joined by commas, as
+// a proxy may fold the lines, is read as those lines):
 //
 //	Fencing-Token: 42; resource="orders%2F42"
 //
@@ -23,10 +25,11 @@
 // The resource (usually the lease key, 1 to 1024 bytes, any bytes) is
 // percent-encoded byte by byte: every byte other than A-Z a-z 0-9 - . _ ~
 // is written "%" and two hex digits (upper-case when sent; either case is
-// read). No other parameter is allowed. A request with a malformed header,
-// token 0, an empty or too long resource, or two Fencing-Token headers
-// naming one resource with different tokens is answered 400 Bad Request
-// with a text/plain body saying what is wrong.
+// read), so no value holds a comma. No other parameter is allowed. A
+// request with a malformed header, token 0, an empty or too long resource,
+// more than guard.MaxTokensPerRequest values, or two naming one resource
+// with different tokens is answered 400 Bad Request with a text/plain body
+// saying what is wrong.
 //
 // A token refused as stale is answered 409 Conflict, with the fence in the
 // same syntax and the guard's message as the body:

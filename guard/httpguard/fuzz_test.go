@@ -8,7 +8,8 @@ import (
 	"github.com/fencing-go/fencing/guard/httpguard"
 )
 
-// FuzzParse: Parse never panics, and a value it takes is the canonical
+// FuzzParse: Parse never panics, and a value it takes holds no comma (so
+// Middleware can split a folded line at its commas) and is the canonical
 // form's up to optional whitespace and the case of %XX escapes: its number
 // is the token's decimal digits exactly (no sign, no leading zero, nothing
 // that two parsers could compare differently), and Format's form of the
@@ -23,6 +24,8 @@ func FuzzParse(f *testing.F) {
 		`+42; resource="a"`,
 		`42; resource="a"; x=1`,
 		`0; resource="a"`,
+		`1; resource="a,b"`,
+		`1; resource="a%2Cb"`,
 	} {
 		f.Add(v)
 	}
@@ -30,6 +33,9 @@ func FuzzParse(f *testing.F) {
 		resource, token, err := httpguard.Parse(v)
 		if err != nil {
 			return
+		}
+		if strings.Contains(v, ",") {
+			t.Fatalf("Parse(%q) took a value with a comma, as %q, %d", v, resource, token)
 		}
 		num, _, _ := strings.Cut(v, ";")
 		if got := strings.Trim(num, " \t"); got != strconv.FormatUint(token, 10) {

@@ -243,10 +243,14 @@ func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " 
 // Middleware parses the Fencing-Token headers of each request into the
 // request's context (guard.TokenFromContext for one,
 // guard.TokensFromContext for several) and calls next. A request may carry
-// one header per resource (as Transport sends a fencing.HeldMany's
-// tokens); a malformed header, or two naming one resource with different
-// tokens, is answered with 400 Bad Request and a text/plain body saying
-// what is wrong, and next is not called. A request without the header goes to next with no token in its
+// one value per resource, up to guard.MaxTokensPerRequest (as Transport
+// sends a fencing.HeldMany's tokens, one header line each), on lines of
+// their own or joined by commas in one line, as a proxy may fold them; a
+// malformed value, an empty element of a comma-separated line, more than
+// guard.MaxTokensPerRequest values, or two naming one resource with
+// different tokens, is answered with 400 Bad Request and a text/plain body
+// saying what is wrong, and next is not called, no token is mint-checked
+// and nothing is written. A request without the header goes to next with no token in its
 // context, for next to decide, unless RequireToken or WithWriter was
 // given. Under WithMintCheck a token never minted (any one of several) is
 // refused before next (see WriteRefused). Under WithPropagator the request's trace context is
@@ -260,7 +264,11 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 		if c.Propagator != nil {
 			r = r.WithContext(c.Propagator.Extract(r.Context(), propagation.HeaderCarrier(r.Header)))
 		}
-		vs := r.Header.Values(TokenHeader)
+		vs, folded, err := values(r.Header.Values(TokenHeader))
+		if err != nil {
+			http.Error(w, oneLine(err), http.StatusBadRequest)
+			return
+		}
 		switch {
 		case len(vs) == 0 && c.Require:
 			http.Error(w, fmt.Sprintf("%v: send a %s header", guard.ErrNoToken, TokenHeader), http.StatusPreconditionRequired)
@@ -270,8 +278,11 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 			return
 		}
 		toks, err := tokens.Parse(vs, Parse)
-		if errors.Is(err, tokens.ErrConflict) {
+		switch {
+		case errors.Is(err, tokens.ErrConflict) || errors.Is(err, tokens.ErrTooMany):
 			err = fmt.Errorf("%w: %w", ErrMalformedHeader, err)
+		case err != nil && folded:
+			err = fmt.Errorf("%w (a line is split at its commas, one value each: a comma in a resource is written %%2C)", err)
 		}
 		if err != nil {
 			http.Error(w, oneLine(err), http.StatusBadRequest)
@@ -297,4 +308,37 @@ func Middleware(next http.Handler, opts ...Option) http.Handler {
 			http.Error(w, "httpguard: "+err.Error(), http.StatusServiceUnavailable)
 		}
 	})
+}
+
+// values returns the Fencing-Token values of a request's header lines, one
+// per list element: a proxy may fold several lines into one, joined by
+// commas (RFC 9110, section 5.3), and no value holds a comma (Parse
+// refuses one: a resource's comma is written %2C), so each element,
+// between optional whitespace, is one value; folded says a line was split.
+// An empty element is an error wrapping ErrMalformedHeader. It stops after
+// guard.MaxTokensPerRequest+1 values, which tokens.Parse refuses whole, so
+// a long line costs no more.
+func values(lines []string) (vs []string, folded bool, err error) {
+	for _, line := range lines {
+		if strings.Contains(line, ",") {
+			folded = true
+			break
+		}
+	}
+	if !folded {
+		return lines, false, nil
+	}
+	for _, line := range lines {
+		for rest, more := line, true; more; {
+			var v string
+			v, rest, more = strings.Cut(rest, ",")
+			if v = strings.Trim(v, " \t"); v == "" {
+				return nil, true, fmt.Errorf("%w: an empty element in a comma-separated list", ErrMalformedHeader)
+			}
+			if vs = append(vs, v); len(vs) > guard.MaxTokensPerRequest {
+				return vs, true, nil
+			}
+		}
+	}
+	return vs, true, nil
 }

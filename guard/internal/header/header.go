@@ -12,7 +12,9 @@
 // "~" is written as "%" and two hex digits (Format writes them upper-case;
 // Parse takes either case), so any byte string, UTF-8 or not, fits in one
 // header line. Parse refuses anything else: other characters, other
-// parameters, leading zeros, a number past 2^64-1.
+// parameters, leading zeros, a number past 2^64-1. No value it takes holds
+// a comma (a resource's is written %2C), so an HTTP line of values joined by
+// commas splits at its commas into the values.
 package header
 
 import (

@@ -65,13 +65,30 @@ func TestParse(t *testing.T) {
 	}
 }
 
+// No value Parse takes holds a comma, wherever it stands (a resource's
+// comma is written %2C), so an HTTP line of values joined by commas splits
+// into the values it came from.
+func TestParseRefusesCommas(t *testing.T) {
+	v := ` 42 ; resource="a%2Cb"`
+	if r, n, err := Parse(v); err != nil || r != "a,b" || n != 42 {
+		t.Fatalf("Parse(%q) = %q, %d, %v", v, r, n, err)
+	}
+	for i := 0; i <= len(v); i++ {
+		w := v[:i] + "," + v[i:]
+		if r, n, err := Parse(w); !errors.Is(err, ErrMalformed) {
+			t.Errorf("Parse(%q) = %q, %d, %v; want ErrMalformed", w, r, n, err)
+		}
+	}
+}
+
 func FuzzRoundTrip(f *testing.F) {
 	f.Add("orders/42", uint64(42))
 	f.Add("\x00%\"; ", uint64(1))
+	f.Add("a,b", uint64(7))
 	f.Fuzz(func(t *testing.T, resource string, number uint64) {
 		v := Format(resource, number)
-		if strings.ContainsAny(v, "\r\n\x00") {
-			t.Fatalf("Format(%q) = %q holds a byte a header cannot", resource, v)
+		if strings.ContainsAny(v, "\r\n\x00,") {
+			t.Fatalf("Format(%q) = %q holds a byte a header cannot, or a comma", resource, v)
 		}
 		r, n, err := Parse(v)
 		if err != nil || r != resource || n != number {

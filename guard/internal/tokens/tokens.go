@@ -17,12 +17,21 @@ import (
 // different tokens.
 var ErrConflict = errors.New("one resource with two different tokens")
 
+// ErrTooMany is returned by Parse for more than guard.MaxTokensPerRequest
+// values.
+var ErrTooMany = errors.New("too many fencing tokens")
+
 // Parse parses each of vs with parse (a carrier's own parser, which checks
 // the token and the resource name and returns the carrier's error) and
 // returns the tokens sorted by resource, one per resource: a value sent
 // again with the same token is kept once, and one resource with two
-// different tokens is an error wrapping ErrConflict.
+// different tokens is an error wrapping ErrConflict. More than
+// guard.MaxTokensPerRequest values are an error wrapping ErrTooMany, and
+// none is parsed.
 func Parse(vs []string, parse func(string) (string, uint64, error)) ([]guard.Token, error) {
+	if len(vs) > guard.MaxTokensPerRequest {
+		return nil, fmt.Errorf("%w: more than %d in one request: at most %d, one per resource", ErrTooMany, guard.MaxTokensPerRequest, guard.MaxTokensPerRequest)
+	}
 	tokens := make([]guard.Token, 0, len(vs))
 	for _, v := range vs {
 		resource, token, err := parse(v)

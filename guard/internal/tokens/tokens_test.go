@@ -3,6 +3,7 @@ package tokens_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"strconv"
 	"strings"
@@ -30,6 +31,36 @@ func TestParse(t *testing.T) {
 	}
 	if _, err := tokens.Parse([]string{"a=1", "b=x"}, parse); err == nil || errors.Is(err, tokens.ErrConflict) {
 		t.Fatalf("a bad value: %v, want parse's error", err)
+	}
+}
+
+// Parse takes guard.MaxTokensPerRequest values and refuses one more with
+// ErrTooMany, saying the limit, before parsing any: a request past the cap
+// costs no parse, no mint check and no write.
+func TestParseTooMany(t *testing.T) {
+	var vs []string
+	for i := range guard.MaxTokensPerRequest + 1 {
+		vs = append(vs, fmt.Sprintf("r%03d=%d", i, i+1))
+	}
+	calls := 0
+	counting := func(v string) (string, uint64, error) { calls++; return parse(v) }
+	got, err := tokens.Parse(vs[:guard.MaxTokensPerRequest], counting)
+	if err != nil || len(got) != guard.MaxTokensPerRequest {
+		t.Fatalf("%d values: %d tokens, %v; want all", guard.MaxTokensPerRequest, len(got), err)
+	}
+	calls = 0
+	got, err = tokens.Parse(vs, counting)
+	limit := fmt.Sprintf("at most %d", guard.MaxTokensPerRequest)
+	if !errors.Is(err, tokens.ErrTooMany) || !strings.Contains(err.Error(), limit) || got != nil || calls != 0 {
+		t.Fatalf("%d values: %v, %v, %d values parsed; want ErrTooMany saying %q, none parsed", len(vs), got, err, calls, limit)
+	}
+	// Repeating one value does not get past the cap either.
+	same := make([]string, guard.MaxTokensPerRequest+1)
+	for i := range same {
+		same[i] = "a=1"
+	}
+	if _, err := tokens.Parse(same, parse); !errors.Is(err, tokens.ErrTooMany) {
+		t.Fatalf("%d copies of one value: %v, want ErrTooMany", len(same), err)
 	}
 }
 
