@@ -277,11 +277,40 @@ func bucket(t testing.TB, js jetstream.JetStream, replicas int) string {
 	name := fmt.Sprintf("fencing_%d_%d", os.Getpid(), seq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas}); err != nil {
-		t.Fatalf("natstest: create bucket %s: %v", name, err)
+	for retried := false; ; retried = true {
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if replicas > 1 {
+			actx, acancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		}
+		_, err := js.CreateKeyValue(actx, jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas})
+		acancel()
+		var api *jetstream.APIError
+		switch {
+		case err == nil:
+			return name
+		case ctx.Err() == nil && replicas > 1 && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &api) && (api.ErrorCode == errNoPeers || api.Code == 503)):
+			// A cluster whose members are all healthy may have no
+			// JetStream meta leader yet, and then no member answers
+			// (each attempt is bounded by the client's default
+			// timeout: a create bounded only by startTimeout once
+			// failed with context deadline exceeded), or answers 503;
+			// or not all its
+			// members online in the meta group ("no suitable peers for
+			// placement, peer offline", seen once in 16 starts). The
+			// same configuration created again is no error.
+			if !retried {
+				t.Logf("natstest: create bucket %s: %v; trying again", name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		default:
+			t.Fatalf("natstest: create bucket %s: %v", name, err)
+		}
 	}
-	return name
 }
+
+// errNoPeers is JetStream's error code for a stream it cannot place:
+// fewer peers online than replicas.
+const errNoPeers jetstream.ErrorCode = 10005
 
 // seq numbers the buckets of one test binary.
 var seq atomic.Int64
