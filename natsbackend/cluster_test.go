@@ -27,8 +27,8 @@ import (
 // (conformance.CheckLinearizable) and, concretely, by checkGrants.
 //
 // The whole conformance suite on the cluster (conformance.Run with
-// harness{connect: cl.Connect, bucket: cl.Bucket}) passes in 4-12 s but is
-// not run: one case in five failed, LockAnyWaits, whose LockAny with
+// harness{connect: cl.Connect, bucket: cl.Bucket}) passes in 3-12 s but is
+// not run: LockAnyWaits failed in 2 of 15 runs: its LockAny with
 // WithWaitTimeout(50ms) ends while it sets up its KV watch (an ordered
 // consumer: 3-8 ms on an idle cluster, 1-2 ms on one server, more under
 // load), before its first attempt, and then returns the watch's error, not
