@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/fencing-go/fencing/backend"
@@ -25,10 +26,11 @@ func TestMain(m *testing.M) {
 // (one replica) fail the safety check, which CheckWarn logs.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// harness runs the conformance suite on the shared server, each backend in
-// a fresh bucket (an empty key space).
+// harness runs the conformance suite on the shared server (or a cluster:
+// see clusterHarness), each backend in a fresh bucket (an empty key space).
 type harness struct {
-	srv     *natstest.Server
+	connect func(testing.TB) (*nats.Conn, jetstream.JetStream)
+	bucket  func(testing.TB, jetstream.JetStream) string
 	mu      sync.Mutex
 	buckets map[backend.Backend]space
 }
@@ -39,7 +41,7 @@ type space struct {
 }
 
 func newHarness(t testing.TB) *harness {
-	return &harness{srv: natstest.Shared(t), buckets: make(map[backend.Backend]space)}
+	return &harness{connect: natstest.Shared(t).Connect, bucket: natstest.Bucket, buckets: make(map[backend.Backend]space)}
 }
 
 // open makes a backend on bucket of js, the safety check a warning (a
@@ -50,8 +52,8 @@ func open(js jetstream.JetStream, bucket string, opts ...natsbackend.Option) (*n
 }
 
 func (h *harness) NewBackend(_ context.Context, t testing.TB) (backend.Backend, error) {
-	_, js := h.srv.Connect(t)
-	bucket := natstest.Bucket(t, js)
+	_, js := h.connect(t)
+	bucket := h.bucket(t, js)
 	b, err := open(js, bucket)
 	if err == nil {
 		h.mu.Lock()
@@ -67,7 +69,7 @@ func (h *harness) NewObserver(_ context.Context, t testing.TB, b backend.Backend
 	h.mu.Lock()
 	sp := h.buckets[b]
 	h.mu.Unlock()
-	_, js := h.srv.Connect(t)
+	_, js := h.connect(t)
 	return open(js, sp.bucket)
 }
 

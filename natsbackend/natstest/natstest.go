@@ -1,7 +1,10 @@
 // Package natstest runs real nats-server processes with JetStream for
 // tests: each a child process on loopback ports with its store in a
 // temporary directory and jetstream { sync_interval: always }, so that a
-// kill -9 and a restart are real and lose nothing acknowledged.
+// kill -9 and a restart are real and lose nothing acknowledged. Start runs
+// one server; StartCluster runs three routed to each other, for R3 buckets
+// and for faults of one member (Kill, Restart, Freeze with SIGSTOP) or of
+// all.
 //
 // The binary is the one $FENCING_NATS_SERVER names; without it the first
 // test that needs it builds it (scripts/build-kube-binaries.sh nats-server:
@@ -64,74 +67,144 @@ func Binary(t testing.TB) string {
 type Server struct {
 	// URL is the client URL, nats://127.0.0.1:port.
 	URL string
+	// Name is the server's name (server_name), as JetStream's cluster
+	// information names it: n1, n2... in a cluster, n1 alone.
+	Name string
+	// Monitor is the monitoring endpoint, http://127.0.0.1:port (/varz,
+	// /jsz, /healthz).
+	Monitor string
 
-	bin     string
-	conf    string
-	monitor string // http://127.0.0.1:port
-	log     string
+	bin  string
+	conf string
+	log  string
 
 	mu   sync.Mutex
 	proc *childproc.Proc
 }
 
-// bindAttempts is how many times a server is started on fresh ports when
-// one it picked was taken in between (go test runs packages in parallel).
+// bindAttempts is how many times servers are started on fresh ports when
+// one they picked was taken in between (go test runs packages in
+// parallel).
 const bindAttempts = 3
 
 // Start starts a server with a fresh store directory, and stops it in t's
 // cleanup.
 func Start(t testing.TB) *Server {
 	t.Helper()
+	return start(t, 1, true)[0]
+}
+
+// start starts n servers with fresh store directories (a cluster when n >
+// 1: each routes to the others), synced on every write when always, and
+// stops them in t's cleanup. It waits until every one serves.
+func start(t testing.TB, n int, always bool) []*Server {
+	t.Helper()
 	bin := Binary(t)
 	for attempt := 1; ; attempt++ {
-		dir := t.TempDir()
-		port, mport := childproc.FreePort(t), childproc.FreePort(t)
-		s := &Server{
-			URL:     "nats://127.0.0.1:" + port,
-			bin:     bin,
-			conf:    filepath.Join(dir, "nats.conf"),
-			monitor: "http://127.0.0.1:" + mport,
-			log:     filepath.Join(dir, "nats.log"),
+		srvs, routes := make([]*Server, n), make([]string, n)
+		confs := make([]string, n)
+		for i := range n {
+			dir := t.TempDir()
+			port, mport := childproc.FreePort(t), childproc.FreePort(t)
+			srvs[i] = &Server{
+				URL:     "nats://127.0.0.1:" + port,
+				Name:    fmt.Sprintf("n%d", i+1),
+				bin:     bin,
+				conf:    filepath.Join(dir, "nats.conf"),
+				Monitor: "http://127.0.0.1:" + mport,
+				log:     filepath.Join(dir, "nats.log"),
+			}
+			sync := "  sync_interval: always\n"
+			if !always {
+				sync = "" // the default: every 2 minutes
+			}
+			confs[i] = fmt.Sprintf("server_name: %s\nlisten: \"127.0.0.1:%s\"\nhttp: \"127.0.0.1:%s\"\n"+
+				"jetstream {\n  store_dir: %q\n%s}\n", srvs[i].Name, port, mport, filepath.Join(dir, "store"), sync)
+			if n > 1 {
+				routes[i] = childproc.FreePort(t)
+			}
 		}
-		conf := fmt.Sprintf("listen: \"127.0.0.1:%s\"\nhttp: \"127.0.0.1:%s\"\n"+
-			"jetstream {\n  store_dir: %q\n  sync_interval: always\n}\n", port, mport, filepath.Join(dir, "store"))
-		if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
-			t.Fatal(err)
+		for i, s := range srvs {
+			conf := confs[i]
+			if n > 1 {
+				var rs []string
+				for j, r := range routes {
+					if j != i {
+						rs = append(rs, fmt.Sprintf("nats-route://127.0.0.1:%s", r))
+					}
+				}
+				conf += fmt.Sprintf("cluster {\n  name: fencing\n  listen: \"127.0.0.1:%s\"\n  routes: [%s]\n}\n", routes[i], strings.Join(rs, ", "))
+			}
+			if err := os.WriteFile(s.conf, []byte(conf), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(s.Stop)
 		}
-		t.Cleanup(s.Stop)
-		err := s.Start()
+		// Every server is started before any is waited for: a member of
+		// a cluster is healthy only once JetStream has its peers.
+		errs := make([]error, n)
+		for i, s := range srvs {
+			errs[i] = s.spawn()
+		}
+		var wg sync.WaitGroup
+		for i, s := range srvs {
+			if errs[i] == nil {
+				wg.Go(func() { errs[i] = s.wait() })
+			}
+		}
+		wg.Wait()
+		err := errors.Join(errs...)
 		if err == nil {
-			return s
+			return srvs
 		}
 		if attempt == bindAttempts || !errors.Is(err, syscall.EADDRINUSE) {
 			t.Fatalf("natstest: %v", err)
 		}
-		s.Stop()
+		for _, s := range srvs {
+			s.Stop()
+		}
 	}
 }
 
 // Start starts (or restarts) the server's process on its store directory
-// and waits until JetStream serves. Starting a running server does
-// nothing.
+// and waits until JetStream serves (for a member of a cluster: until it
+// has caught up with its peers). Starting a running server does nothing.
 func (s *Server) Start() error {
+	if err := s.spawn(); err != nil {
+		return err
+	}
+	return s.wait()
+}
+
+// spawn starts the process unless it runs.
+func (s *Server) spawn() error {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.proc != nil {
-		s.mu.Unlock()
 		return nil
 	}
 	p, err := childproc.Start(exec.Command(s.bin, "-c", s.conf), s.log)
 	if err != nil {
-		s.mu.Unlock()
 		return fmt.Errorf("start nats-server: %w", err)
 	}
 	s.proc = p
+	return nil
+}
+
+// wait waits until the running process serves.
+func (s *Server) wait() error {
+	s.mu.Lock()
+	p := s.proc
 	s.mu.Unlock()
-	if err := p.WaitHTTP(s.monitor+"/healthz", "", startTimeout); err != nil {
+	if p == nil {
+		return fmt.Errorf("nats-server %s is not running", s.Name)
+	}
+	if err := p.WaitHTTP(s.Monitor+"/healthz", "", startTimeout); err != nil {
 		log, _ := os.ReadFile(s.log)
 		if strings.Contains(string(log), "address already in use") {
 			err = fmt.Errorf("%w (%v)", syscall.EADDRINUSE, err)
 		}
-		return fmt.Errorf("nats-server: %w; the end of its log:\n%s", err, tail(log, 2000))
+		return fmt.Errorf("nats-server %s: %w; the end of its log:\n%s", s.Name, err, tail(log, 2000))
 	}
 	return nil
 }
@@ -172,7 +245,14 @@ func (s *Server) detach() *childproc.Proc {
 // JetStream.
 func (s *Server) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 	t.Helper()
-	nc, err := nats.Connect(s.URL, nats.MaxReconnects(-1), nats.ReconnectWait(50*time.Millisecond))
+	return connect(t, s.URL)
+}
+
+// connect connects to urls (comma-separated) as Server.Connect does.
+func connect(t testing.TB, urls string, opts ...nats.Option) (*nats.Conn, jetstream.JetStream) {
+	t.Helper()
+	opts = append([]nats.Option{nats.MaxReconnects(-1), nats.ReconnectWait(50 * time.Millisecond)}, opts...)
+	nc, err := nats.Connect(urls, opts...)
 	if err != nil {
 		t.Fatalf("natstest: connect: %v", err)
 	}
@@ -188,14 +268,49 @@ func (s *Server) Connect(t testing.TB) (*nats.Conn, jetstream.JetStream) {
 // history 1, one replica) and returns its name.
 func Bucket(t testing.TB, js jetstream.JetStream) string {
 	t.Helper()
+	return bucket(t, js, 1)
+}
+
+// bucket creates a bucket of replicas replicas, as Bucket.
+func bucket(t testing.TB, js jetstream.JetStream, replicas int) string {
+	t.Helper()
 	name := fmt.Sprintf("fencing_%d_%d", os.Getpid(), seq.Add(1))
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
 	defer cancel()
-	if _, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.FileStorage}); err != nil {
-		t.Fatalf("natstest: create bucket %s: %v", name, err)
+	for retried := false; ; retried = true {
+		actx, acancel := ctx, context.CancelFunc(func() {})
+		if replicas > 1 {
+			actx, acancel = context.WithTimeout(ctx, js.Options().DefaultTimeout)
+		}
+		_, err := js.CreateKeyValue(actx, jetstream.KeyValueConfig{Bucket: name, Storage: jetstream.FileStorage, Replicas: replicas})
+		acancel()
+		var api *jetstream.APIError
+		switch {
+		case err == nil:
+			return name
+		case ctx.Err() == nil && replicas > 1 && (errors.Is(err, context.DeadlineExceeded) || errors.As(err, &api) && (api.ErrorCode == errNoPeers || api.Code == 503)):
+			// A cluster whose members are all healthy may have no
+			// JetStream meta leader yet, and then no member answers
+			// (each attempt is bounded by the client's default
+			// timeout: a create bounded only by startTimeout once
+			// failed with context deadline exceeded), or answers 503;
+			// or not all its
+			// members online in the meta group ("no suitable peers for
+			// placement, peer offline", seen once in 16 starts). The
+			// same configuration created again is no error.
+			if !retried {
+				t.Logf("natstest: create bucket %s: %v; trying again", name, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		default:
+			t.Fatalf("natstest: create bucket %s: %v", name, err)
+		}
 	}
-	return name
 }
+
+// errNoPeers is JetStream's error code for a stream it cannot place:
+// fewer peers online than replicas.
+const errNoPeers jetstream.ErrorCode = 10005
 
 // seq numbers the buckets of one test binary.
 var seq atomic.Int64
