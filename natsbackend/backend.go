@@ -130,6 +130,8 @@ func New(ctx context.Context, js jetstream.JetStream, bucket string, opts ...Opt
 				return nil, err
 			}
 			b.logger.Warn("natsbackend: safety check failed; going on (CheckWarn)", "error", err)
+		} else {
+			b.logger.Warn(syncUnseen)
 		}
 	}
 	return b, nil

@@ -376,6 +376,9 @@ func TestClusterDefaultSync(t *testing.T) {
 		t.Fatalf("New (CheckRefuse) on an R3 file bucket under the default sync: %v; want it to pass (the client cannot see sync_interval)", err)
 	}
 	_ = b.Close()
+	if !strings.Contains(logged.String(), "level=WARN") || !strings.Contains(logged.String(), "sync_interval: always") {
+		t.Errorf("New on an R3 bucket logged %q; want a warning that it cannot see sync_interval", logged.String())
+	}
 	t.Logf("New on an R3 bucket of servers with the default sync: no error; logged %q", logged.String())
 	// The same servers' R1 bucket is refused, as on a single server.
 	r1 := natstest.Bucket(t, js)

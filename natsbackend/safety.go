@@ -21,8 +21,8 @@ import (
 // MaxAge (a record removed by age ends a live lease and loses the key's
 // token floor), and a mirror or sources (a bucket that copies another is
 // not where writes are decided). The server's sync_interval is not
-// visible to a client: New never knows it, and docs/nats.md says what to
-// set.
+// visible to a client: New never knows it, logs a warning saying so when
+// the rest passed (WithLogger), and docs/nats.md says what to set.
 type SafetyError struct {
 	// Unsafe lists each unsafe setting found, as "setting is ...: why".
 	Unsafe []string
@@ -36,6 +36,12 @@ func (e *SafetyError) Error() string {
 
 // Unwrap returns backend.ErrUnsafeStore.
 func (e *SafetyError) Unwrap() error { return backend.ErrUnsafeStore }
+
+// syncUnseen is what New logs when the bucket passed its check: the one
+// setting it cannot see. With the default sync_interval (2 minutes) a crash
+// of the servers holding a majority of the replicas can lose acknowledged
+// writes, and with them tokens (Jepsen, NATS 2.12.1).
+const syncUnseen = "natsbackend: cannot see the servers' jetstream sync_interval: unless every server runs with sync_interval: always, a crash of a majority of the bucket's replicas can lose acknowledged writes and tokens can go back (docs/nats.md)"
 
 // probe reads the bucket's stream configuration and judges it.
 func (b *Backend) probe(ctx context.Context) error {
