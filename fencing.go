@@ -155,10 +155,7 @@ func (c *Coordinator) Extend(ctx context.Context, key, leaseID string, ttl time.
 // it before another lease took the key, so that is not an error either.
 func (c *Coordinator) Release(ctx context.Context, key, leaseID string) error {
 	sp := c.obs.beginRelease(ctx, key)
-	var ts tspan
-	if c.obs.tracer != nil { // spares the call when tracing is off
-		ctx, ts = c.obs.startSpan(ctx, SpanRelease, key, trace.SpanKindClient)
-	}
+	ctx, ts := c.obs.startSpan(ctx, SpanRelease, key, trace.SpanKindClient)
 	release := resends(ts, func(ctx context.Context) (struct{}, error) { return struct{}{}, c.backend.Release(ctx, key, leaseID) })
 	var start time.Time // read only when the resend budget needs it
 	if c.reqTimeout > 0 {
@@ -258,10 +255,7 @@ func (c *Coordinator) send(ctx context.Context, k op, req backend.Request, sentB
 	if !sentBefore.IsZero() {
 		sent = sentBefore
 	}
-	var ts tspan
-	if c.obs.tracer != nil { // spares the call when tracing is off
-		ctx, ts = c.obs.requestSpan(ctx, opNames[k], req.Key, req.Owner)
-	}
+	ctx, ts := c.obs.requestSpan(ctx, opNames[k], req.Key, req.Owner)
 	one := resends(ts, func(ctx context.Context) (backend.Lease, error) {
 		if k == opRenew {
 			return c.backend.Renew(ctx, req)

@@ -100,13 +100,9 @@ func (t tspan) event(name string, attrs ...attribute.KeyValue) {
 // end ends a request's span with its outcome, and the token it minted or
 // kept (0: none).
 func (t tspan) end(token uint64, err error) {
-	if t.s != nil { // inlined: nothing to call when tracing is off
-		t.endTraced(token, err)
+	if t.s == nil {
+		return
 	}
-}
-
-// endTraced is end's work on a span being recorded.
-func (t tspan) endTraced(token uint64, err error) {
 	oc := outcomeOf(err)
 	t.s.SetAttributes(AttrOutcome.String(outcomeNames[oc]))
 	if token != 0 {
