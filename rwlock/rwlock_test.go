@@ -12,70 +12,11 @@ import (
 	"github.com/fencing-go/fencing"
 	"github.com/fencing-go/fencing/backend"
 	"github.com/fencing-go/fencing/guard"
+	"github.com/fencing-go/fencing/internal/testing/rwtest"
 	"github.com/fencing-go/fencing/rwlock"
 )
 
-// monitor checks the lock's invariants as holders enter and leave: never
-// a writer with anyone else; writers' tokens strictly increase; a reader's
-// token is above the token of every writer that entered before it, and a
-// writer's above every reader's that entered before it.
-type monitor struct {
-	t  *testing.T
-	mu sync.Mutex
-
-	readers, writers int
-	lastWriter       uint64 // the latest writer's token
-	maxReader        uint64 // the highest reader's token so far
-	mostReaders      int    // the most readers seen inside at once
-	entries          int    // holders that entered so far
-}
-
-func (m *monitor) enterReader(who string, token uint64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.writers > 0 {
-		m.t.Errorf("%s: reader (token %d) entered with a writer inside", who, token)
-	}
-	if token <= m.lastWriter {
-		m.t.Errorf("%s: reader token %d is not above the previous writer's %d", who, token, m.lastWriter)
-	}
-	m.readers++
-	m.entries++
-	m.mostReaders = max(m.mostReaders, m.readers)
-	m.maxReader = max(m.maxReader, token)
-}
-
-func (m *monitor) leaveReader() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.readers--
-}
-
-func (m *monitor) enterWriter(who string, token uint64) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.writers > 0 || m.readers > 0 {
-		m.t.Errorf("%s: writer (token %d) entered with %d writers and %d readers inside", who, token, m.writers, m.readers)
-	}
-	if token <= m.lastWriter || token <= m.maxReader {
-		m.t.Errorf("%s: writer token %d is not above the previous writer's %d and every earlier reader's (highest %d)", who, token, m.lastWriter, m.maxReader)
-	}
-	m.writers++
-	m.entries++
-	m.lastWriter = token
-}
-
-func (m *monitor) leaveWriter() {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.writers--
-}
-
-func (m *monitor) count() int {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.entries
-}
+type monitor = rwtest.Monitor
 
 // TestInvariants: readers and writers in goroutines over three processes
 // (a Coordinator each) take the lock again and again; the monitor checks
@@ -84,60 +25,11 @@ func (m *monitor) count() int {
 func TestInvariants(t *testing.T) {
 	worlds(t, func(t *testing.T, w world) {
 		const procs, readers, writers, rounds = 3, 4, 2, 4
-		ttl := busyTTL(w, procs*(readers+writers))
-		ctx := context.Background()
-		m := &monitor{t: t}
-		g := guard.NewMemory()
-		var wg sync.WaitGroup
-		for p := range procs {
-			l := newLock(t, w.Coordinator(t), "inv", rwlock.WithReaders(3))
-			for i := range readers {
-				who := fmt.Sprintf("p%d/reader%d", p, i)
-				wg.Go(func() {
-					for range rounds {
-						r, err := l.RLock(ctx, ttl)
-						if err != nil {
-							t.Errorf("%s: RLock: %v", who, err)
-							return
-						}
-						m.enterReader(who, r.Token())
-						if f := g.Fence("inv"); f > r.Token() {
-							t.Errorf("%s: reader token %d below the guard's fence %d", who, r.Token(), f)
-						}
-						time.Sleep(5 * time.Millisecond)
-						m.leaveReader()
-						if err := r.Release(ctx); err != nil {
-							t.Errorf("%s: Release: %v", who, err)
-						}
-					}
-				})
-			}
-			for i := range writers {
-				who := fmt.Sprintf("p%d/writer%d", p, i)
-				wg.Go(func() {
-					for range rounds {
-						wr, err := l.Lock(ctx, ttl)
-						if err != nil {
-							t.Errorf("%s: Lock: %v", who, err)
-							return
-						}
-						m.enterWriter(who, wr.Token())
-						if err := g.Write(wr.Context(), "inv", wr.Token(), func() error { time.Sleep(time.Millisecond); return nil }); err != nil {
-							t.Errorf("%s: guarded write: %v", who, err)
-						}
-						m.leaveWriter()
-						if err := wr.Release(ctx); err != nil {
-							t.Errorf("%s: Release: %v", who, err)
-						}
-					}
-				})
-			}
+		var locks []*rwlock.RWLock
+		for range procs {
+			locks = append(locks, newLock(t, w.Coordinator(t), "inv", rwlock.WithReaders(3)))
 		}
-		wg.Wait()
-		if want := procs * (readers + writers) * rounds; m.entries != want {
-			t.Errorf("%d entries; want %d", m.entries, want)
-		}
-		t.Logf("%d entries, up to %d readers at once", m.entries, m.mostReaders)
+		rwtest.Invariants(t, locks, readers, writers, rounds, busyTTL(w, procs*(readers+writers)))
 	})
 }
 
@@ -162,7 +54,7 @@ func TestNoStarvation(t *testing.T) {
 				ttl := busyTTL(w, procs*perProc+1)
 				ctx, cancel := context.WithCancel(context.Background())
 				defer cancel()
-				m := &monitor{t: t}
+				m := rwtest.NewMonitor(t)
 				locks := []*rwlock.RWLock{newLock(t, w.Coordinator(t), "fair"), newLock(t, w.Coordinator(t), "fair")}
 				var wg sync.WaitGroup
 				defer wg.Wait()
@@ -176,10 +68,10 @@ func TestNoStarvation(t *testing.T) {
 				// Let the stream run: every goroutine in and out a few
 				// times, and measure how long an entry of the stream takes.
 				warm := time.Now()
-				for m.count() < 4*procs*perProc {
+				for m.Count() < 4*procs*perProc {
 					time.Sleep(time.Millisecond)
 				}
-				perEntry := time.Since(warm) / time.Duration(m.count())
+				perEntry := time.Since(warm) / time.Duration(m.Count())
 				const bound = 2 * procs * perProc
 				// A lock that let the stream overtake the arrival, or
 				// deadlocked it, shows in the stream's entries or the
@@ -188,13 +80,13 @@ func TestNoStarvation(t *testing.T) {
 				// (plus two ttls: a pass that lost the turnstile waits again).
 				limit := 10*bound*perEntry + 2*ttl
 				var entered atomic.Bool
-				before := m.count()
+				before := m.Count()
 				start := time.Now()
 				wctx, wcancel := context.WithCancel(ctx)
 				defer wcancel()
 				go func() {
 					for !entered.Load() && wctx.Err() == nil {
-						if m.count()-before > 10*bound || time.Since(start) > limit {
+						if m.Count()-before > 10*bound || time.Since(start) > limit {
 							wcancel()
 						}
 						time.Sleep(time.Millisecond)
@@ -207,18 +99,18 @@ func TestNoStarvation(t *testing.T) {
 				if tc.stream == "reader" {
 					var wr *rwlock.Writer
 					if wr, err = locks[0].Lock(wctx, ttl); err == nil {
-						token, release, leave = wr.Token(), wr.Release, m.leaveWriter
-						m.enterWriter("arriving writer", token)
+						token, release, leave = wr.Token(), wr.Release, m.LeaveWriter
+						m.EnterWriter("arriving writer", token)
 					}
 				} else {
 					var r *rwlock.Reader
 					if r, err = locks[0].RLock(wctx, ttl); err == nil {
-						token, release, leave = r.Token(), r.Release, m.leaveReader
-						m.enterReader("arriving reader", token)
+						token, release, leave = r.Token(), r.Release, m.LeaveReader
+						m.EnterReader("arriving reader", token)
 					}
 				}
 				entered.Store(true)
-				overtaken := m.count() - before - 1
+				overtaken := m.Count() - before - 1
 				if err != nil {
 					t.Fatalf("the arrival did not get in after %d entries of the stream, %v (limit %v): %v", overtaken, time.Since(start), limit, err)
 				}
@@ -243,17 +135,17 @@ func stream(ctx context.Context, t *testing.T, m *monitor, l *rwlock.RWLock, ttl
 		if kind == "reader" {
 			var r *rwlock.Reader
 			if r, err = l.RLock(ctx, ttl); err == nil {
-				m.enterReader(who, r.Token())
+				m.EnterReader(who, r.Token())
 				time.Sleep(5 * time.Millisecond)
-				m.leaveReader()
+				m.LeaveReader()
 				err = r.Release(context.Background())
 			}
 		} else {
 			var wr *rwlock.Writer
 			if wr, err = l.Lock(ctx, ttl); err == nil {
-				m.enterWriter(who, wr.Token())
+				m.EnterWriter(who, wr.Token())
 				time.Sleep(time.Millisecond)
-				m.leaveWriter()
+				m.LeaveWriter()
 				err = wr.Release(context.Background())
 			}
 		}
@@ -272,84 +164,17 @@ func TestExpiredHolder(t *testing.T) {
 	for _, dead := range []string{"reader", "writer"} {
 		t.Run("dead "+dead, func(t *testing.T) {
 			worlds(t, func(t *testing.T, w world) {
-				ctx := context.Background()
-				d := newDying(w.NewBackend(t))
-				dl := newLock(t, fencing.New(d, fencing.WithDefaultMargin(w.Margin)), "dies")
-				l := newLock(t, w.Coordinator(t), "dies")
-				var done <-chan struct{}
-				var deadToken uint64
-				if dead == "reader" {
-					r, err := dl.RLock(ctx, w.TTL)
-					if err != nil {
-						t.Fatal(err)
-					}
-					done, deadToken = r.Done(), r.Token()
-				} else {
-					wr, err := dl.Lock(ctx, w.TTL)
-					if err != nil {
-						t.Fatal(err)
-					}
-					done, deadToken = wr.Done(), wr.Token()
+				d, db := rwtest.NewDying(w.NewBackend(t))
+				e := rwtest.Expiry{Dead: dead, Die: d.Die, TTL: w.TTL, Margin: w.Margin,
+					Dying: newLock(t, fencing.New(db, fencing.WithDefaultMargin(w.Margin)), "dies"),
+					Live:  newLock(t, w.Coordinator(t), "dies")}
+				if w.Clock != nil {
+					// The store's time passes at twice the real rate: the
+					// live holders' renewals (every third of the ttl, in
+					// real time) keep up.
+					e.Tick = func() { w.Clock.Advance(100 * time.Millisecond) }
 				}
-				d.dead.Store(true)
-				start := time.Now()
-				type entry struct {
-					token   uint64
-					release func(context.Context) error
-					err     error
-				}
-				got := make(chan entry, 1)
-				go func() {
-					// The other kind: a writer waits for the dead reader,
-					// a reader for the dead writer.
-					opts := []fencing.LockOption{fencing.WithPollInterval(fencing.MinPollInterval), fencing.WithWaitTimeout(time.Minute)}
-					if dead == "reader" {
-						wr, err := l.Lock(ctx, w.TTL, opts...)
-						if err != nil {
-							got <- entry{err: err}
-							return
-						}
-						got <- entry{token: wr.Token(), release: wr.Release}
-						return
-					}
-					r, err := l.RLock(ctx, w.TTL, opts...)
-					if err != nil {
-						got <- entry{err: err}
-						return
-					}
-					got <- entry{token: r.Token(), release: r.Release}
-				}()
-				var e entry
-			wait:
-				for {
-					select {
-					case e = <-got:
-						break wait
-					case <-time.After(50 * time.Millisecond):
-						if w.Clock != nil {
-							// The store's time passes at twice the real
-							// rate: the live holders' renewals (every
-							// third of the ttl, in real time) keep up.
-							w.Clock.Advance(100 * time.Millisecond)
-						}
-					}
-				}
-				if e.err != nil {
-					t.Fatalf("the waiter behind the dead %s: %v", dead, e.err)
-				}
-				t.Logf("the waiter got in %v after the %s died (ttl %v, margin %v)", time.Since(start), dead, w.TTL, w.Margin)
-				if err := e.release(ctx); err != nil {
-					t.Errorf("the waiter's Release: %v", err)
-				}
-				token := e.token
-				if token <= deadToken {
-					t.Errorf("the waiter's token %d is not above the dead %s's %d", token, dead, deadToken)
-				}
-				select {
-				case <-done:
-				case <-time.After(2 * (w.TTL + w.Margin)):
-					t.Errorf("the dead %s's context did not end within twice its ttl and margin", dead)
-				}
+				rwtest.ExpiredHolder(t, e)
 			})
 		})
 	}
