@@ -166,7 +166,12 @@ func RunRestartWait(t *testing.T, r Restarter) {
 				t.Errorf("%s after the restart and the holder's release: %v, want the key", res.name, res.err)
 				continue
 			}
-			if err := res.release(ctx); err != nil {
+			switch err := res.release(ctx); {
+			case errors.Is(err, fencing.ErrLeaseLost):
+				// Its renewals came late (a slow host, a TTL of a
+				// second): the wait this test is about ended well.
+				t.Logf("%s's lease ended before its Release (a slow host): %v", res.name, err)
+			case err != nil:
 				t.Errorf("%s's Release: %v", res.name, err)
 			}
 		}

@@ -2,6 +2,7 @@ package sqlbackend_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"testing"
@@ -125,18 +126,32 @@ func TestAdmitTxHoldsGrantsUntilCommit(t *testing.T) {
 	forEachDialect(t, func(t *testing.T, h *harness) {
 		b, table := admitSetup(t, h)
 		ctx := context.Background()
-		lease, err := b.Grant(ctx, backend.Request{Key: "orders", LeaseID: "a", Timeout: 300 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tx, err := h.db.BeginTx(ctx, nil)
-		if err != nil {
-			t.Fatal(err)
+		// A short lease, admitted while live: on a host too slow to begin
+		// the transaction within its TTL, again with twice the TTL.
+		var tx *sql.Tx
+		var sent time.Time
+		ttl := 300 * time.Millisecond
+		for n := 0; ; n++ {
+			sent = time.Now()
+			lease, err := b.Grant(ctx, backend.Request{Key: "orders", LeaseID: fmt.Sprintf("a%d", n), Timeout: ttl})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tx, err = h.db.BeginTx(ctx, nil); err != nil {
+				t.Fatal(err)
+			}
+			err = b.AdmitTx(ctx, tx, "orders", lease.Token)
+			if err == nil {
+				break
+			}
+			tx.Rollback()
+			if !errors.Is(err, guard.ErrStaleToken) || time.Since(sent) < ttl || n == 5 {
+				t.Fatalf("AdmitTx %v after the grant of a %v lease: %v", time.Since(sent).Round(time.Millisecond), ttl, err)
+			}
+			t.Logf("the %v lease ended before AdmitTx (a slow host): %v; again with twice the TTL", ttl, err)
+			ttl *= 2
 		}
 		defer tx.Rollback()
-		if err := b.AdmitTx(ctx, tx, "orders", lease.Token); err != nil {
-			t.Fatalf("AdmitTx: %v", err)
-		}
 		granted := make(chan error, 1)
 		var grantedAt time.Time
 		go func() {
@@ -152,7 +167,7 @@ func TestAdmitTxHoldsGrantsUntilCommit(t *testing.T) {
 				return
 			}
 		}()
-		time.Sleep(time.Second) // the lease has expired; the grant must still wait
+		time.Sleep(time.Until(sent.Add(ttl + 700*time.Millisecond))) // the lease has expired; the grant must still wait
 		if _, err := tx.ExecContext(ctx, insertOrder(h, table), 1); err != nil {
 			t.Fatal(err)
 		}

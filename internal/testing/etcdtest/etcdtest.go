@@ -209,7 +209,13 @@ func (m *Member) waitReady() error {
 		}
 		return fmt.Errorf("member %s: %w; the end of its log:\n%s", m.Name, err, tail(log, 2000))
 	}
+	// Healthy, it answers its status; on a loaded host not always within
+	// statusClient's second, so it is asked again until startTimeout.
 	st, err := status(m.ClientURL)
+	for deadline := time.Now().Add(startTimeout); err != nil && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		st, err = status(m.ClientURL)
+	}
 	if err != nil {
 		return fmt.Errorf("member %s: %w", m.Name, err)
 	}
