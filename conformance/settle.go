@@ -101,6 +101,14 @@ func (s suite) testHoldManySettlesUnknownGrant(t *testing.T) {
 			continue
 		}
 		var oe *fencing.OutcomeError
+		if errors.As(err, &oe) && !oe.Settled && run < 3 {
+			// The settling releases are bounded by the TTL (the lease
+			// has expired after it anyway): this host did not finish
+			// them within it (seen on SQLite at load 8 with a 400 ms TTL).
+			t.Logf("run %d, TTL %v: the settling releases did not finish within the TTL (%v): again with a TTL of %v", run, ttl, err, 4*ttl)
+			ttl, margin = 4*ttl, 4*margin
+			continue
+		}
 		if !errors.As(err, &oe) || !oe.Settled || len(oe.Keys) != len(keys) || oe.LeaseID == "" {
 			t.Fatalf("HoldMany with the grant's answer lost: %v (%+v), want a settled *OutcomeError with every key", err, oe)
 		}
