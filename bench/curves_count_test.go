@@ -100,9 +100,76 @@ type countingBackend struct {
 }
 
 // countRequests returns b with its SPI calls counted in c. It panics on a
-// backend without every capability of fullBackend.
+// backend without every capability of fullBackend or of observedBackend.
 func countRequests(b backend.Backend, c *requestCounts) backend.Backend {
+	if o, ok := b.(observedBackend); ok {
+		return countingObserved{o, c}
+	}
 	return countingBackend{b.(fullBackend), c}
+}
+
+// observedBackend is kubebackend's capabilities: observed expiry, no line
+// of waiters, no atomic grant of several keys.
+type observedBackend interface {
+	backend.Backend
+	backend.ObservedExpiry
+	backend.Notifier
+	backend.Inspector
+	backend.ForceReleaser
+	backend.Lister
+	backend.Sizer
+}
+
+// countingObserved is countingBackend for an observedBackend, which it
+// stays (the Coordinator reads the ObservedExpiry marker).
+type countingObserved struct {
+	observedBackend
+	c *requestCounts
+}
+
+func (w countingObserved) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	w.c.add("Grant")
+	return w.observedBackend.Grant(ctx, req)
+}
+
+func (w countingObserved) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
+	w.c.add("Renew")
+	return w.observedBackend.Renew(ctx, req)
+}
+
+func (w countingObserved) Release(ctx context.Context, key, leaseID string) error {
+	w.c.add("Release")
+	return w.observedBackend.Release(ctx, key, leaseID)
+}
+
+func (w countingObserved) Token(ctx context.Context, key string) (uint64, bool, error) {
+	w.c.add("Token")
+	return w.observedBackend.Token(ctx, key)
+}
+
+func (w countingObserved) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
+	w.c.add("NotifyFree")
+	return w.observedBackend.NotifyFree(ctx, key)
+}
+
+func (w countingObserved) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
+	w.c.add("Inspect")
+	return w.observedBackend.Inspect(ctx, key)
+}
+
+func (w countingObserved) ForceRelease(ctx context.Context, key string) (bool, error) {
+	w.c.add("ForceRelease")
+	return w.observedBackend.ForceRelease(ctx, key)
+}
+
+func (w countingObserved) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
+	w.c.add("List")
+	return w.observedBackend.List(ctx, prefix, cursor, limit)
+}
+
+func (w countingObserved) Size(ctx context.Context) (backend.StoreSize, error) {
+	w.c.add("Size")
+	return w.observedBackend.Size(ctx)
 }
 
 func (w countingBackend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {

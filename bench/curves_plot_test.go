@@ -102,6 +102,7 @@ var curveBackends = []struct {
 	{"mariadb", color.RGBA{R: 0x94, G: 0x67, B: 0xbd, A: 0xff}},
 	{"redis", color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}},
 	{"etcd", color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}},
+	{"kube", color.RGBA{R: 0x17, G: 0xbe, B: 0xcf, A: 0xff}},
 }
 
 // curvePanel is one panel: y against x, a line per backend (and per

@@ -75,6 +75,7 @@ var curveStores = map[string]func(t *testing.T, instance string) *curveStore{
 	"mariadb":  curveMariaDB,
 	"redis":    curveRedis,
 	"etcd":     curveEtcd,
+	"kube":     curveKube,
 }
 
 // leaveTemplate grants and releases curveTemplate through b, so that its

@@ -25,7 +25,7 @@ import (
 //	cd bench && CURVES=keys,waiters CURVES_OUT=dir go test -run '^TestCurves$' -v -timeout 60m .
 //
 // CURVES names the curves (keys, waiters), CURVES_BACKENDS the backends
-// (default memory,sqlite,postgres,mariadb,redis,etcd), and CURVES_OUT a
+// (default memory,sqlite,postgres,mariadb,redis,etcd,kube), and CURVES_OUT a
 // directory for one CSV file per curve and backend (keys-<backend>.csv,
 // waiters-<backend>.csv), from which TestCurvesPlot draws. The other knobs
 // are read by each curve (curvesKeys, curvesWaiters).
@@ -34,7 +34,7 @@ func TestCurves(t *testing.T) {
 	if which == "" {
 		t.Skip("set CURVES=keys,waiters,processes to measure the curves (docs/scale.md)")
 	}
-	names := strings.Split(envString("CURVES_BACKENDS", "memory,sqlite,postgres,mariadb,redis,etcd"), ",")
+	names := strings.Split(envString("CURVES_BACKENDS", "memory,sqlite,postgres,mariadb,redis,etcd,kube"), ",")
 	out := os.Getenv("CURVES_OUT")
 	if out == "" {
 		out = t.TempDir()
@@ -180,8 +180,8 @@ func grantRelease(ctx context.Context, b backend.Backend, key string) (time.Dura
 
 // curvesKeys measures Grant+Release on random idle keys, and the store's
 // bytes per key, as the store grows through CURVES_SIZES keys (default
-// 1000,10000,100000,1000000; etcd stops at CURVES_ETCD_MAX, default
-// 100000), about 1 % of them live and renewed (at most CURVES_LIVE_MAX,
+// 1000,10000,100000,1000000; etcd stops at CURVES_ETCD_MAX and kube at
+// CURVES_KUBE_MAX, default 100000 each), about 1 % of them live and renewed (at most CURVES_LIVE_MAX,
 // default 1000), measured CURVES_SETTLE (default 10 s) after each fill. CURVES_OPS (default 400) Grant+Release pairs a size go
 // to the store under test, each followed by one to a reference store of
 // 1000 keys of the same backend (another server, database file or
@@ -189,9 +189,9 @@ func grantRelease(ctx context.Context, b backend.Backend, key string) (time.Dura
 // most of the machine's changing load.
 func curvesKeys(t *testing.T, name string, open func(*testing.T, string) *curveStore) [][]string {
 	sizes := envInts(t, "CURVES_SIZES", "1000,10000,100000,1000000")
-	if name == "etcd" {
-		etcdMax := envInt(t, "CURVES_ETCD_MAX", 100000)
-		sizes = slices.DeleteFunc(sizes, func(n int) bool { return n > etcdMax })
+	if name == "etcd" || name == "kube" {
+		limit := envInt(t, "CURVES_"+strings.ToUpper(name)+"_MAX", 100000)
+		sizes = slices.DeleteFunc(sizes, func(n int) bool { return n > limit })
 	}
 	ops := envInt(t, "CURVES_OPS", 400)
 	liveMax := envInt(t, "CURVES_LIVE_MAX", 1000)
@@ -311,6 +311,9 @@ func curvesWaiters(t *testing.T, name string, open func(*testing.T, string) *cur
 		fifos = []bool{v == "true"}
 	default:
 		t.Fatalf("CURVES_FIFO=%q: want both, true or false", v)
+	}
+	if _, ok := st.b.(backend.Queuer); !ok {
+		fifos = slices.DeleteFunc(fifos, func(f bool) bool { return f }) // WithFIFO needs a line of waiters
 	}
 	for _, fifo := range fifos {
 		for _, n := range waiters {

@@ -110,6 +110,8 @@ func soakChildCoordinator(ctx context.Context, name, target string, ttl time.Dur
 		nctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		b, err = etcdbackend.New(nctx, cli, etcdbackend.WithPrefix("soak/"))
+	case "kube":
+		b, err = soakKubeChild(ctx, target)
 	default:
 		return nil, fmt.Errorf("no soak child for backend %q", name)
 	}

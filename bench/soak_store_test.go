@@ -53,19 +53,31 @@ type soakStore struct {
 	// a DSN, an address or an endpoint; empty where the store is in this
 	// process.
 	child string
+	// without are the operations of soakOps the traffic leaves out: those
+	// the backend cannot serve (lockmany needs a backend.MultiGranter,
+	// fifo a backend.Queuer), which would fail every round.
+	without []string
 }
 
 // soakBackends are the backends TestSoak runs, in order.
+// A backend marked soakOnly runs only under SOAK or when SOAK_BACKENDS
+// names it, not in CI's smoke: kube's smoke starts etcd and kube-apiserver
+// and restarts kube-apiserver once (the kill must run), 16 s alone at load
+// 17, but how long kube-apiserver takes to become ready under CI's load is
+// not bounded near the smoke's ~30 s a backend (kubetest waits up to 3
+// minutes for it).
 var soakBackends = []struct {
-	name  string
-	start func(t *testing.T, ttl time.Duration) *soakStore
+	name     string
+	start    func(t *testing.T, ttl time.Duration) *soakStore
+	soakOnly bool
 }{
-	{"memory", soakMemory},
-	{"sqlite", soakSQLite},
-	{"postgres", soakPostgres},
-	{"mariadb", soakMariaDB},
-	{"redis", soakRedis},
-	{"etcd", soakEtcd},
+	{"memory", soakMemory, false},
+	{"sqlite", soakSQLite, false},
+	{"postgres", soakPostgres, false},
+	{"mariadb", soakMariaDB, false},
+	{"redis", soakRedis, false},
+	{"etcd", soakEtcd, false},
+	{"kube", soakKube, true},
 }
 
 // soakRequestTimeout bounds each request of the soak's Coordinators, so a

@@ -9,7 +9,8 @@ package bench
 //
 // SOAK is the time each backend runs (without it, a smoke of a few seconds
 // per backend); SOAK_BACKENDS a comma-separated subset of memory, sqlite,
-// postgres, mariadb, redis, etcd; SOAK_WORKERS the traffic's goroutines per
+// postgres, mariadb, redis, etcd, kube (kube runs only under SOAK or
+// when named here: see soakBackends); SOAK_WORKERS the traffic's goroutines per
 // backend (default 8); SOAK_INTERVAL the sampling interval (default SOAK/30,
 // between 0.5 s and 10 s); SOAK_CSV a directory for each backend's samples
 // (time, goroutines, heap, RSS, FDs, connections, store records, ops/s,
@@ -61,6 +62,9 @@ func TestSoak(t *testing.T) {
 		if want != "" && !slices.Contains(strings.Split(want, ","), b.name) {
 			continue
 		}
+		if want == "" && cfg.smoke && b.soakOnly {
+			continue
+		}
 		t.Run(b.name, func(t *testing.T) {
 			row := soakRun(t, cfg, b.name, b.start(t, cfg.ttl))
 			rows = append(rows, row)
@@ -88,6 +92,7 @@ func soakRun(t *testing.T, cfg soakConfig, name string, st *soakStore) string {
 		coord: st.coord, guard: guard.NewMemory(), check: check, ttl: cfg.ttl,
 		elect: election.New(st.coord, soakElection, cfg.ttl, election.WithLockOptions(fencing.WithWaitTimeout(2*cfg.ttl))),
 		sem:   sem,
+		ops:   slices.DeleteFunc(slices.Clone(soakOps), func(op string) bool { return slices.Contains(st.without, op) }),
 	}
 	frozen := &soakFrozen{tr: tr, freeze: make(chan chan struct{})}
 	smp := &soakSampler{st: st, tr: tr, start: check.start}

@@ -38,6 +38,9 @@ type soakTraffic struct {
 	ttl   time.Duration
 	elect *election.Election
 	sem   *semaphore.Semaphore
+	// ops are the operations the workers pick from: soakOps but those the
+	// store cannot serve (soakStore.without).
+	ops []string
 
 	ok     atomic.Int64 // rounds that held their keys and wrote
 	counts sync.Map     // error class -> *atomic.Int64
@@ -87,7 +90,7 @@ func (tr *soakTraffic) classes() map[string]int64 {
 // worker runs rounds until ctx ends.
 func (tr *soakTraffic) worker(ctx context.Context, id int) {
 	for ctx.Err() == nil {
-		op := soakOps[rand.N(len(soakOps))]
+		op := tr.ops[rand.N(len(tr.ops))]
 		err := tr.round(ctx, op, id)
 		if ctx.Err() != nil {
 			return // the run ended: the round's error is the run's end
