@@ -90,25 +90,38 @@ func (s suite) testHoldLost(t *testing.T) {
 	b := s.backend(t)
 	c := fencing.New(b)
 	ttl, margin := s.holdTTL(t)
-	h := s.hold(t, c, "lost", ttl, margin)
-	switch f, ok := b.(backend.ForceReleaser); {
-	case ok:
-		if _, err := f.ForceRelease(context.Background(), "lost"); err != nil {
-			t.Fatalf("ForceRelease: %v", err)
+	var h *fencing.Held
+	for run := 1; ; run++ {
+		h = s.hold(t, c, "lost", ttl, margin)
+		switch f, ok := b.(backend.ForceReleaser); {
+		case ok:
+			if _, err := f.ForceRelease(context.Background(), "lost"); err != nil {
+				t.Fatalf("ForceRelease: %v", err)
+			}
+		case s.traits.Now != nil:
+			s.wait(t, ttl+margin) // the coordinator expires it; the next renewal is late
+		default:
+			t.Skip("cannot end a renewing holder's lease on this backend: no ForceReleaser and no fake clock")
 		}
-	case s.traits.Now != nil:
-		s.wait(t, ttl+margin) // the coordinator expires it; the next renewal is late
-	default:
-		t.Skip("cannot end a renewing holder's lease on this backend: no ForceReleaser and no fake clock")
-	}
-	select {
-	case <-h.Done():
-	case <-time.After(ttl + 10*time.Second):
-		t.Fatalf("the held lease's context did not end after the coordinator ended the lease")
-	}
-	err := h.Err()
-	if !errors.Is(err, fencing.ErrLeaseLost) || !(errors.Is(err, fencing.ErrLeaseNotFound) || errors.Is(err, fencing.ErrLeaseExpired)) {
-		t.Fatalf("Err() = %v, want ErrLeaseLost with the coordinator's verdict", err)
+		select {
+		case <-h.Done():
+		case <-time.After(ttl + 10*time.Second):
+			t.Fatalf("the held lease's context did not end after the coordinator ended the lease")
+		}
+		err := h.Err()
+		if errors.Is(err, fencing.ErrLeaseLost) && !(errors.Is(err, fencing.ErrLeaseNotFound) || errors.Is(err, fencing.ErrLeaseExpired)) &&
+			time.Now().After(h.Lease().Deadline) && run < 3 {
+			// The Deadline passed before the renewal that would hear
+			// the verdict (a slow host: seen on SQLite at load 8 with a
+			// 400 ms TTL).
+			t.Logf("run %d, TTL %v: the Deadline passed before the verdict (%v): again with a TTL of %v", run, ttl, err, 4*ttl)
+			ttl, margin = 4*ttl, 4*margin
+			continue
+		}
+		if !errors.Is(err, fencing.ErrLeaseLost) || !(errors.Is(err, fencing.ErrLeaseNotFound) || errors.Is(err, fencing.ErrLeaseExpired)) {
+			t.Fatalf("Err() = %v, want ErrLeaseLost with the coordinator's verdict", err)
+		}
+		break
 	}
 	if cause := context.Cause(h.Context()); !errors.Is(cause, fencing.ErrLeaseLost) {
 		t.Fatalf("context.Cause = %v, want ErrLeaseLost", cause)

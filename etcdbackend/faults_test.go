@@ -139,7 +139,7 @@ func faultTraits() conformance.Traits {
 // endpoint alone (through a proxy) and two of every member's, while fault
 // breaks the cluster (it is given the leader and the proxy, and returns when
 // the fault is over), and checks the history.
-func clusterHistory(t *testing.T, cl *etcdtest.Cluster, fault func(ctx context.Context, leader *etcdtest.Member, p *etcdtest.Proxy) error) {
+func clusterHistory(t *testing.T, cl *etcdtest.Cluster, fault func(ctx context.Context, leader *etcdtest.Member, p *etcdtest.Proxy, rec *conformance.Recorder) error) {
 	t.Helper()
 	lctx, lcancel := context.WithTimeout(context.Background(), 20*time.Second)
 	leader, err := cl.WaitLeader(lctx)
@@ -168,7 +168,7 @@ func clusterHistory(t *testing.T, cl *etcdtest.Cluster, fault func(ctx context.C
 	w.RunAround(t, rec, bs, func() {
 		fctx, fcancel := context.WithTimeout(context.Background(), time.Minute)
 		defer fcancel()
-		faultErr = fault(fctx, leader, proxy)
+		faultErr = fault(fctx, leader, proxy, rec)
 	})
 	if faultErr != nil {
 		t.Fatalf("fault: %v", faultErr)
@@ -186,7 +186,7 @@ func clusterHistory(t *testing.T, cl *etcdtest.Cluster, fault func(ctx context.C
 func TestClusterFaultHistories(t *testing.T) {
 	t.Run("LeaderStopped", func(t *testing.T) {
 		cl := etcdtest.StartCluster(t, 3)
-		clusterHistory(t, cl, func(ctx context.Context, m *etcdtest.Member, _ *etcdtest.Proxy) error {
+		clusterHistory(t, cl, func(ctx context.Context, m *etcdtest.Member, _ *etcdtest.Proxy, _ *conformance.Recorder) error {
 			m.Stop()
 			if _, err := cl.WaitLeader(ctx); err != nil {
 				return err
@@ -197,7 +197,7 @@ func TestClusterFaultHistories(t *testing.T) {
 	})
 	t.Run("LeaderCutOff", func(t *testing.T) {
 		cl := etcdtest.StartCluster(t, 3, etcdtest.WithPeerProxies())
-		clusterHistory(t, cl, func(ctx context.Context, m *etcdtest.Member, _ *etcdtest.Proxy) error {
+		clusterHistory(t, cl, func(ctx context.Context, m *etcdtest.Member, _ *etcdtest.Proxy, _ *conformance.Recorder) error {
 			cl.Isolate(m)
 			// Longer than a call's timeout (2 s), so that the calls of the
 			// clients that reach only this member fail or end unknown: at
@@ -209,12 +209,16 @@ func TestClusterFaultHistories(t *testing.T) {
 	})
 	t.Run("RepliesLost", func(t *testing.T) {
 		cl := etcdtest.StartCluster(t, 3)
-		clusterHistory(t, cl, func(ctx context.Context, _ *etcdtest.Member, p *etcdtest.Proxy) error {
-			// Six rounds: a round interrupts at most the one call in flight
-			// on each proxied client, and a read interrupted so is retried
-			// by the etcd client unseen; with three, a loaded run once saw
-			// no call fail.
-			for range 6 {
+		clusterHistory(t, cl, func(ctx context.Context, _ *etcdtest.Member, p *etcdtest.Proxy, rec *conformance.Recorder) error {
+			// Six rounds at least, and on until some call was interrupted
+			// (at most a minute): a round interrupts at most the one call
+			// in flight on each proxied client, and a read interrupted so
+			// is retried by the etcd client unseen; a loaded run once saw
+			// no call fail in three rounds, and once in six.
+			for n := 0; n < 6 || !interrupted(rec.History()); n++ {
+				if ctx.Err() != nil {
+					return nil // RunAround says the faults were not exercised
+				}
 				p.SetMode(etcdtest.DropReplies) // the leader acts, its clients never hear
 				time.Sleep(700 * time.Millisecond)
 				p.Cut()
@@ -224,6 +228,18 @@ func TestClusterFaultHistories(t *testing.T) {
 			return nil
 		})
 	})
+}
+
+// interrupted reports whether a call of h failed or ended with its outcome
+// unknown (not a verdict: a fault reached it).
+func interrupted(h []conformance.Op) bool {
+	for _, op := range h {
+		if op.Err != nil && !errors.Is(op.Err, backend.ErrLeaseHeld) && !errors.Is(op.Err, backend.ErrLeaseExpired) &&
+			!errors.Is(op.Err, backend.ErrLeaseNotFound) && !errors.Is(op.Err, backend.ErrTokenSpaceExhausted) {
+			return true
+		}
+	}
+	return false
 }
 
 // TestLateCallsInRevokeWindow: a lease's etcd TTL has run out but the
