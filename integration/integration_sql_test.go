@@ -108,6 +108,11 @@ func openPostgres(t *testing.T, addr string) *sql.DB {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
+	// A pool per backend, each closed with the test that opened the
+	// harness: idle connections of pools whose backends are done close
+	// soon, so that they do not add up past the server's max_connections
+	// (100; runD2: "sorry, too many clients already").
+	db.SetConnMaxIdleTime(2 * time.Second)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for ctx.Err() == nil {
