@@ -170,6 +170,12 @@ func (b *Backend) ready(ctx context.Context, args error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		// Past its deadline, its timer not yet run (a loaded host): a
+		// request sent now would time out on the wire, its outcome
+		// unknown, instead of never leaving.
+		return context.DeadlineExceeded
+	}
 	if b.closed.Load() {
 		return backend.ErrClosed
 	}

@@ -369,6 +369,28 @@ func TestContextDoneInFlight(t *testing.T) {
 	}
 }
 
+// pastDeadline is a context whose deadline has passed while its timer has
+// not yet run, as on a loaded host: Err is still nil.
+type pastDeadline struct{ context.Context }
+
+func (pastDeadline) Deadline() (time.Time, bool) { return time.Now().Add(-time.Millisecond), true }
+
+// TestDeadlinePassedNotSent: a call whose context's deadline has passed is
+// a plain context error and sends nothing, even before the context's timer
+// ran (runF and runG, fresh clones at load 4-8, sent it and got "outcome
+// unknown: i/o timeout").
+func TestDeadlinePassedNotSent(t *testing.T) {
+	srv := redistest.Start(t, persistent)
+	b := newBackend(t, srv.Client())
+	_, err := b.Grant(pastDeadline{context.Background()}, req("k", "lease-1"))
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, backend.ErrOutcomeUnknown) {
+		t.Fatalf("Grant past its context's deadline: %v, want only DeadlineExceeded", err)
+	}
+	if got := counter(t, srv.Client(), b, "k"); got != "" {
+		t.Fatalf("a call past its deadline changed the counter to %s", got)
+	}
+}
+
 // TestOddKeys: keys that play with Redis hash tags and separators are
 // distinct records, and each record's hash tag is the whole encoded key, so
 // a key never straddles Cluster slots and the tag is never empty.
