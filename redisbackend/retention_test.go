@@ -41,17 +41,48 @@ func TestRestartDuringReclamation(t *testing.T) {
 // key's next token is still above its last one: the replica received each
 // reclaim script's delete and raise together (one MULTI/EXEC), or neither.
 func TestSentinelFailoverDuringReclamation(t *testing.T) {
-	rs, client := startSentinel(t)
-	b := newBackend(t, client, redisbackend.WithPrefix("rf:"), redisbackend.WithRetention(time.Second))
-	old := idleRecords(t, client, b)
-	if n, err := client.Wait(context.Background(), 1, 10*time.Second).Result(); err != nil || n != 1 {
-		t.Fatalf("WAIT for the replica: %d, %v", n, err)
+	for attempt := 1; ; attempt++ {
+		rs, client := startSentinel(t)
+		b := newBackend(t, client, redisbackend.WithPrefix("rf:"), redisbackend.WithRetention(time.Second))
+		old := idleRecords(t, client, b)
+		if n, err := client.Wait(context.Background(), 1, 10*time.Second).Result(); err != nil || n != 1 {
+			t.Fatalf("WAIT for the replica: %d, %v", n, err)
+		}
+		reclaimSome(t, b, rs.Primary.Client())
+		resync := replicaResyncing(t, rs.Replica.Client())
+		rs.Primary.Kill()
+		size, err := rs.Replica.Client().DBSize(context.Background()).Result()
+		t.Logf("the replica holds %d keys (%v) when the primary is killed", size, err)
+		if resync != "" && attempt < 3 {
+			// A replica in a full resync has dropped its copy: promoted,
+			// it loses what was acknowledged (Redis's asynchronous
+			// replication, which WithMinReplicas guards grants from),
+			// not what this test is about (seen once at load 4-8: 0
+			// keys of the 20,000 WAIT had confirmed).
+			t.Logf("attempt %d: the replica was %s when the primary was killed: again", attempt, resync)
+			continue
+		}
+		grantAbove(t, b, old, time.Now().Add(time.Minute))
+		return
 	}
-	reclaimSome(t, b, rs.Primary.Client())
-	rs.Primary.Kill()
-	size, err := rs.Replica.Client().DBSize(context.Background()).Result()
-	t.Logf("the replica holds %d keys (%v) when the primary is killed", size, err)
-	grantAbove(t, b, old, time.Now().Add(time.Minute))
+}
+
+// replicaResyncing returns why the replica is not streaming from its
+// primary (a full resync in progress, its link down), or "".
+func replicaResyncing(t *testing.T, replica *redis.Client) string {
+	t.Helper()
+	defer replica.Close()
+	info, err := replica.Info(context.Background(), "replication").Result()
+	if err != nil {
+		t.Fatalf("INFO replication on the replica: %v", err)
+	}
+	switch {
+	case strings.Contains(info, "master_sync_in_progress:1"):
+		return "in a full resync"
+	case !strings.Contains(info, "master_link_status:up"):
+		return "cut off from its primary"
+	}
+	return ""
 }
 
 // idleRecords writes 20,000 records as released leases leave them, idle

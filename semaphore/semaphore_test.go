@@ -258,6 +258,7 @@ func TestHandoffAttempts(t *testing.T) {
 			ctx := context.Background()
 			const waiters = 32
 			var wg sync.WaitGroup
+			began := time.Now()
 			for i := range waiters {
 				s := sems[i%run.procs]
 				wg.Go(func() {
@@ -271,11 +272,16 @@ func TestHandoffAttempts(t *testing.T) {
 				})
 			}
 			wg.Wait()
+			took := time.Since(began)
 			per := float64(cb.grants.Load()) / waiters
-			t.Logf("%s, %d process(es), FIFO %v: %d grant attempts for %d permits, %.2f per handoff", w.Name, run.procs, run.fifo, cb.grants.Load(), waiters, per)
+			t.Logf("%s, %d process(es), FIFO %v: %d grant attempts for %d permits in %v, %.2f per handoff", w.Name, run.procs, run.fifo, cb.grants.Load(), waiters, took.Round(time.Millisecond), per)
 			// Measured on a loaded 2-core host: 1.5 to 2.8 in one process.
-			if run.procs == 1 && !run.fifo && per > 3 {
-				t.Errorf("one process: %.2f grant attempts per handoff, want at most 3 (waiters take turns)", per)
+			// Besides the turns, the first waiter polls each slot at
+			// most every DefaultPollIntervalNoNotify: a slow store (SQLite
+			// at load 4-8 took 2 s) adds those polls, at most.
+			polls := float64(took/fencing.DefaultPollIntervalNoNotify+1) * 2
+			if bound := 3 + polls/waiters; run.procs == 1 && !run.fifo && per > bound {
+				t.Errorf("one process: %.2f grant attempts per handoff in %v, want at most %.2f (3 as waiters take turns, and the first waiter's polls)", per, took.Round(time.Millisecond), bound)
 			}
 		}
 	})
