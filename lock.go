@@ -506,9 +506,9 @@ func (l *lockCall) unansweredAfter() time.Duration {
 // first slow renewal. Each comes back with its Deadline counted from the
 // renewal. When one ended before it could be used (ErrLeaseExpired,
 // ErrLeaseNotFound), the others are released and that error returned: the
-// wait goes on for a new lease. A renewal that fails otherwise leaves the
-// leases as granted (their Held's renewals go on trying), and so does
-// WithMaxHold, whose cap counts from the grant.
+// wait goes on for a new lease. A renewal that fails otherwise, or that the
+// wait's end cuts off, leaves the leases as granted (their Held's renewals
+// go on trying), and so does WithMaxHold, whose cap counts from the grant.
 func (l *lockCall) refresh(leases []Lease) ([]Lease, error) {
 	if l.cfg.maxHold > 0 {
 		return leases, nil
@@ -517,7 +517,9 @@ func (l *lockCall) refresh(leases []Lease) ([]Lease, error) {
 		if lease.Remaining() > l.ttl-l.cfg.interval {
 			continue
 		}
-		next, err := l.c.Renew(l.ctx, lease.Key, lease.ID, l.ttl, l.cfg.margin)
+		// Within the wait (WithWaitTimeout): a store that went away again
+		// does not hold the call past it.
+		next, err := l.c.Renew(l.wctx, lease.Key, lease.ID, l.ttl, l.cfg.margin)
 		switch {
 		case err == nil:
 			leases[i] = next
