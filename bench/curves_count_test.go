@@ -93,19 +93,36 @@ func formatCounts(d map[string]int64, per int) string {
 	return strings.Join(parts, ", ")
 }
 
+// counted counts the SPI calls every backend here has (countedCore) in c.
+type counted struct {
+	b countedCore
+	c *requestCounts
+}
+
+// countedCore is what fullBackend and observedBackend share.
+type countedCore interface {
+	backend.Backend
+	backend.Notifier
+	backend.Inspector
+	backend.ForceReleaser
+	backend.Lister
+	backend.Sizer
+}
+
 // countingBackend is a backend that counts every SPI call in c.
 type countingBackend struct {
-	b fullBackend
-	c *requestCounts
+	counted
+	full fullBackend
 }
 
 // countRequests returns b with its SPI calls counted in c. It panics on a
 // backend without every capability of fullBackend or of observedBackend.
 func countRequests(b backend.Backend, c *requestCounts) backend.Backend {
 	if o, ok := b.(observedBackend); ok {
-		return countingObserved{o, c}
+		return countingObserved{counted{o, c}}
 	}
-	return countingBackend{b.(fullBackend), c}
+	f := b.(fullBackend)
+	return countingBackend{counted{f, c}, f}
 }
 
 // observedBackend is kubebackend's capabilities: observed expiry, no line
@@ -122,124 +139,84 @@ type observedBackend interface {
 
 // countingObserved is countingBackend for an observedBackend, which it
 // stays (the Coordinator reads the ObservedExpiry marker).
-type countingObserved struct {
-	observedBackend
-	c *requestCounts
-}
+type countingObserved struct{ counted }
 
-func (w countingObserved) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	w.c.add("Grant")
-	return w.observedBackend.Grant(ctx, req)
-}
+// ObservedExpiry implements backend.ObservedExpiry.
+func (countingObserved) ObservedExpiry() {}
 
-func (w countingObserved) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
-	w.c.add("Renew")
-	return w.observedBackend.Renew(ctx, req)
-}
-
-func (w countingObserved) Release(ctx context.Context, key, leaseID string) error {
-	w.c.add("Release")
-	return w.observedBackend.Release(ctx, key, leaseID)
-}
-
-func (w countingObserved) Token(ctx context.Context, key string) (uint64, bool, error) {
-	w.c.add("Token")
-	return w.observedBackend.Token(ctx, key)
-}
-
-func (w countingObserved) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
-	w.c.add("NotifyFree")
-	return w.observedBackend.NotifyFree(ctx, key)
-}
-
-func (w countingObserved) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
-	w.c.add("Inspect")
-	return w.observedBackend.Inspect(ctx, key)
-}
-
-func (w countingObserved) ForceRelease(ctx context.Context, key string) (bool, error) {
-	w.c.add("ForceRelease")
-	return w.observedBackend.ForceRelease(ctx, key)
-}
-
-func (w countingObserved) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
-	w.c.add("List")
-	return w.observedBackend.List(ctx, prefix, cursor, limit)
-}
-
-func (w countingObserved) Size(ctx context.Context) (backend.StoreSize, error) {
-	w.c.add("Size")
-	return w.observedBackend.Size(ctx)
-}
-
-func (w countingBackend) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
+func (w counted) Grant(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	w.c.add("Grant")
 	return w.b.Grant(ctx, req)
 }
 
-func (w countingBackend) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
+func (w counted) Renew(ctx context.Context, req backend.Request) (backend.Lease, error) {
 	w.c.add("Renew")
 	return w.b.Renew(ctx, req)
 }
 
-func (w countingBackend) Release(ctx context.Context, key, leaseID string) error {
+func (w counted) Release(ctx context.Context, key, leaseID string) error {
 	w.c.add("Release")
 	return w.b.Release(ctx, key, leaseID)
 }
 
-func (w countingBackend) Token(ctx context.Context, key string) (uint64, bool, error) {
+func (w counted) Token(ctx context.Context, key string) (uint64, bool, error) {
 	w.c.add("Token")
 	return w.b.Token(ctx, key)
 }
 
-func (w countingBackend) Close() error { return w.b.Close() }
+func (w counted) Close() error { return w.b.Close() }
 
-func (w countingBackend) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
+func (w counted) NotifyFree(ctx context.Context, key string) (backend.Subscription, error) {
 	w.c.add("NotifyFree")
 	return w.b.NotifyFree(ctx, key)
 }
 
-func (w countingBackend) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
+func (w counted) Inspect(ctx context.Context, key string) (backend.KeyState, error) {
 	w.c.add("Inspect")
 	return w.b.Inspect(ctx, key)
 }
 
-func (w countingBackend) ForceRelease(ctx context.Context, key string) (bool, error) {
+func (w counted) ForceRelease(ctx context.Context, key string) (bool, error) {
 	w.c.add("ForceRelease")
 	return w.b.ForceRelease(ctx, key)
 }
 
-func (w countingBackend) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
+func (w counted) List(ctx context.Context, prefix, cursor string, limit int) ([]backend.KeyInfo, string, error) {
 	w.c.add("List")
 	return w.b.List(ctx, prefix, cursor, limit)
 }
 
 func (w countingBackend) Enqueue(ctx context.Context, key, waiterID string, ttl time.Duration) (backend.Place, error) {
 	w.c.add("Enqueue")
-	return w.b.Enqueue(ctx, key, waiterID, ttl)
+	return w.full.Enqueue(ctx, key, waiterID, ttl)
 }
 
 func (w countingBackend) Dequeue(ctx context.Context, key, waiterID string) error {
 	w.c.add("Dequeue")
-	return w.b.Dequeue(ctx, key, waiterID)
+	return w.full.Dequeue(ctx, key, waiterID)
 }
 
 func (w countingBackend) NotifyTurn(ctx context.Context, key, waiterID string) (backend.Subscription, error) {
 	w.c.add("NotifyTurn")
-	return w.b.NotifyTurn(ctx, key, waiterID)
+	return w.full.NotifyTurn(ctx, key, waiterID)
 }
 
 func (w countingBackend) LineLength(ctx context.Context, key string) (int, error) {
 	w.c.add("LineLength")
-	return w.b.LineLength(ctx, key)
+	return w.full.LineLength(ctx, key)
 }
 
 func (w countingBackend) GrantMany(ctx context.Context, reqs []backend.Request) ([]backend.Lease, error) {
 	w.c.add("GrantMany")
-	return w.b.GrantMany(ctx, reqs)
+	return w.full.GrantMany(ctx, reqs)
 }
 
-func (w countingBackend) Size(ctx context.Context) (backend.StoreSize, error) {
+func (w counted) Size(ctx context.Context) (backend.StoreSize, error) {
 	w.c.add("Size")
 	return w.b.Size(ctx)
 }
+
+var (
+	_ fullBackend     = countingBackend{}
+	_ observedBackend = countingObserved{}
+)
